@@ -1,0 +1,139 @@
+"""Compile ``region`` blocks (and their ``gpu`` blocks) into ``Region`` objects."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from policies import values
+from policies.grammar import ENGINES
+from policies.model import Capacity, GpuServer, Region
+from policies.reading import Args, Ref, Reporter, read_block
+from policies.syntax import Directive
+
+
+def compile_region(directive: Directive, body: list[Directive], report: Reporter,
+                   refs: list[Ref]) -> Region | None:
+    args = Args(directive, report)
+    name = args.take(lambda t: values.name(t, "region name"), "<name>")
+    args.end("<name>")
+    found = read_block(body, "region", directive, report)
+    context = f"region {name}"
+
+    lat = lon = 0.0
+    for d in found.get("location", ()):
+        a = Args(d, report)
+        lat = a.take(lambda t: values.number(t, -90, 90), "<latitude> <longitude>") or 0.0
+        lon = a.take(lambda t: values.number(t, -180, 180), "<latitude> <longitude>") or 0.0
+        a.end("<latitude> <longitude>")
+
+    jurisdiction = ""
+    for d in found.get("jurisdiction", ()):
+        a = Args(d, report)
+        jurisdiction = a.take(lambda t: values.name(t, "jurisdiction label"), "<label>") or ""
+        a.end("<label>")
+
+    v4: list[str] = []
+    v6: list[str] = []
+    for d in found.get("endpoints", ()):
+        for address, _arg in Args(d, report).rest(values.ip_address, "<address> ..."):
+            if isinstance(address, ipaddress.IPv4Address):
+                v4.append(str(address))
+            else:
+                v6.append(str(address))
+
+    capacity = Capacity(0.0)
+    for d in found.get("capacity", ()):
+        capacity = _capacity(d, report) or capacity
+
+    weight = 100.0
+    for d in found.get("weight", ()):
+        a = Args(d, report)
+        weight = a.take(lambda t: values.number(t, 0, 1_000_000), "<number>") or 0.0
+        a.end("<number>")
+
+    healthcheck = None
+    for d in found.get("healthcheck", ()):
+        a = Args(d, report)
+        arg = a.take_arg("<healthcheck name>")
+        a.end("<healthcheck name>")
+        if arg is not None:
+            healthcheck = arg.text
+            refs.append(Ref("healthcheck", arg.text, arg.pos, arg.width, context))
+
+    gpus = []
+    for d in found.get("gpu", ()):
+        gpu = _gpu(d, report)
+        if gpu is not None:
+            gpus.append(gpu)
+
+    if name is None:
+        return None
+    return Region(
+        name=name, latitude=lat, longitude=lon, jurisdiction=jurisdiction,
+        endpoints_v4=tuple(v4), endpoints_v6=tuple(v6), capacity=capacity, weight=weight,
+        gpus=tuple(gpus), healthcheck=healthcheck, pos=directive.pos,
+    )
+
+
+_CAPACITY_USAGE = "<rate> | <gpus> gpus x <rate>"
+
+
+def _capacity(directive: Directive, report: Reporter) -> Capacity | None:
+    args = Args(directive, report)
+    words = [arg.text for arg in directive.args]
+    if len(words) == 1:
+        rps = args.take(values.rate, _CAPACITY_USAGE)
+        args.end(_CAPACITY_USAGE)
+        if rps is not None and rps <= 0:
+            report.at_arg(directive.args[0], "capacity must be above zero",
+                          expected="a rate such as 300rps")
+            return None
+        return Capacity(rps) if rps is not None else None
+    gpus = args.take(lambda t: values.integer(t, 1), _CAPACITY_USAGE)
+    for keyword in ("gpus", "x"):
+        arg = args.take_arg(_CAPACITY_USAGE)
+        if arg is not None and arg.text not in (keyword, "gpu" if keyword == "gpus" else "*"):
+            report.at_arg(arg, f"expected '{keyword}', got '{arg.text}'",
+                          expected=f"capacity {_CAPACITY_USAGE}")
+            return None
+    per_gpu = args.take(values.rate, _CAPACITY_USAGE)
+    if not args.end(_CAPACITY_USAGE) or gpus is None or per_gpu is None:
+        return None
+    return Capacity(gpus * per_gpu, gpus=gpus, per_gpu_rps=per_gpu)
+
+
+def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
+    args = Args(directive, report)
+    name = args.take(lambda t: values.name(t, "GPU server name"), "<name>")
+    args.end("<name>")
+    found = read_block(directive.directives(), "gpu", directive, report)
+
+    def single(key: str, convert, usage: str):
+        for d in found.get(key, ()):
+            a = Args(d, report)
+            value = a.take(convert, usage)
+            a.end(usage)
+            return value
+        return None
+
+    url = single("url", values.url, "<url>")
+    models: list[str] = []
+    for d in found.get("models", ()):
+        models += [m for m, _ in Args(d, report).rest(lambda t: values.name(t, "model name"),
+                                                      "<model> ...")]
+    kind = single("kind", lambda t: values.name(t, "GPU kind"), "<gpu kind>")
+    speed = single("speed", lambda t: values.number(t, 0.01, 100), "<relative speed>")
+    engine = single("engine", _engine, "vllm | sglang | tgi | triton") or "vllm"
+    if name is None or url is None:
+        return None
+    return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
+                     engine=engine, pos=directive.pos)
+
+
+def _engine(text: str) -> str:
+    if text not in ENGINES:
+        from policies.errors import did_you_mean, one_of
+
+        raise values.ValueProblem(f"unknown engine '{text}'", expected=one_of(ENGINES),
+                                  hint=did_you_mean(text, ENGINES))
+    return text

@@ -1,0 +1,315 @@
+"""Compile ``service`` blocks: steering, spillover, failover, residency rules, fallbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from policies import values
+from policies.errors import did_you_mean, one_of
+from policies.grammar import (
+    DEFAULT_DEGRADED_TTL,
+    DEFAULT_FALL,
+    DEFAULT_PROBE_INTERVAL,
+    DEFAULT_PROBE_TIMEOUT,
+    DEFAULT_RISE,
+)
+from policies.model import (
+    STEERING_METHODS,
+    Affinity,
+    AllDown,
+    AllDownKind,
+    ClientMatch,
+    Failover,
+    NoEcs,
+    Region,
+    ResidencyRule,
+    Service,
+    Spillover,
+    UnknownKind,
+    UnknownLocation,
+)
+from policies.reading import Args, Ref, Reporter, read_block
+from policies.syntax import Arg, Directive
+
+
+class _Context:
+    def __init__(self, name: str, regions: Sequence[Region], report: Reporter, refs: list[Ref]):
+        self.name = name
+        self.regions = regions
+        self.report = report
+        self.refs = refs
+
+    def region_list(self, pairs: list[tuple[str, Arg]]) -> tuple[str, ...]:
+        for name, arg in pairs:
+            self.refs.append(Ref("region", name, arg.pos, arg.width, self.name))
+        return tuple(dict.fromkeys(name for name, _ in pairs))
+
+
+def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: float,
+                    report: Reporter, refs: list[Ref]) -> Service | None:
+    args = Args(directive, report)
+    name = args.take(values.hostname, "<host name>")
+    args.end("<host name>")
+    ctx = _Context(f"service {name}", regions, report, refs)
+    found = read_block(directive.directives(), "service", directive, report)
+
+    def one(key: str) -> Directive | None:
+        return found[key][0] if key in found else None
+
+    ttl = _single(one("ttl"), values.duration, "<duration>", report, zone_ttl)
+    degraded = _single(one("degraded-ttl"), values.duration, "<duration>", report,
+                       min(DEFAULT_DEGRADED_TTL, ttl))
+    answers = _single(one("answers"), lambda t: values.integer(t, 1, 8), "<count>", report, 1)
+
+    steer: tuple[str, ...] = ("latency", "geo")
+    if (d := one("steer")) is not None:
+        steer = tuple(m for m, _ in Args(d, report).rest(_steering_method, "<method> ..."))
+    priority: tuple[str, ...] = ()
+    if (d := one("priority")) is not None:
+        priority = ctx.region_list(Args(d, report).rest(_region_name, "<region> ..."))
+    served = tuple(region.name for region in regions)
+    if (d := one("regions")) is not None:
+        served = ctx.region_list(Args(d, report).rest(_region_name, "<region> ..."))
+
+    spillover = _spillover(one("spillover"), ctx)
+    failover = _failover(one("failover"), report)
+    rules = tuple(
+        rule for d in found.get("residency", ()) if (rule := _residency(d, ctx)) is not None
+    )
+    unknown = UnknownLocation(UnknownKind.ANY)
+    if (d := one("unknown-location")) is not None:
+        unknown = _unknown_location(d, ctx) or unknown
+    no_ecs = NoEcs.RESOLVER
+    if (d := one("no-ecs")) is not None:
+        no_ecs = _keyword(d, NoEcs, report) or no_ecs
+    affinity = Affinity.SUBNET
+    if (d := one("affinity")) is not None:
+        affinity = _keyword(d, Affinity, report) or affinity
+    all_down = AllDown(AllDownKind.ANSWER_NOTHING)
+    if (d := one("all-down")) is not None:
+        all_down = _all_down(d, ctx) or all_down
+    healthcheck = None
+    if (d := one("healthcheck")) is not None:
+        a = Args(d, report)
+        arg = a.take_arg("<healthcheck name>")
+        a.end("<healthcheck name>")
+        if arg is not None:
+            healthcheck = arg.text
+            refs.append(Ref("healthcheck", arg.text, arg.pos, arg.width, ctx.name))
+
+    if "priority" in steer and not priority:
+        report.at_directive(one("steer") or directive,
+                            "steering by 'priority' needs a 'priority' list",
+                            expected="priority <region> ...")
+    if name is None:
+        return None
+    return Service(
+        name=name, regions=served, steer=steer, priority=priority, ttl=ttl, degraded_ttl=degraded,
+        answers=answers, spillover=spillover, failover=failover, residency=rules,
+        all_down=all_down, unknown_location=unknown, no_ecs=no_ecs, affinity=affinity,
+        healthcheck=healthcheck, pos=directive.pos,
+    )
+
+
+def _single(directive: Directive | None, convert, usage: str, report: Reporter, default):
+    if directive is None:
+        return default
+    args = Args(directive, report)
+    value = args.take(convert, usage)
+    args.end(usage)
+    return default if value is None else value
+
+
+def _region_name(text: str) -> str:
+    return values.name(text, "region name")
+
+
+def _steering_method(text: str) -> str:
+    if text not in STEERING_METHODS:
+        raise values.ValueProblem(f"unknown steering method '{text}'",
+                                  expected=one_of(STEERING_METHODS),
+                                  hint=did_you_mean(text, STEERING_METHODS))
+    return text
+
+
+def _keyword(directive: Directive, enum_type, report: Reporter):
+    choices = [member.value for member in enum_type]
+    usage = " | ".join(choices)
+
+    def convert(text: str):
+        if text not in choices:
+            raise values.ValueProblem(f"unknown value '{text}' for '{directive.name}'",
+                                      expected=one_of(choices), hint=did_you_mean(text, choices))
+        return enum_type(text)
+
+    return _single(directive, convert, usage, report, None)
+
+
+def _spillover(directive: Directive | None, ctx: _Context) -> Spillover | None:
+    if directive is None:
+        return None
+    report = ctx.report
+    Args(directive, report).end("")
+    found = read_block(directive.directives(), "spillover", directive, report)
+    threshold = max_share = None
+    if "at" in found:
+        threshold = _single(found["at"][0], values.percent, "<percent of capacity>", report, None)
+    if "max" in found:
+        max_share = _single(found["max"][0], values.percent, "<percent of traffic>", report, None)
+        if max_share is not None and not 0 < max_share <= 1:
+            report.at_arg(found["max"][0].args[0], "the spill share must be above 0% and at "
+                          "most 100%", expected="a percentage such as 30%")
+            max_share = None
+    if threshold is not None and threshold <= 0:
+        report.at_arg(found["at"][0].args[0], "the spill threshold must be above 0%",
+                      expected="a percentage of capacity such as 85%")
+        threshold = None
+    targets = None
+    if "to" in found:
+        targets = ctx.region_list(Args(found["to"][0], report).rest(_region_name, "<region> ..."))
+    if threshold is None or max_share is None:
+        return None
+    return Spillover(threshold, max_share, targets, pos=directive.pos)
+
+
+def _failover(directive: Directive | None, report: Reporter) -> Failover:
+    if directive is None:
+        return Failover(DEFAULT_FALL, DEFAULT_RISE, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT)
+    Args(directive, report).end("")
+    found = read_block(directive.directives(), "failover", directive, report)
+
+    def get(key: str, convert, usage: str, default):
+        return _single(found[key][0], convert, usage, report, default) if key in found else default
+
+    fall = get("fall", lambda t: values.integer(t, 1, 100), "<count>", DEFAULT_FALL)
+    rise = get("rise", lambda t: values.integer(t, 1, 100), "<count>", DEFAULT_RISE)
+    interval = get("interval", values.duration, "<duration>", DEFAULT_PROBE_INTERVAL)
+    timeout = get("timeout", values.duration, "<duration>", min(DEFAULT_PROBE_TIMEOUT, interval))
+    if timeout > interval and "timeout" in found:
+        d = found["timeout"][0]
+        report.at_arg(d.args[0], "the probe timeout is longer than the probe interval",
+                      expected=f"at most the interval ({interval:g}s)")
+    return Failover(fall, rise, interval, timeout, pos=directive.pos)
+
+
+_CLIENT_KINDS = ("jurisdiction", "country", "continent")
+
+
+def _residency(directive: Directive, ctx: _Context) -> ResidencyRule | None:
+    report = ctx.report
+    args = Args(directive, report)
+    name = args.take(lambda t: values.name(t, "rule name"), "<rule name>")
+    args.end("<rule name>")
+    found = read_block(directive.directives(), "residency", directive, report)
+    rule_ctx = _Context(f"{ctx.name}: residency {name}", ctx.regions, report, ctx.refs)
+
+    sets: dict[str, set[str]] = {kind: set() for kind in _CLIENT_KINDS}
+    for d in found.get("clients", ()):
+        a = Args(d, report)
+        kind = a.take(_client_kind, "jurisdiction|country|continent <value> ...")
+        if kind is None:
+            continue
+        convert = {"jurisdiction": lambda t: values.name(t, "jurisdiction"),
+                   "country": values.country, "continent": values.continent}[kind]
+        for value, arg in a.rest(convert, f"{kind} <value> ..."):
+            sets[kind].add(value)
+            if kind == "jurisdiction":
+                report_ref = Ref("jurisdiction", value, arg.pos, arg.width, rule_ctx.name)
+                ctx.refs.append(report_ref)
+
+    allowed: tuple[str, ...] = ()
+    if "allow" in found:
+        allowed = _allow(found["allow"][0], rule_ctx)
+    all_down = AllDown(AllDownKind.ANSWER_NOTHING)
+    if "all-down" in found:
+        all_down = _all_down(found["all-down"][0], rule_ctx) or all_down
+    spill_to = None
+    if "spillover-to" in found:
+        d = found["spillover-to"][0]
+        if [a.text for a in d.args] == ["none"]:
+            spill_to = ()
+        else:
+            spill_to = rule_ctx.region_list(Args(d, report).rest(_region_name,
+                                                                 "<region> ... | none"))
+    if name is None or "allow" not in found or "all-down" not in found:
+        return None
+    clients = ClientMatch(frozenset(sets["jurisdiction"]), frozenset(sets["country"]),
+                          frozenset(sets["continent"]))
+    return ResidencyRule(name, clients, allowed, all_down, spill_to, pos=directive.pos)
+
+
+def _client_kind(text: str) -> str:
+    if text not in _CLIENT_KINDS:
+        raise values.ValueProblem(f"unknown client selector '{text}'",
+                                  expected=one_of(_CLIENT_KINDS),
+                                  hint=did_you_mean(text, _CLIENT_KINDS))
+    return text
+
+
+def _allow(directive: Directive, ctx: _Context) -> tuple[str, ...]:
+    report = ctx.report
+    args = Args(directive, report)
+    if args.peek() == "jurisdiction":
+        args.take_arg("")
+        labels = args.rest(lambda t: values.name(t, "jurisdiction label"),
+                           "jurisdiction <label> ...")
+        allowed: list[str] = []
+        for label, arg in labels:
+            matching = [r.name for r in ctx.regions if r.jurisdiction == label]
+            if not matching:
+                known = sorted({r.jurisdiction for r in ctx.regions})
+                report.at_arg(arg, f"no region has jurisdiction '{label}'",
+                              expected="a jurisdiction label of some region: " + ", ".join(known),
+                              hint=did_you_mean(label, known))
+            allowed += matching
+        return tuple(dict.fromkeys(allowed))
+    return ctx.region_list(args.rest(_region_name, "<region> ... | jurisdiction <label> ..."))
+
+
+_ALL_DOWN_USAGE = "answer-allowed | answer-nothing | fallback <region> ..."
+
+
+def _all_down(directive: Directive, ctx: _Context) -> AllDown | None:
+    report = ctx.report
+    args = Args(directive, report)
+    choices = [kind.value for kind in AllDownKind]
+
+    def convert(text: str) -> AllDownKind:
+        if text not in choices:
+            raise values.ValueProblem(f"unknown all-down behaviour '{text}'",
+                                      expected=one_of(choices), hint=did_you_mean(text, choices))
+        return AllDownKind(text)
+
+    kind = args.take(convert, _ALL_DOWN_USAGE)
+    if kind is None:
+        return None
+    if kind is AllDownKind.FALLBACK:
+        remaining = [a.text for a in args.remaining]
+        if remaining == ["any"]:
+            args.take_arg("")
+            return AllDown(kind, tuple(r.name for r in ctx.regions), pos=directive.pos)
+        regions = ctx.region_list(args.rest(_region_name, "fallback <region> ... | fallback any"))
+        return AllDown(kind, regions, pos=directive.pos) if regions else None
+    args.end(_ALL_DOWN_USAGE)
+    return AllDown(kind, pos=directive.pos)
+
+
+def _unknown_location(directive: Directive, ctx: _Context) -> UnknownLocation | None:
+    report = ctx.report
+    args = Args(directive, report)
+    choices = [kind.value for kind in UnknownKind]
+
+    def convert(text: str) -> UnknownKind:
+        if text not in choices:
+            raise values.ValueProblem(f"unknown value '{text}' for 'unknown-location'",
+                                      expected=one_of(choices), hint=did_you_mean(text, choices))
+        return UnknownKind(text)
+
+    kind = args.take(convert, "regions <region> ... | refuse | any")
+    if kind is None:
+        return None
+    if kind is UnknownKind.REGIONS:
+        regions = ctx.region_list(args.rest(_region_name, "regions <region> ..."))
+        return UnknownLocation(kind, regions, pos=directive.pos) if regions else None
+    args.end("refuse | any")
+    return UnknownLocation(kind, pos=directive.pos)

@@ -1,0 +1,200 @@
+"""Compile syntax trees into the frozen ``Policy`` model.
+
+Includes are spliced in where they stand (at top level or inside a region block); the
+compiler never touches the file system itself: it asks ``include`` for each included file.
+Names used before they are declared are recorded as ``Ref`` objects for the validator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from policies import values
+from policies.compile_region import compile_region
+from policies.compile_service import compile_service
+from policies.grammar import (
+    DEFAULT_ADMIN_NETWORKS,
+    DEFAULT_STALE_AFTER,
+    DEFAULT_TTL,
+)
+from policies.model import HealthCheck, Jurisdiction, NameServer, Policy, Soa, Zone
+from policies.reading import Args, Ref, Reporter, read_block
+from policies.syntax import Directive, File
+
+# Given the include's argument and the including file's name: the parsed file, or an error
+# message (the compiler reports it at the include directive).
+IncludeLoader = Callable[[str, str], "File | str"]
+
+
+@dataclass
+class Compiled:
+    policy: Policy | None
+    refs: list[Ref]
+
+
+def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compiled:
+    """Compile a parsed policy file; problems go to ``report``."""
+    refs: list[Ref] = []
+    top = _expand(root.directives(), include, report, stack=(root.name,))
+    found = read_block(top, "policy", None, report)
+
+    zone = None
+    for d in found.get("zone", ()):
+        zone = _zone(d, report)
+    jurisdictions = tuple(
+        j for d in found.get("jurisdiction", ()) if (j := _jurisdiction(d, report))
+    )
+    healthchecks = tuple(
+        h for d in found.get("healthcheck", ()) if (h := _healthcheck(d, report))
+    )
+    stale_after = DEFAULT_STALE_AFTER
+    for d in found.get("state", ()):
+        stale_after = _state(d, report)
+    regions = []
+    for d in found.get("region", ()):
+        body = _expand(d.directives(), include, report, stack=(d.pos.file,))
+        region = compile_region(d, body, report, refs)
+        if region is not None:
+            regions.append(region)
+    zone_ttl = zone.ttl if zone else DEFAULT_TTL
+    services = tuple(
+        s for d in found.get("service", ())
+        if (s := compile_service(d, regions, zone_ttl, report, refs)) is not None
+    )
+    if zone is None:
+        return Compiled(None, refs)
+    policy = Policy(zone, jurisdictions, healthchecks, tuple(regions), services, stale_after,
+                    pos=root.directives()[0].pos if root.directives() else zone.pos)
+    return Compiled(policy, refs)
+
+
+def _expand(directives: list[Directive], include: IncludeLoader, report: Reporter,
+            stack: tuple[str, ...]) -> list[Directive]:
+    """Replace ``include "file"`` directives by the directives of that file."""
+    out: list[Directive] = []
+    for directive in directives:
+        if directive.name != "include":
+            out.append(directive)
+            continue
+        args = Args(directive, report)
+        arg = args.take_arg('"<file>"')
+        if arg is None or not args.end('"<file>"') or directive.block is not None:
+            if directive.block is not None:
+                report.at(directive.block_pos or directive.pos, "'include' takes no block",
+                          expected='include "<file>"')
+            continue
+        loaded = include(arg.text, directive.pos.file)
+        if isinstance(loaded, str):
+            report.at_arg(arg, loaded, expected="a policy file, relative to this one")
+            continue
+        if loaded.name in stack:
+            report.at_arg(arg, f"'{arg.text}' includes itself",
+                          hint="include chain: " + " -> ".join((*stack, loaded.name)))
+            continue
+        out += _expand(loaded.directives(), include, report, stack=(*stack, loaded.name))
+    return out
+
+
+def _single(found: dict[str, list[Directive]], key: str, convert, usage: str,
+            report: Reporter, default):
+    for d in found.get(key, ()):
+        args = Args(d, report)
+        value = args.take(convert, usage)
+        args.end(usage)
+        return default if value is None else value
+    return default
+
+
+def _zone(directive: Directive, report: Reporter) -> Zone | None:
+    args = Args(directive, report)
+    apex = args.take(values.hostname, "<apex>")
+    args.end("<apex>")
+    found = read_block(directive.directives(), "zone", directive, report)
+    ttl = _single(found, "ttl", values.duration, "<duration>", report, DEFAULT_TTL)
+    nameservers = []
+    for d in found.get("ns", ()):
+        a = Args(d, report)
+        host = a.take(values.hostname, "<host name> [<glue address> ...]")
+        glue = [str(ip) for ip, _ in a.rest(values.ip_address, "[<glue address> ...]", 0)]
+        if host is not None:
+            nameservers.append(NameServer(host, tuple(glue), pos=d.pos))
+    admin = DEFAULT_ADMIN_NETWORKS
+    for d in found.get("admin-networks", ()):
+        admin = tuple(net for net, _ in Args(d, report).rest(values.network, "<cidr> ..."))
+    soa = _soa(found.get("soa", [None])[0], apex or "invalid", nameservers, report)
+    if apex is None:
+        return None
+    return Zone(apex, ttl, soa, tuple(nameservers), admin, pos=directive.pos)
+
+
+def _soa(directive: Directive | None, apex: str, nameservers: list[NameServer],
+         report: Reporter) -> Soa:
+    found = read_block(directive.directives(), "soa", directive, report) if directive else {}
+    if directive is not None:
+        Args(directive, report).end("")
+    primary = nameservers[0].name if nameservers else f"ns1.{apex}"
+    return Soa(
+        mname=_single(found, "mname", values.hostname, "<host name>", report, primary),
+        rname=_single(found, "rname", values.hostname, "<mailbox>", report, f"hostmaster.{apex}"),
+        serial=_single(found, "serial", lambda t: values.integer(t, 0, 2**32 - 1), "<number>",
+                       report, None),
+        refresh=_single(found, "refresh", values.duration, "<duration>", report, 3600.0),
+        retry=_single(found, "retry", values.duration, "<duration>", report, 600.0),
+        expire=_single(found, "expire", values.duration, "<duration>", report, 1209600.0),
+        minimum=_single(found, "minimum", values.duration, "<duration>", report, 60.0),
+        pos=directive.pos if directive else nameservers[0].pos if nameservers else
+        Soa.__dataclass_fields__["pos"].default,
+    )
+
+
+def _jurisdiction(directive: Directive, report: Reporter) -> Jurisdiction | None:
+    args = Args(directive, report)
+    name = args.take(lambda t: values.name(t, "jurisdiction name"), "<name>")
+    args.end("<name>")
+    found = read_block(directive.directives(), "jurisdiction", directive, report)
+    countries: set[str] = set()
+    continents: set[str] = set()
+    for d in found.get("countries", ()):
+        countries |= {c for c, _ in Args(d, report).rest(values.country, "<country code> ...")}
+    for d in found.get("continents", ()):
+        continents |= {c for c, _ in Args(d, report).rest(values.continent,
+                                                          "<continent code> ...")}
+    if not countries and not continents and directive.block is not None:
+        report.at_directive(directive, f"jurisdiction '{name}' names no country or continent",
+                            expected="countries <code> ... or continents <code> ...")
+    if name is None:
+        return None
+    return Jurisdiction(name, frozenset(countries), frozenset(continents), pos=directive.pos)
+
+
+def _healthcheck(directive: Directive, report: Reporter) -> HealthCheck | None:
+    args = Args(directive, report)
+    name = args.take(lambda t: values.name(t, "healthcheck name"), "<name>")
+    args.end("<name>")
+    found = read_block(directive.directives(), "healthcheck", directive, report)
+    interval = _single(found, "interval", values.duration, "<duration>", report, 5.0)
+    timeout = _single(found, "timeout", values.duration, "<duration>", report,
+                      min(2.0, interval))
+    if timeout > interval and "timeout" in found:
+        report.at_arg(found["timeout"][0].args[0],
+                      "the probe timeout is longer than the probe interval",
+                      expected=f"at most the interval ({interval:g}s)")
+    check = HealthCheck(
+        name=name or "",
+        path=_single(found, "path", values.path, "<http path>", report, "/health"),
+        expect=_single(found, "expect", lambda t: values.integer(t, 100, 599), "<status code>",
+                       report, 200),
+        interval=interval,
+        timeout=timeout,
+        metrics_path=_single(found, "metrics", values.path, "<http path>", report, None),
+        pos=directive.pos,
+    )
+    return check if name is not None else None
+
+
+def _state(directive: Directive, report: Reporter) -> float:
+    Args(directive, report).end("")
+    found = read_block(directive.directives(), "state", directive, report)
+    return _single(found, "stale-after", values.duration, "<duration>", report,
+                   DEFAULT_STALE_AFTER)

@@ -1,0 +1,86 @@
+"""Diagnostics for policy files, rendered like a compiler's.
+
+Exception tree::
+
+    PolicyError            a policy could not be loaded; carries every Diagnostic found
+
+A ``Diagnostic`` renders as::
+
+    global.dp:12:11: error: unknown region 'eu-wst'
+       12 |     allow eu-wst eu-central
+          |           ^^^^^^
+      = expected: a region declared in this policy
+      = hint: did you mean 'eu-west'?
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.model import SourcePos
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    pos: SourcePos
+    message: str
+    length: int = 1  # how many columns the caret underlines
+    expected: str | None = None
+    hint: str | None = None
+
+    def render(self, sources: Mapping[str, str]) -> str:
+        """The diagnostic with its source line and a caret, given file name -> text."""
+        head = f"{self.pos}: error: {self.message}"
+        lines = [head]
+        text = sources.get(self.pos.file)
+        if text is not None and self.pos.line > 0:
+            source_lines = text.splitlines()
+            if self.pos.line <= len(source_lines):
+                line = source_lines[self.pos.line - 1].expandtabs(1)
+                number = str(self.pos.line)
+                gutter = " " * len(number)
+                lines.append(f" {number} | {line}")
+                caret = " " * (self.pos.col - 1) + "^" * max(1, self.length)
+                lines.append(f" {gutter} | {caret}")
+        if self.expected:
+            lines.append(f"  = expected: {self.expected}")
+        if self.hint:
+            lines.append(f"  = hint: {self.hint}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.pos.file,
+            "line": self.pos.line,
+            "column": self.pos.col,
+            "message": self.message,
+            "expected": self.expected,
+            "hint": self.hint,
+        }
+
+
+class PolicyError(Exception):
+    """A policy failed to parse, compile or validate. ``diagnostics`` holds all problems."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic], sources: Mapping[str, str]):
+        self.diagnostics = tuple(sorted(diagnostics, key=lambda d: d.pos))
+        self.sources = dict(sources)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n\n".join(d.render(self.sources) for d in self.diagnostics)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A hint naming the closest choice, if one is close enough to be a likely typo."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def one_of(choices: Iterable[str]) -> str:
+    listed = [f"'{c}'" for c in choices]
+    if len(listed) == 1:
+        return listed[0]
+    return "one of " + ", ".join(listed)

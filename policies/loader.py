@@ -1,0 +1,115 @@
+"""Load a policy: parse, compile, validate and prove residency, reporting every problem.
+
+This is the one module of ``policies`` that reads files, through a ``SourceReader`` that
+tests and the admin API replace with an in-memory one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from policies.compiler import compile_file
+from policies.errors import Diagnostic, PolicyError
+from policies.model import Policy
+from policies.parser import parse_text
+from policies.reading import Reporter
+from policies.residency import PathCheck, prove_residency
+from policies.syntax import File
+from policies.validate import validate
+
+# file name -> text, raising OSError when it cannot be read
+SourceReader = Callable[[str], str]
+
+
+def read_file(name: str) -> str:
+    with open(name, encoding="utf-8") as handle:
+        return handle.read()
+
+
+@dataclass
+class CheckResult:
+    policy: Policy | None  # None when any error was found
+    diagnostics: list[Diagnostic]
+    proof: list[PathCheck] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+    def error(self) -> PolicyError:
+        return PolicyError(self.diagnostics, self.sources)
+
+
+def check_policy(path: str, *, reader: SourceReader = read_file,
+                 prove: bool = True) -> CheckResult:
+    """Parse, compile, validate and (unless ``prove`` is False) prove residency."""
+    sources: dict[str, str] = {}
+    report = Reporter()
+    try:
+        text = reader(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        from policies.model import SourcePos
+
+        report.at(SourcePos(path, 0, 0), f"cannot read the policy: {_reason(exc)}")
+        return CheckResult(None, report.diagnostics, sources=sources)
+    sources[path] = text
+    root, syntax = parse_text(text, path)
+    report.diagnostics += syntax
+
+    def include(target: str, from_file: str) -> File | str:
+        name = os.path.normpath(os.path.join(os.path.dirname(from_file), target))
+        if name in sources:
+            return File(name, sources[name], parse_text(sources[name], name)[0].items)
+        try:
+            included = reader(name)
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"cannot include '{target}': {_reason(exc)}"
+        sources[name] = included
+        tree, problems = parse_text(included, name)
+        report.diagnostics.extend(problems)
+        return tree
+
+    compiled = compile_file(root, include, report)
+    proof: list[PathCheck] = []
+    if compiled.policy is not None:
+        validate(compiled.policy, compiled.refs, report)
+        if prove and not report.diagnostics:
+            proof = prove_residency(compiled.policy, report)
+    policy = compiled.policy if not report.diagnostics else None
+    return CheckResult(policy, _dedupe(report.diagnostics), proof, sources)
+
+
+def load_policy(path: str, *, reader: SourceReader = read_file, prove: bool = True) -> Policy:
+    """The compiled policy at ``path``; raises ``PolicyError`` listing every problem."""
+    result = check_policy(path, reader=reader, prove=prove)
+    if result.policy is None:
+        raise result.error()
+    return result.policy
+
+
+def load_policy_text(text: str, name: str = "policy.dp",
+                     files: Mapping[str, str] | None = None, *, prove: bool = True) -> Policy:
+    """Like ``load_policy`` but from memory; ``files`` holds included files by path."""
+    contents = {name: text, **(files or {})}
+
+    def reader(path: str) -> str:
+        if path not in contents:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return contents[path]
+
+    return load_policy(name, reader=reader, prove=prove)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    return str(exc)
+
+
+def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return list(dict.fromkeys(diagnostics))

@@ -1,0 +1,247 @@
+"""The compiled policy: a frozen, typed model with no I/O and no knowledge of DNS or HTTP.
+
+Durations are seconds (float), shares and thresholds are fractions (0.85 for 85%), rates are
+requests per second. Every object carries the position of the directive it came from in
+``pos``; positions are left out of equality so that a reformatted policy compares equal to
+its source (``parse(fmt(p)) == parse(p)``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class SourcePos:
+    """Where a directive starts: file name, 1-based line and column."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NOWHERE = SourcePos("<policy>", 0, 0)
+
+
+@dataclass(frozen=True)
+class NameServer:
+    name: str
+    addresses: tuple[str, ...]
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Soa:
+    mname: str
+    rname: str
+    serial: int | None  # None: derived from the policy's content hash at load
+    refresh: float
+    retry: float
+    expire: float
+    minimum: float
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Zone:
+    apex: str  # lower case, no trailing dot
+    ttl: float
+    soa: Soa
+    nameservers: tuple[NameServer, ...]
+    admin_networks: tuple[str, ...]  # CIDRs allowed to ask _explain TXT queries
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Jurisdiction:
+    """A named set of client locations (countries and continents), e.g. EU."""
+
+    name: str
+    countries: frozenset[str]
+    continents: frozenset[str]
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    name: str
+    path: str
+    expect: int
+    interval: float
+    timeout: float
+    metrics_path: str | None
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Requests per second a region serves at 100%: ``rps``, or ``gpus`` x ``per_gpu_rps``."""
+
+    rps: float
+    gpus: int | None = None
+    per_gpu_rps: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuServer:
+    name: str
+    url: str
+    models: tuple[str, ...]
+    kind: str | None  # e.g. H100, A100
+    speed: float | None  # relative speed hint; None: learned online
+    engine: str  # vllm | sglang | tgi | triton
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    latitude: float
+    longitude: float
+    jurisdiction: str
+    endpoints_v4: tuple[str, ...]
+    endpoints_v6: tuple[str, ...]
+    capacity: Capacity
+    weight: float
+    gpus: tuple[GpuServer, ...]
+    healthcheck: str | None
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+class AllDownKind(enum.Enum):
+    ANSWER_ALLOWED = "answer-allowed"  # fail static inside the allowed set
+    ANSWER_NOTHING = "answer-nothing"  # NODATA: fail closed
+    FALLBACK = "fallback"  # answer the listed regions
+
+
+@dataclass(frozen=True)
+class AllDown:
+    kind: AllDownKind
+    regions: tuple[str, ...] = ()
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ClientMatch:
+    """Which clients a residency rule covers; a client matches if any set contains it."""
+
+    jurisdictions: frozenset[str] = frozenset()
+    countries: frozenset[str] = frozenset()
+    continents: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ResidencyRule:
+    name: str
+    clients: ClientMatch
+    allowed: tuple[str, ...]  # region names, in policy order
+    all_down: AllDown
+    spillover_to: tuple[str, ...] | None  # overrides the service's spill targets
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Spillover:
+    threshold: float  # utilization of capacity above which a region spills
+    max_share: float  # at most this share of a region's clients moves
+    targets: tuple[str, ...] | None  # None: the next allowed region in steering order
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Failover:
+    fall: int
+    rise: int
+    interval: float
+    timeout: float
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+class UnknownKind(enum.Enum):
+    REGIONS = "regions"  # steer among the listed regions
+    REFUSE = "refuse"  # answer nothing
+    ANY = "any"  # steer among all regions of the service
+
+
+@dataclass(frozen=True)
+class UnknownLocation:
+    kind: UnknownKind
+    regions: tuple[str, ...] = ()
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+class NoEcs(enum.Enum):
+    RESOLVER = "resolver"  # locate the resolver's address instead
+    UNKNOWN = "unknown"  # treat the client as of unknown location
+
+
+class Affinity(enum.Enum):
+    NONE = "none"
+    SUBNET = "subnet"  # a client network keeps its answer while inputs do not change
+
+
+STEERING_METHODS = ("latency", "geo", "weighted", "priority")
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str  # fully qualified, lower case, no trailing dot
+    regions: tuple[str, ...]  # regions that serve this service, policy order
+    steer: tuple[str, ...]  # names from STEERING_METHODS, tried in order
+    priority: tuple[str, ...]  # order for the 'priority' method
+    ttl: float
+    degraded_ttl: float  # TTL while a region on the answer path is degraded
+    answers: int  # how many regions an answer carries (1 = the best only)
+    spillover: Spillover | None
+    failover: Failover
+    residency: tuple[ResidencyRule, ...]
+    all_down: AllDown  # for clients no residency rule covers
+    unknown_location: UnknownLocation
+    no_ecs: NoEcs
+    affinity: Affinity
+    healthcheck: str | None
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Policy:
+    zone: Zone
+    jurisdictions: tuple[Jurisdiction, ...]
+    healthchecks: tuple[HealthCheck, ...]
+    regions: tuple[Region, ...]
+    services: tuple[Service, ...]
+    stale_after: float  # state older than this is stale (fail-static bound)
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+    def region(self, name: str) -> Region:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(name)
+
+    def service(self, name: str) -> Service:
+        wanted = name.lower().rstrip(".")
+        for service in self.services:
+            if service.name == wanted:
+                return service
+        raise KeyError(name)
+
+    def jurisdiction(self, name: str) -> Jurisdiction | None:
+        for jurisdiction in self.jurisdictions:
+            if jurisdiction.name == name:
+                return jurisdiction
+        return None
+
+    def healthcheck(self, name: str) -> HealthCheck:
+        for check in self.healthchecks:
+            if check.name == name:
+                return check
+        raise KeyError(name)
+
+    @property
+    def region_names(self) -> tuple[str, ...]:
+        return tuple(region.name for region in self.regions)

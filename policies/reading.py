@@ -1,0 +1,203 @@
+"""Helpers the compiler uses to read blocks and arguments, reporting problems with positions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from policies.errors import Diagnostic, did_you_mean, one_of
+from policies.grammar import CONTEXTS, Spec
+from policies.model import SourcePos
+from policies.syntax import Arg, Directive
+from policies.values import ValueProblem
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A name used somewhere that must be declared elsewhere (checked by the validator)."""
+
+    kind: str  # "region", "healthcheck", "jurisdiction"
+    name: str
+    pos: SourcePos
+    width: int
+    context: str  # e.g. "service chat.infer.example.com"
+
+
+class Reporter:
+    """Collects diagnostics; every stage appends to the same list."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+
+    def at(self, pos: SourcePos, message: str, *, length: int = 1,
+           expected: str | None = None, hint: str | None = None) -> None:
+        self.diagnostics.append(Diagnostic(pos, message, length, expected, hint))
+
+    def at_arg(self, arg: Arg, message: str, *, expected: str | None = None,
+               hint: str | None = None) -> None:
+        self.at(arg.pos, message, length=arg.width, expected=expected, hint=hint)
+
+    def at_directive(self, directive: Directive, message: str, *,
+                     expected: str | None = None, hint: str | None = None) -> None:
+        self.at(directive.pos, message, length=len(directive.name), expected=expected, hint=hint)
+
+
+def describe(directive: Directive) -> str:
+    if directive.args:
+        return f"{directive.name} {directive.args[0].text}"
+    return directive.name
+
+
+def read_block(
+    directives: Sequence[Directive], context: str, owner: Directive | None,
+    report: Reporter,
+) -> dict[str, list[Directive]]:
+    """Check a block's directives against the grammar; return the usable ones by name."""
+    specs = CONTEXTS[context]
+    found: dict[str, list[Directive]] = {}
+    for directive in directives:
+        spec = specs.get(directive.name)
+        if spec is None:
+            _unknown(directive, context, specs, report)
+            continue
+        earlier = found.get(directive.name)
+        if earlier and not spec.repeat:
+            report.at_directive(
+                directive, f"'{directive.name}' is set twice in this {context} block",
+                hint=f"the first one is on line {earlier[0].pos.line}; keep one",
+            )
+            continue
+        if not _shape_ok(directive, spec, report):
+            continue
+        found.setdefault(directive.name, []).append(directive)
+    for name, spec in specs.items():
+        if spec.required and name not in found and not _reported_near(name, directives, report):
+            where = owner.block_pos or owner.pos if owner is not None else None
+            subject = f"{context} '{owner.args[0].text}'" if owner and owner.args else context
+            usage = f"{name} {spec.usage}".strip()
+            if where is None:
+                pos = directives[0].pos if directives else SourcePos("<policy>", 1, 1)
+                report.at(pos, f"the policy has no '{name}'", expected=usage)
+            else:
+                report.at(owner.pos, f"{subject} is missing '{name}'",
+                          length=len(owner.name), expected=usage)
+    return found
+
+
+def _reported_near(name: str, directives: Sequence[Directive], report: Reporter) -> bool:
+    # A misspelt required directive was already reported as unknown, with a hint naming it;
+    # do not also call it missing.
+    return any(
+        d.pos == diag.pos and diag.hint and f"'{name}'" in diag.hint
+        for d in directives for diag in report.diagnostics
+    )
+
+
+def _unknown(directive: Directive, context: str, specs: dict[str, Spec], report: Reporter) -> None:
+    hint = did_you_mean(directive.name, specs)
+    if hint is None:
+        homes = [ctx for ctx, table in CONTEXTS.items() if directive.name in table]
+        if homes:
+            hint = f"'{directive.name}' belongs in a {' or '.join(homes)} block"
+    report.at_directive(
+        directive, f"unknown directive '{directive.name}' in {context} block",
+        expected=one_of(specs), hint=hint,
+    )
+
+
+def _shape_ok(directive: Directive, spec: Spec, report: Reporter) -> bool:
+    if spec.block is not None and directive.block is None:
+        report.at_directive(directive, f"'{directive.name}' needs a block",
+                            expected=f"{directive.name} {spec.usage} {{ ... }}".replace("  ", " "))
+        return False
+    if spec.block is None and directive.block is not None:
+        report.at(directive.block_pos or directive.pos, f"'{directive.name}' takes no block",
+                  expected=f"{directive.name} {spec.usage}".strip())
+        return False
+    return True
+
+
+class Args:
+    """A cursor over one directive's arguments."""
+
+    def __init__(self, directive: Directive, report: Reporter):
+        self.directive = directive
+        self.report = report
+        self.index = 0
+        self.ok = True
+
+    @property
+    def remaining(self) -> list[Arg]:
+        return self.directive.args[self.index:]
+
+    def peek(self) -> str | None:
+        args = self.directive.args
+        return args[self.index].text if self.index < len(args) else None
+
+    def take(self, convert: Callable[[str], T], usage: str) -> T | None:
+        """The next argument converted, or None (reported) when missing or invalid."""
+        args = self.directive.args
+        if self.index >= len(args):
+            self._missing(usage)
+            return None
+        arg = args[self.index]
+        self.index += 1
+        return self.convert(arg, convert)
+
+    def take_arg(self, usage: str) -> Arg | None:
+        args = self.directive.args
+        if self.index >= len(args):
+            self._missing(usage)
+            return None
+        self.index += 1
+        return args[self.index - 1]
+
+    def rest(self, convert: Callable[[str], T], usage: str,
+             minimum: int = 1) -> list[tuple[T, Arg]]:
+        """All remaining arguments converted; invalid ones are reported and left out."""
+        out: list[tuple[T, Arg]] = []
+        if len(self.remaining) < minimum:
+            self._missing(usage)
+        for arg in self.remaining:
+            value = self.convert(arg, convert)
+            if value is not None:
+                out.append((value, arg))
+        self.index = len(self.directive.args)
+        return out
+
+    def convert(self, arg: Arg, convert: Callable[[str], T]) -> T | None:
+        try:
+            return convert(arg.text)
+        except ValueProblem as problem:
+            self.ok = False
+            self.report.at_arg(arg, problem.message, expected=problem.expected,
+                               hint=problem.hint)
+            return None
+
+    def end(self, usage: str) -> bool:
+        """Report arguments left over; True when there were none."""
+        extra = self.remaining
+        if extra:
+            self.ok = False
+            self.report.at_arg(
+                extra[0], f"unexpected argument '{extra[0].text}' to '{self.directive.name}'",
+                expected=f"{self.directive.name} {usage}".strip(),
+            )
+            self.index = len(self.directive.args)
+            return False
+        return True
+
+    def _missing(self, usage: str) -> None:
+        self.ok = False
+        directive = self.directive
+        after = directive.args[-1] if directive.args else None
+        if after is not None:
+            pos = SourcePos(after.pos.file, after.pos.line, after.pos.col + after.width)
+        else:
+            pos = SourcePos(directive.pos.file, directive.pos.line,
+                            directive.pos.col + len(directive.name))
+        self.report.at(pos, f"'{directive.name}' is missing an argument",
+                       expected=f"{directive.name} {usage}".strip())

@@ -1,0 +1,153 @@
+"""Prove, from the policy alone, that no decision path answers outside a residency rule.
+
+For every service and every residency rule, each path a decision can take is enumerated with
+the set of regions it may answer:
+
+- ``primary``: the rule's allowed regions that serve the service (steering picks among them);
+- ``failover``: the same set in steering order, minus regions that are down;
+- ``spillover <from> -> <to>``: targets a hot region may spill the rule's clients to;
+- ``all allowed regions down``: what the rule's ``all-down`` answers;
+- ``unknown client location``: a client that cannot be located may be any rule's client, so
+  what ``unknown-location`` answers must be allowed by every rule;
+- ``no ECS``: with ``no-ecs resolver`` the resolver is located and the paths above apply;
+  with ``no-ecs unknown`` the unknown-location path applies.
+
+A path whose answer set leaves the allowed set is a leak, reported with its name and the
+position of the directive that opens it. The decision engine (``director.engine``) enforces
+the same sets at run time; ``director policy check`` also runs it exhaustively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.model import (
+    AllDownKind,
+    NoEcs,
+    Policy,
+    ResidencyRule,
+    Service,
+    SourcePos,
+    UnknownKind,
+)
+from policies.reading import Reporter
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    service: str
+    rule: str
+    path: str
+    answers: tuple[str, ...]  # regions the path may answer (empty: answers nothing)
+    allowed: tuple[str, ...]
+    pos: SourcePos
+
+    @property
+    def leaks(self) -> tuple[str, ...]:
+        return tuple(r for r in self.answers if r not in self.allowed)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"service": self.service, "rule": self.rule, "path": self.path,
+                "answers": list(self.answers), "allowed": list(self.allowed),
+                "ok": not self.leaks}
+
+
+def rule_candidates(service: Service, rule: ResidencyRule) -> tuple[str, ...]:
+    """Regions a rule's clients may be answered with on the primary and failover paths."""
+    allowed = set(rule.allowed)
+    return tuple(r for r in service.regions if r in allowed)
+
+
+def spill_targets(service: Service, rule: ResidencyRule | None,
+                  candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """Where a hot region may spill this rule's clients (None rule: unrestricted clients)."""
+    if service.spillover is None:
+        return ()
+    if rule is not None and rule.spillover_to is not None:
+        return rule.spillover_to
+    if service.spillover.targets is not None:
+        return service.spillover.targets
+    return candidates  # the next allowed region in steering order
+
+
+def unknown_answers(service: Service) -> tuple[str, ...]:
+    unknown = service.unknown_location
+    if unknown.kind is UnknownKind.REFUSE:
+        return ()
+    if unknown.kind is UnknownKind.REGIONS:
+        return unknown.regions
+    return service.regions
+
+
+def enumerate_paths(policy: Policy) -> list[PathCheck]:
+    """Every (service, rule, path) with the regions it may answer."""
+    checks: list[PathCheck] = []
+    for service in policy.services:
+        for rule in service.residency:
+            checks += _rule_paths(service, rule)
+    return checks
+
+
+def _rule_paths(service: Service, rule: ResidencyRule) -> list[PathCheck]:
+    allowed = rule.allowed
+    candidates = rule_candidates(service, rule)
+
+    def check(path: str, answers: tuple[str, ...], pos: SourcePos) -> PathCheck:
+        return PathCheck(service.name, rule.name, path, answers, allowed, pos)
+
+    out = [
+        check("primary", candidates, rule.pos),
+        check("failover in steering order", candidates, service.failover.pos),
+    ]
+    targets = spill_targets(service, rule, candidates)
+    if service.spillover is not None:
+        spill_pos = rule.pos if rule.spillover_to is not None else service.spillover.pos
+        for source in candidates:
+            for target in targets:
+                if target != source:
+                    out.append(check(f"spillover {source} -> {target}", (target,), spill_pos))
+    if rule.all_down.kind is AllDownKind.ANSWER_ALLOWED:
+        down_answers = candidates
+    elif rule.all_down.kind is AllDownKind.FALLBACK:
+        down_answers = rule.all_down.regions
+    else:
+        down_answers = ()
+    out.append(check("all allowed regions down", down_answers, rule.all_down.pos))
+    unknown = unknown_answers(service)
+    out.append(check("unknown client location", unknown, service.unknown_location.pos))
+    if service.no_ecs is NoEcs.UNKNOWN:
+        out.append(check("no ECS (treated as unknown location)", unknown,
+                         service.unknown_location.pos))
+    else:
+        out.append(check("no ECS (resolver located, paths above apply)", candidates, rule.pos))
+    return out
+
+
+def prove_residency(policy: Policy, report: Reporter) -> list[PathCheck]:
+    """Enumerate every path; report each leak and each rule that allows no region."""
+    checks = enumerate_paths(policy)
+    for item in checks:
+        if item.path == "primary" and not item.answers:
+            report.at(item.pos, f"residency: service {item.service}, rule {item.rule}: no "
+                      "region that serves the service is allowed",
+                      expected="an 'allow' list that names regions serving the service")
+        if item.leaks:
+            leaked = ", ".join(item.leaks)
+            hint = _hint(item)
+            report.at(item.pos, f"residency: service {item.service}, rule {item.rule}: path "
+                      f"'{item.path}' can answer {leaked}, outside the allowed regions "
+                      f"({', '.join(item.allowed)})", hint=hint)
+    return checks
+
+
+def _hint(item: PathCheck) -> str:
+    if item.path.startswith("spillover"):
+        return ("limit 'to' in the spillover block to allowed regions, or set "
+                "'spillover-to' (or 'spillover-to none') in the residency rule")
+    if item.path.startswith("all allowed"):
+        return "use 'all-down answer-allowed' (fail static) or 'all-down answer-nothing'"
+    if "unknown" in item.path:
+        return ("a client of unknown location may belong to this rule: answer only regions "
+                "every rule allows ('unknown-location regions ...'), or 'unknown-location "
+                "refuse'")
+    return "restrict the service's regions to those the rule allows"

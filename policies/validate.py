@@ -1,0 +1,106 @@
+"""Semantic checks on a compiled policy: names resolve, nothing is declared twice, values agree.
+
+Residency is proved separately (``policies.residency``); this module checks everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from policies.errors import did_you_mean
+from policies.model import Policy, SourcePos
+from policies.reading import Ref, Reporter
+
+
+class _Named(Protocol):
+    name: str
+    pos: SourcePos
+
+
+def validate(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
+    """Report every semantic problem of ``policy`` to ``report``."""
+    _unique("region", policy.regions, report)
+    _unique("service", policy.services, report)
+    _unique("healthcheck", policy.healthchecks, report)
+    _unique("jurisdiction", policy.jurisdictions, report)
+    _unique("GPU server", [gpu for region in policy.regions for gpu in region.gpus], report)
+    for service in policy.services:
+        _unique(f"residency rule of service {service.name}", service.residency, report)
+    _references(policy, refs, report)
+    _zone(policy, report)
+    for service in policy.services:
+        _service(policy, service, report)
+
+
+def _unique(kind: str, items: Iterable[_Named], report: Reporter) -> None:
+    seen: dict[str, SourcePos] = {}
+    for item in items:
+        if item.name in seen:
+            first = seen[item.name]
+            report.at(item.pos, f"{kind} '{item.name}' is declared twice",
+                      hint=f"the first declaration is at {first}")
+        else:
+            seen[item.name] = item.pos
+
+
+def _references(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
+    known = {
+        "region": policy.region_names,
+        "healthcheck": tuple(h.name for h in policy.healthchecks),
+        "jurisdiction": tuple(j.name for j in policy.jurisdictions),
+    }
+    for ref in refs:
+        names = known[ref.kind]
+        if ref.name in names:
+            continue
+        hint = did_you_mean(ref.name, names)
+        if hint is None and ref.kind == "jurisdiction":
+            hint = f"declare it: jurisdiction {ref.name} {{ countries ... }}"
+        listed = ", ".join(names) if names else "none declared"
+        report.at(ref.pos, f"unknown {ref.kind} '{ref.name}'", length=ref.width,
+                  expected=f"a {ref.kind} declared in this policy ({listed})", hint=hint)
+
+
+def _zone(policy: Policy, report: Reporter) -> None:
+    apex = policy.zone.apex
+    for ns in policy.zone.nameservers:
+        inside = ns.name == apex or ns.name.endswith("." + apex)
+        if inside and not ns.addresses:
+            report.at(ns.pos, f"name server '{ns.name}' is inside the zone but has no glue "
+                      "address", expected=f"ns {ns.name} <address> ...",
+                      hint="resolvers cannot find a name server inside the zone without glue")
+        if not inside and ns.addresses:
+            report.at(ns.pos, f"glue for '{ns.name}', which is outside the zone {apex}",
+                      expected=f"ns {ns.name}",
+                      hint="glue is only served for names inside the zone; drop the addresses")
+
+
+def _service(policy: Policy, service, report: Reporter) -> None:
+    apex = policy.zone.apex
+    if service.name != apex and not service.name.endswith("." + apex):
+        report.at(service.pos, f"service '{service.name}' is outside the zone {apex}",
+                  expected=f"a name ending in .{apex}")
+    if not service.regions:
+        report.at(service.pos, f"service '{service.name}' has no regions",
+                  expected="regions <region> ...")
+    served = set(service.regions)
+    declared = set(policy.region_names)
+    for region in service.priority:
+        if region in declared and region not in served:
+            report.at(service.pos, f"priority names region '{region}', which does not serve "
+                      f"{service.name}", hint="add it to 'regions' or drop it from 'priority'")
+    if "weighted" in service.steer:
+        weights = [policy.region(r).weight for r in service.regions if r in declared]
+        if weights and not any(w > 0 for w in weights):
+            report.at(service.pos, "steering by 'weighted' but every region has weight 0",
+                      expected="weight <number> above 0 on some region")
+    if service.degraded_ttl > service.ttl:
+        report.at(service.pos, f"degraded-ttl ({service.degraded_ttl:g}s) is longer than the "
+                  f"ttl ({service.ttl:g}s)", hint="a degraded answer should be cached less")
+    spill = service.spillover
+    if spill is not None and spill.targets:
+        for target in spill.targets:
+            if target in declared and target not in served:
+                report.at(spill.pos, f"spillover target '{target}' does not serve "
+                          f"{service.name}", hint="add it to the service's 'regions'")

@@ -1,0 +1,172 @@
+"""Typed values of directive arguments: durations, percentages, rates, addresses, names.
+
+Each converter takes the argument text and returns the value or raises ``ValueProblem`` with
+what was expected, so the compiler can point at the exact argument.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from urllib.parse import urlsplit
+
+
+class ValueProblem(ValueError):
+    def __init__(self, message: str, expected: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.expected = expected
+        self.hint = hint
+
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?)"
+_DURATION = re.compile(_NUMBER + r"(?P<unit>ms|s|m|h|d)?$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PERCENT = re.compile(_NUMBER + r"%$")
+_RATE = re.compile(_NUMBER + r"(?P<unit>rps|rpm)$")
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)$")
+CONTINENTS = {
+    "AF": "Africa", "AN": "Antarctica", "AS": "Asia", "EU": "Europe",
+    "NA": "North America", "OC": "Oceania", "SA": "South America",
+}
+
+DURATION_EXPECTED = "a duration such as 500ms, 30s, 5m, 1h or 14d"
+
+
+def duration(text: str) -> float:
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueProblem(f"'{text}' is not a duration", expected=DURATION_EXPECTED,
+                           hint=_unit_hint(text, "ms s m h d"))
+    unit = match["unit"]
+    if unit is None:
+        raise ValueProblem(f"'{text}' has no unit", expected=DURATION_EXPECTED,
+                           hint=f"write {text}s for seconds")
+    return float(match["num"]) * _DURATION_UNITS[unit]
+
+
+def percent(text: str) -> float:
+    """A share written with '%', returned as a fraction (85% -> 0.85)."""
+    match = _PERCENT.match(text)
+    if not match:
+        hint = f"write {text}%" if re.fullmatch(_NUMBER, text) else None
+        raise ValueProblem(f"'{text}' is not a percentage", expected="a percentage such as 85%",
+                           hint=hint)
+    return float(match["num"]) / 100.0
+
+
+def rate(text: str) -> float:
+    """Requests per second, written 300rps (or 600rpm)."""
+    match = _RATE.match(text)
+    if not match:
+        raise ValueProblem(f"'{text}' is not a request rate",
+                           expected="a rate such as 300rps or 1200rpm",
+                           hint=_unit_hint(text, "rps rpm"))
+    value = float(match["num"])
+    return value / 60.0 if match["unit"] == "rpm" else value
+
+
+def integer(text: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueProblem(f"'{text}' is not a whole number", expected="a whole number")
+    value = int(text)
+    _check_range(text, value, minimum, maximum)
+    return value
+
+
+def number(text: str, minimum: float | None = None, maximum: float | None = None) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueProblem(f"'{text}' is not a number", expected="a number") from None
+    if not math.isfinite(value):
+        raise ValueProblem(f"'{text}' is not a finite number", expected="a number")
+    _check_range(text, value, minimum, maximum)
+    return value
+
+
+def _check_range(text: str, value: float, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and value < minimum:
+        raise ValueProblem(f"{text} is too small", expected=f"at least {_fmt(minimum)}")
+    if maximum is not None and value > maximum:
+        raise ValueProblem(f"{text} is too large", expected=f"at most {_fmt(maximum)}")
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def name(text: str, what: str = "name") -> str:
+    if not _NAME.match(text):
+        raise ValueProblem(f"'{text}' is not a valid {what}",
+                           expected="letters, digits, '-', '_' or '.', starting and ending "
+                                    "with a letter or digit")
+    return text
+
+
+def hostname(text: str) -> str:
+    """A DNS name, lower-cased, without the trailing dot."""
+    value = text.lower().rstrip(".")
+    labels = value.split(".")
+    if len(value) > 253 or len(labels) < 2 or not all(_LABEL.match(lbl) for lbl in labels):
+        raise ValueProblem(f"'{text}' is not a valid host name",
+                           expected="a fully qualified DNS name such as chat.infer.example.com")
+    return value
+
+
+def ip_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueProblem(f"'{text}' is not an IP address",
+                           expected="an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1"
+                           ) from None
+
+
+def network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=True))
+    except ValueError as exc:
+        raise ValueProblem(f"'{text}' is not a network", expected="a CIDR such as 127.0.0.0/8",
+                           hint=str(exc) if "host bits" in str(exc) else None) from None
+
+
+def country(text: str) -> str:
+    if not re.fullmatch(r"[A-Z]{2}", text):
+        hint = f"write {text.upper()}" if re.fullmatch(r"[A-Za-z]{2}", text) else None
+        raise ValueProblem(f"'{text}' is not a country code",
+                           expected="an ISO 3166-1 alpha-2 code such as DE or FR", hint=hint)
+    return text
+
+
+def continent(text: str) -> str:
+    if text not in CONTINENTS:
+        raise ValueProblem(f"'{text}' is not a continent code",
+                           expected="one of " + ", ".join(sorted(CONTINENTS)))
+    return text
+
+
+def url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueProblem(f"'{text}' is not an HTTP URL",
+                           expected="a URL such as http://10.0.0.5:8000")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueProblem(f"'{text}' has an invalid port", expected="a port 1-65535") from None
+    return text.rstrip("/")
+
+
+def path(text: str) -> str:
+    if not text.startswith("/") or any(ch.isspace() for ch in text):
+        raise ValueProblem(f"'{text}' is not an HTTP path", expected="a path such as /health")
+    return text
+
+
+def _unit_hint(text: str, units: str) -> str | None:
+    if re.fullmatch(_NUMBER + r"[A-Za-z%]*", text):
+        return f"known units: {units}"
+    return None
