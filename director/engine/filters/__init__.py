@@ -1,0 +1,1 @@
+"""Filters: plugins that drop candidate regions, each with a reason."""

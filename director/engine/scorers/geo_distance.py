@@ -1,0 +1,41 @@
+"""Geo scorer: prefer regions nearest to the client by great-circle distance.
+
+Reads: the client's coordinates (GeoIP) and each region's ``location``. Score =
+1 - distance / 20,037.5 km (half the Earth's circumference), so the nearest region scores
+highest. Returns None when the client has no coordinates. Parameters: none.
+"""
+
+from __future__ import annotations
+
+import math
+
+from director.engine.context import DecisionContext
+from director.engine.scorers import Scores
+
+EARTH_RADIUS_KM = 6371.0088
+HALF_CIRCUMFERENCE_KM = math.pi * EARTH_RADIUS_KM
+
+
+def great_circle_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Haversine distance in kilometres."""
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
+
+
+def geo_scores(ctx: DecisionContext, candidates: tuple[str, ...]) -> Scores | None:
+    location = ctx.client.location
+    if location is None or not location.has_coordinates:
+        return None
+    values: dict[str, float] = {}
+    parts = []
+    for name in candidates:
+        region = ctx.policy.region(name)
+        km = great_circle_km(location.latitude, location.longitude,  # type: ignore[arg-type]
+                             region.latitude, region.longitude)
+        values[name] = max(0.0, 1.0 - km / HALF_CIRCUMFERENCE_KM)
+        parts.append(f"{name} {km:,.0f}km")
+    where = f"({location.latitude:.2f}, {location.longitude:.2f})"
+    return Scores(values, f"distance from {where}: " + ", ".join(parts),
+                  location.network.prefixlen)

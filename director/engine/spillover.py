@@ -1,0 +1,71 @@
+"""Spillover: move a deterministic share of a hot region's clients to the next allowed region.
+
+When the top-ranked region's live utilization ``u`` (load / capacity, from its balancer)
+exceeds the service's spill threshold ``t``, the share of its clients moved is
+
+    share = min(max_share, 1 - t / u)
+
+which is the share that brings the region back to its threshold if clients load it evenly
+(at 120% of a threshold of 100%: 1 - 1/1.2 = 16.7%). A client moves when
+hash(client key, service, region) < share, so a given subnet keeps its answer while the load
+band is unchanged, and subnets move in a stable order as load grows. The target is the first
+allowed, healthy spill target (in ranking order) that is itself under the threshold.
+Reads: utilization from the snapshot, the service's spillover block and the rules' overrides.
+"""
+
+from __future__ import annotations
+
+from director.engine.context import DecisionContext, unit_hash
+from director.engine.types import Step
+from policies.residency import spill_targets
+
+
+def spill_share(utilization: float, threshold: float, max_share: float) -> float:
+    """The share of a region's clients that spills at this utilization."""
+    if utilization <= threshold or utilization <= 0:
+        return 0.0
+    return min(max_share, 1.0 - threshold / utilization)
+
+
+def spillover(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[tuple[str, ...], Step, bool]:
+    """The ranking after spillover, its explain step, and whether this client spilled."""
+    config = ctx.service.spillover
+    if config is None or not ranked:
+        return ranked, Step("spillover", "spillover", ranked, note="no spillover configured"), False
+    primary = ranked[0]
+    utilization = ctx.snapshot.region(primary).utilization
+    if utilization is None:
+        return ranked, Step("spillover", "spillover", ranked,
+                            note=f"{primary}: no live load reported"), False
+    share = spill_share(utilization, config.threshold, config.max_share)
+    if share <= 0:
+        note = f"{primary} at {utilization:.0%} of capacity, under {config.threshold:.0%}"
+        return ranked, Step("spillover", "spillover", ranked, note=note), False
+    h = unit_hash(ctx.client_key, ctx.service.name, primary, "spill")
+    head = f"{primary} at {utilization:.0%} > {config.threshold:.0%}: spilling {share:.1%}"
+    if h >= share:
+        return ranked, Step("spillover", "spillover", ranked,
+                            note=f"{head}; this client's hash {h:.3f} stays"), False
+    allowed_targets = set(_targets(ctx, ranked))
+    for target in ranked[1:]:
+        if target not in allowed_targets:
+            continue
+        load = ctx.snapshot.region(target).utilization
+        if load is not None and load >= config.threshold:
+            continue
+        moved = (target, *[r for r in ranked if r != target])
+        return moved, Step("spillover", "spillover", moved,
+                           note=f"{head}; this client's hash {h:.3f} moves to {target}"), True
+    return ranked, Step("spillover", "spillover", ranked,
+                        note=f"{head}; no allowed target under threshold, stays"), False
+
+
+def _targets(ctx: DecisionContext, ranked: tuple[str, ...]) -> set[str]:
+    rules = ctx.rules
+    if not rules:
+        return set(spill_targets(ctx.service, None, ranked))
+    allowed: set[str] | None = None
+    for rule in rules:
+        targets = set(spill_targets(ctx.service, rule, ranked))
+        allowed = targets if allowed is None else allowed & targets
+    return allowed or set()

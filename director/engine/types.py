@@ -1,0 +1,68 @@
+"""Types shared by the decision engine's plugins: the client, explain steps, the decision."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from director.geo import IPAddress, IPNetwork, Location
+
+
+class ClientSource:
+    ECS = "ecs"  # EDNS Client Subnet from the resolver
+    RESOLVER = "resolver"  # no ECS: the resolver's own address
+    GIVEN = "given"  # an address given directly (explain, HTTP tier)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who asks: the address that locates them, how we got it, and where it is."""
+
+    address: IPAddress
+    network: IPNetwork  # the ECS source network, or the address as a host network
+    source: str
+    location: Location | None  # None: cannot be located (not in the database, or opted out)
+
+    @property
+    def bucket(self) -> IPNetwork:
+        """The network whose clients share hashing decisions: /24 for IPv4, /56 for IPv6."""
+        prefix = 24 if self.address.version == 4 else 56
+        prefix = min(prefix, self.network.prefixlen)
+        return ipaddress.ip_network((self.address, prefix), strict=False)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One plugin's effect on the candidate list, for explain and metrics."""
+
+    stage: str  # "filter", "score", "spillover", "pick", ...
+    plugin: str
+    kept: tuple[str, ...]
+    dropped: dict[str, str] = field(default_factory=dict)  # region -> reason
+    note: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"stage": self.stage, "plugin": self.plugin, "kept": list(self.kept),
+                "dropped": dict(self.dropped), "note": self.note}
+
+
+@dataclass(frozen=True)
+class Decision:
+    service: str
+    regions: tuple[str, ...]  # answered regions, best first; empty: answer nothing
+    reason: str  # primary | failover | spillover | all-down | unknown-location | refused
+    rules: tuple[str, ...]  # residency rules that applied to the client
+    allowed: tuple[str, ...] | None  # the residency-allowed set (None: unrestricted)
+    ttl: float
+    location_dependent: bool  # False: any client would get the same answer (ECS scope 0)
+    scope_prefix: int  # ECS scope the answer is valid for
+    steps: tuple[Step, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "service": self.service, "regions": list(self.regions), "reason": self.reason,
+            "rules": list(self.rules),
+            "allowed": list(self.allowed) if self.allowed is not None else None,
+            "ttl": self.ttl, "location_dependent": self.location_dependent,
+            "scope_prefix": self.scope_prefix, "steps": [s.as_dict() for s in self.steps],
+        }
