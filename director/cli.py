@@ -1,0 +1,19 @@
+"""The ``director`` command: the one composition point that wires the tiers together."""
+
+from __future__ import annotations
+
+import typer
+
+from director.commands import policy
+
+app = typer.Typer(
+    help="director: a multi-region traffic director for AI inference.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(policy.app, name="policy")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

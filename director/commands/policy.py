@@ -1,0 +1,196 @@
+"""``director policy check|fmt|explain``: the policy tooling operators run by hand and in CI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from director.engine import Engine, RegionState, Snapshot
+from director.engine.clients import client_from_address, client_from_ecs
+from director.engine.exhaustive import check_engine_residency
+from director.engine.types import Decision
+from director.geo import GeoDatabaseError, GeoLocator
+from policies import check_policy
+from policies.errors import PolicyError
+from policies.formatter import format_text
+
+app = typer.Typer(help="Check, format and explain policy files.", no_args_is_help=True)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Policy files to check.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report.")] = False,
+) -> None:
+    """Parse, validate and prove residency for each FILE; exit 1 if any has an error."""
+    reports = []
+    failed = False
+    for path in files:
+        result = check_policy(str(path))
+        violations, decisions = ([], 0)
+        if result.policy is not None:
+            violations, decisions = check_engine_residency(result.policy)
+        ok = result.ok and not violations
+        failed |= not ok
+        if as_json:
+            reports.append({
+                "file": str(path), "ok": ok,
+                "errors": [d.as_dict() for d in result.diagnostics],
+                "residency": [c.as_dict() for c in result.proof],
+                "engine_decisions": decisions,
+                "engine_violations": [v.describe() for v in violations],
+            })
+        elif ok:
+            policy = result.policy
+            rules = sum(len(s.residency) for s in policy.services)
+            proved = (f"residency proved on {len(result.proof)} paths of "
+                      f"{_count(range(rules), 'rule')} and confirmed on {decisions} engine "
+                      "decisions" if rules else "no residency rules")
+            out.print(f"{path}: ok ({_count(policy.regions, 'region')}, "
+                      f"{_count(policy.services, 'service')}, {proved})")
+        elif result.ok:
+            for violation in violations[:20]:
+                err.print(f"{path}: error: residency violated by the engine: "
+                          f"{violation.describe()}", markup=False)
+            err.print(f"{path}: {len(violations)} engine residency violation(s)", markup=False)
+        else:
+            err.print(result.error().render(), markup=False)
+            err.print(f"{path}: {len(result.diagnostics)} error(s)", markup=False)
+    if as_json:
+        print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def fmt(
+    file: Annotated[Path, typer.Argument(help="Policy file to format in place.")],
+    check_only: Annotated[bool, typer.Option("--check", help="Only report whether FILE is "
+                                             "formatted; exit 1 if not.")] = False,
+) -> None:
+    """Rewrite FILE in canonical form (or, with --check, report whether it is)."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        err.print(f"{file}: cannot read: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    try:
+        formatted = format_text(text, str(file))
+    except PolicyError as exc:
+        err.print(exc.render(), markup=False)
+        raise typer.Exit(1) from None
+    if check_only:
+        if formatted != text:
+            err.print(f"{file}: not formatted (run: director policy fmt {file})", markup=False)
+            raise typer.Exit(1)
+        out.print(f"{file}: formatted")
+        return
+    if formatted != text:
+        file.write_text(formatted, encoding="utf-8")
+        out.print(f"{file}: reformatted")
+    else:
+        out.print(f"{file}: already formatted")
+
+
+@app.command()
+def explain(
+    file: Annotated[Path, typer.Argument(help="Policy file.")],
+    name: Annotated[str, typer.Option("--name", help="Service host name to resolve.")],
+    client: Annotated[str | None, typer.Option("--client", help="Client (or resolver) "
+                                               "address.")] = None,
+    ecs: Annotated[str | None, typer.Option("--ecs", help="EDNS Client Subnet, e.g. "
+                                            "81.2.69.0/24; /0 opts out.")] = None,
+    down: Annotated[list[str] | None, typer.Option("--down", help="Region to treat as down "
+                                                   "(repeatable).")] = None,
+    load: Annotated[list[str] | None, typer.Option("--load", help="REGION=PCT live load of "
+                                                   "capacity, e.g. eu-west=120 "
+                                                   "(repeatable).")] = None,
+    geoip: Annotated[Path | None, typer.Option("--geoip", help="MaxMind database (default: "
+                                               "GeoLite2 City 2018).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
+) -> None:
+    """Print the decision chain for one client and name, step by step."""
+    if client is None and ecs is None:
+        _fail("give --client ADDRESS, --ecs PREFIX, or both")
+    result = check_policy(str(file))
+    if result.policy is None:
+        err.print(result.error().render(), markup=False)
+        raise typer.Exit(1)
+    policy = result.policy
+    try:
+        locator = GeoLocator(str(geoip) if geoip else None)
+    except GeoDatabaseError as exc:
+        _fail(str(exc))
+    try:
+        who = client_from_ecs(locator, ecs) if ecs else client_from_address(locator, client)
+    except ValueError as exc:
+        _fail(f"not an address or prefix: {exc}")
+    snapshot = _snapshot(policy.region_names, down or [], load or [])
+    try:
+        service = policy.service(name)
+    except KeyError:
+        names = ", ".join(s.name for s in policy.services)
+        _fail(f"no service '{name}' in {file} (services: {names})")
+    decision = Engine(policy).decide(service, who, snapshot)
+    if as_json:
+        print(json.dumps(decision.as_dict(), indent=2))
+        return
+    _print_decision(decision, policy, ecs or client or "")
+
+
+def _snapshot(regions: tuple[str, ...], down: list[str], load: list[str]) -> Snapshot:
+    states: dict[str, dict[str, object]] = {name: {} for name in regions}
+    for name in down:
+        if name not in states:
+            _fail(f"--down: unknown region '{name}' (regions: {', '.join(regions)})")
+        states[name]["healthy"] = False
+    for item in load:
+        region, _, pct = item.partition("=")
+        if region not in states:
+            _fail(f"--load: unknown region '{region}' (regions: {', '.join(regions)})")
+        try:
+            states[region]["utilization"] = float(pct.rstrip("%")) / 100.0
+        except ValueError:
+            _fail(f"--load: expected REGION=PCT, e.g. eu-west=120, got '{item}'")
+    return Snapshot(1, {name: RegionState(**fields) for name, fields in states.items()})
+
+
+def _print_decision(decision: Decision, policy, asked: str) -> None:
+    out.print(f"[bold]{decision.service}[/bold] for {asked}")
+    for number, step in enumerate(decision.steps, start=1):
+        kept = ", ".join(step.kept) if step.kept else "-"
+        out.print(f" {number}. {step.stage}/{step.plugin}: kept [{kept}]", markup=False)
+        for region, why in step.dropped.items():
+            out.print(f"      dropped {region}: {why}", markup=False)
+        if step.note:
+            out.print(f"      {step.note}", markup=False)
+    if decision.regions:
+        addresses = []
+        for region in decision.regions:
+            r = policy.region(region)
+            addresses += [*r.endpoints_v4, *r.endpoints_v6]
+        answer = f"{', '.join(decision.regions)} ({', '.join(addresses)})"
+    else:
+        answer = "nothing (NODATA)"
+    scope = f"/{decision.scope_prefix}" if decision.location_dependent else "/0 (any client)"
+    out.print(f"answer: {answer}; reason: {decision.reason}; ttl {decision.ttl:g}s; "
+              f"ECS scope {scope}", markup=False)
+
+
+def _count(items, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _fail(message: str) -> None:
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,45 @@
+"""Fixtures shared by every test package: example policies and GeoIP databases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "policies" / "examples"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+MAXMIND_TEST_CITY = SHARED_DATA / "geoip" / "maxmind-test" / "GeoIP2-City-Test.mmdb"
+
+
+@pytest.fixture(scope="session")
+def example_policy_path() -> Path:
+    return EXAMPLES / "global.dp"
+
+
+@pytest.fixture(scope="session")
+def example_policy(example_policy_path):
+    from policies import load_policy
+
+    return load_policy(str(example_policy_path))
+
+
+@pytest.fixture(scope="session")
+def maxmind_test_city() -> Path:
+    if not MAXMIND_TEST_CITY.exists():
+        pytest.fail(f"shared test data missing: {MAXMIND_TEST_CITY}")
+    return MAXMIND_TEST_CITY
+
+
+@pytest.fixture(scope="session")
+def geolite2():
+    from director.geo import GeoLocator
+
+    return GeoLocator()
+
+
+@pytest.fixture(scope="session")
+def maxmind_test_locator(maxmind_test_city):
+    from director.geo import GeoLocator
+
+    return GeoLocator(str(maxmind_test_city))
