@@ -1,0 +1,5 @@
+"""``python -m director``: the same as the ``director`` command."""
+
+from director.cli import main
+
+main()
