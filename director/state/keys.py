@@ -1,0 +1,110 @@
+"""Key and channel names of the shared state, in one place.
+
+Everything lives under a prefix (``director`` by default, so several deployments or test runs
+can share one server)::
+
+    {p}:health:gpu:{region}:{gpu}     hash  rise/fall health of one GPU server
+    {p}:health:balancer:{region}      hash  rise/fall health of a region's balancer
+    {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
+    {p}:load:region:{region}          hash  aggregate load published by a region's balancer
+    {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
+    {p}:policy                        hash  text, version, timestamp of the active policy
+    {p}:drain                         hash  field "{region}" or "{region}/{gpu}" -> timestamp
+    {p}:changes                       pub/sub channel; each message is the key that changed
+
+Region and GPU server names never contain ``:`` or ``|`` (the policy grammar's identifiers).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "director"
+
+
+class KeyKind(enum.Enum):
+    GPU_HEALTH = "health:gpu"
+    BALANCER_HEALTH = "health:balancer"
+    GPU_LOAD = "load:gpu"
+    REGION_LOAD = "load:region"
+    LATENCY = "latency"
+    POLICY = "policy"
+    DRAIN = "drain"
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    kind: KeyKind
+    region: str | None = None
+    gpu: str | None = None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Names every key of one deployment; ``parse`` is the inverse of the builders."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def changes(self) -> str:
+        return f"{self.prefix}:changes"
+
+    @property
+    def latency(self) -> str:
+        return f"{self.prefix}:latency"
+
+    @property
+    def policy(self) -> str:
+        return f"{self.prefix}:policy"
+
+    @property
+    def drain(self) -> str:
+        return f"{self.prefix}:drain"
+
+    def gpu_health(self, region: str, gpu: str) -> str:
+        return f"{self.prefix}:health:gpu:{region}:{gpu}"
+
+    def balancer_health(self, region: str) -> str:
+        return f"{self.prefix}:health:balancer:{region}"
+
+    def health(self, region: str, gpu: str | None = None) -> str:
+        """A GPU server's health key, or the region balancer's when ``gpu`` is None."""
+        return self.balancer_health(region) if gpu is None else self.gpu_health(region, gpu)
+
+    def gpu_load(self, region: str, gpu: str) -> str:
+        return f"{self.prefix}:load:gpu:{region}:{gpu}"
+
+    def region_load(self, region: str) -> str:
+        return f"{self.prefix}:load:region:{region}"
+
+    def parse(self, key: str) -> ParsedKey | None:
+        """The kind and names a key was built from; None for a key that is not ours."""
+        head = self.prefix + ":"
+        if not key.startswith(head):
+            return None
+        parts = key[len(head) :].split(":")
+        match parts:
+            case ["latency"]:
+                return ParsedKey(KeyKind.LATENCY)
+            case ["policy"]:
+                return ParsedKey(KeyKind.POLICY)
+            case ["drain"]:
+                return ParsedKey(KeyKind.DRAIN)
+            case ["health", "gpu", region, gpu]:
+                return ParsedKey(KeyKind.GPU_HEALTH, region, gpu)
+            case ["health", "balancer", region]:
+                return ParsedKey(KeyKind.BALANCER_HEALTH, region)
+            case ["load", "gpu", region, gpu]:
+                return ParsedKey(KeyKind.GPU_LOAD, region, gpu)
+            case ["load", "region", region]:
+                return ParsedKey(KeyKind.REGION_LOAD, region)
+        return None
+
+
+def latency_field(vantage: str, region: str) -> str:
+    return f"{vantage}|{region}"
+
+
+def drain_field(region: str, gpu: str | None = None) -> str:
+    return region if gpu is None else f"{region}/{gpu}"

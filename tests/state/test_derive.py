@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import pytest
+from state_policies import make_policy
+
+from director.engine.snapshot import RegionState
+from director.state.derive import build_snapshot, same_state
+from director.state.records import DrainFlags, HealthRecord, LatencySample, RegionLoad
+from director.state.view import StateView
+
+NOW = 10_000.0
+POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)
+
+
+def _h(up: bool | None, age: float = 1.0) -> HealthRecord:
+    return HealthRecord(up, 0, 0, checked_at=NOW - age, changed_at=NOW - age)
+
+
+@pytest.mark.parametrize(
+    ("balancer", "gpus", "expected"),
+    [
+        pytest.param(None, {}, RegionState(), id="never-probed"),
+        pytest.param(_h(True), {}, RegionState(healthy=True), id="balancer-up"),
+        pytest.param(_h(False), {"a": _h(True)}, RegionState(healthy=False), id="balancer-down"),
+        pytest.param(
+            _h(True), {"a": _h(False)}, RegionState(healthy=True, degraded=True), id="some-gpus"
+        ),
+        pytest.param(
+            _h(True), {"a": _h(False), "b": _h(False)}, RegionState(healthy=False), id="all-gpus"
+        ),
+        pytest.param(None, {"a": _h(True)}, RegionState(healthy=True), id="gpus-only"),
+        pytest.param(_h(None), {"a": _h(None)}, RegionState(), id="unknown-results"),
+        pytest.param(
+            _h(True, age=31), {}, RegionState(healthy=True, stale=True), id="stale-kept-up"
+        ),
+        pytest.param(
+            _h(False, age=600), {}, RegionState(healthy=False, stale=True), id="stale-kept-down"
+        ),
+        pytest.param(
+            _h(True), {"a": _h(True, age=45)}, RegionState(healthy=True, stale=True), id="old-gpu"
+        ),
+    ],
+)
+def test_region_health(balancer, gpus, expected) -> None:
+    view = StateView()
+    if balancer is not None:
+        view.balancer_health["eu"] = balancer
+    for name, record in gpus.items():
+        view.gpu_health[("eu", name)] = record
+    snapshot, _ = build_snapshot(POLICY, view, now=NOW, version=1)
+    assert snapshot.region("eu") == expected
+
+
+def test_load_drain_latency_and_ages() -> None:
+    view = StateView(
+        region_load={"us": RegionLoad(1, 2, 3.0, 100, 0.9, NOW - 2)},
+        drains=DrainFlags(frozenset({"us"})),
+        latency={
+            ("81.2.69.0/24", "us"): LatencySample("81.2.69.0/24", "us", 80.0, NOW),
+            ("81.2.69.0/24", "gone"): LatencySample("81.2.69.0/24", "gone", 1.0, NOW),
+        },
+    )
+    snapshot, ages = build_snapshot(POLICY, view, now=NOW, version=7)
+    assert snapshot.version == 7
+    assert snapshot.region("us") == RegionState(utilization=0.9, draining=True)
+    assert dict(snapshot.latency["81.2.69.0/24"]) == {"us": 80.0}
+    assert [(a.region, a.age) for a in ages] == [("eu", None), ("us", 2.0)]
+
+
+def test_same_state_ignores_version() -> None:
+    view = StateView(balancer_health={"eu": _h(True)})
+    a, _ = build_snapshot(POLICY, view, now=NOW, version=1)
+    b, _ = build_snapshot(POLICY, view, now=NOW, version=2)
+    assert same_state(a, b)
+    view.balancer_health["eu"] = _h(False)
+    c, _ = build_snapshot(POLICY, view, now=NOW, version=3)
+    assert not same_state(a, c)
+
+
+def test_prune_forgets_removed_targets_only() -> None:
+    view = StateView(
+        balancer_health={"eu": _h(True), "old": _h(True)},
+        gpu_health={("eu", "a"): _h(True), ("eu", "removed"): _h(False)},
+    )
+    view.prune(POLICY)
+    assert set(view.balancer_health) == {"eu"}
+    assert set(view.gpu_health) == {("eu", "a")}

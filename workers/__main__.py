@@ -1,0 +1,35 @@
+"""``python -m workers POLICY [--redis URL] [--queues q1,q2] [--concurrency N]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from workers.config import DEFAULT_REDIS_URL
+from workers.runner import DEFAULT_CONCURRENCY, DEFAULT_POOL, run_worker
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start a probe worker with beat for a policy file."""
+    parser = argparse.ArgumentParser(prog="python -m workers", description=main.__doc__)
+    parser.add_argument("policy", help="policy file the probe schedule follows")
+    parser.add_argument("--redis", default=os.environ.get("DIRECTOR_REDIS_URL", DEFAULT_REDIS_URL))
+    parser.add_argument("--queues", help="comma-separated queues (default: every region's)")
+    parser.add_argument("--pool", default=DEFAULT_POOL)
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    parser.add_argument("--no-beat", action="store_true", help="probe only; beat runs elsewhere")
+    parser.add_argument("--loglevel", default="INFO")
+    args = parser.parse_args(argv)
+    run_worker(
+        args.policy,
+        args.redis,
+        queues=args.queues.split(",") if args.queues else None,
+        pool=args.pool,
+        concurrency=args.concurrency,
+        loglevel=args.loglevel,
+        beat=not args.no_beat,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The Celery app of the probe workers; this module only builds it.
+
+The broker is the state server (``DIRECTOR_REDIS_URL``). Results are ignored: probes write
+to the shared state, never to Celery's result backend. Start a worker with beat::
+
+    DIRECTOR_REDIS_URL=redis://127.0.0.1:6379/0 DIRECTOR_POLICY=policy.dp \\
+        celery -A workers.app worker --beat -Q probes.us-east,probes.eu-west --pool threads -c 16
+
+(``-Q`` lists the ``probes.<region>`` queues this worker serves: run a region's queue on
+workers inside that region; run beat once per deployment.) ``director workers POLICY`` and
+``python -m workers POLICY`` do the same with the queues taken from the policy.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from workers.config import WorkerSettings
+
+
+def create_app(settings: WorkerSettings | None = None) -> Celery:
+    """A Celery app for ``settings`` (default: from the environment); connects lazily."""
+    settings = settings or WorkerSettings.from_env()
+    app = Celery("director-workers", broker=settings.redis_url, include=["workers.tasks"])
+    app.conf.update(
+        task_ignore_result=True,
+        result_backend=None,
+        result_expires=None,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue="probes",
+        task_acks_late=False,
+        worker_prefetch_multiplier=4,
+        worker_send_task_events=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 60},
+        beat_scheduler="workers.beat:PolicyScheduler",
+        director_settings=settings,
+    )
+    return app
+
+
+app = create_app()

@@ -1,0 +1,76 @@
+"""Where the beat scheduler gets its policy, and how it notices a new one.
+
+``poll()`` returns the policy when it changed since the last call (the first call always
+returns it), else None. A policy that fails to load never replaces the running one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from policies.model import Policy
+from workers.errors import PolicySourceError
+
+log = logging.getLogger(__name__)
+
+
+class PolicySource(Protocol):
+    def poll(self) -> Policy | None: ...
+
+
+class StaticPolicy:
+    """A policy given in-process; ``replace()`` swaps it (tests, ``director up``)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy: Policy | None = policy
+
+    def replace(self, policy: Policy) -> None:
+        self._policy = policy
+
+    def poll(self) -> Policy | None:
+        policy, self._policy = self._policy, None
+        return policy
+
+
+class PolicyFile:
+    """A policy file, reloaded when its modification time or size changes."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], loader: Callable[[Path], Policy] | None = None
+    ):
+        self.path = Path(path)
+        self._loader = loader
+        self._seen: tuple[int, int] | None = None
+
+    def poll(self) -> Policy | None:
+        try:
+            stat = self.path.stat()
+        except OSError as exc:
+            if self._seen is None:
+                raise PolicySourceError(f"{self.path}: {exc.strerror}") from exc
+            log.warning("policy %s unreadable, keeping the running one: %s", self.path, exc)
+            return None
+        seen = (stat.st_mtime_ns, stat.st_size)
+        if seen == self._seen:
+            return None
+        first = self._seen is None
+        self._seen = seen
+        try:
+            policy = self._load(self.path)
+        except Exception as exc:  # the parser's error tree is not ours to enumerate
+            if first:
+                raise PolicySourceError(f"{self.path}: {exc}") from exc
+            log.error("policy %s does not load, keeping the running one: %s", self.path, exc)
+            return None
+        return policy
+
+    def _load(self, path: Path) -> Policy:
+        if self._loader is not None:
+            return self._loader(path)
+        from policies import load_policy  # the parser lands separately; imported when needed
+
+        return load_policy(path)

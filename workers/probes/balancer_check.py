@@ -1,0 +1,68 @@
+"""Check a region's balancer: its health endpoint, and the load it reports there.
+
+Health goes through the same rise/fall hysteresis as GPU servers (the balancer's record).
+A balancer publishes its region's load to the state itself about once a second; when its
+health answer is a JSON object with the load fields (``queue_depth``, ``in_flight``,
+``outstanding_seconds``, ``capacity``, ``utilization``) the check stores that too, so a
+balancer that cannot reach the state server still has its load seen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from director.state.hysteresis import ProbeOutcome
+from director.state.records import RegionLoad
+from director.state.store import StateStore
+from workers.probes.http_health import check
+from workers.targets import BalancerTarget
+
+LOAD_FIELDS = ("queue_depth", "in_flight", "outstanding_seconds", "capacity", "utilization")
+
+
+@dataclass(frozen=True)
+class BalancerStatus:
+    outcome: ProbeOutcome
+    load: RegionLoad | None
+
+
+def load_from_body(body: bytes, *, now: float) -> RegionLoad | None:
+    """The load a health answer carries, or None if it is not a JSON object with all fields."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
+        values = [float(data[name]) for name in LOAD_FIELDS]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return RegionLoad(*values, timestamp=now)
+
+
+def check_balancer(
+    store: StateStore, target: BalancerTarget, *, probe_id: str = ""
+) -> BalancerStatus:
+    """Probe a region's balancer, record its health and, if reported, its load."""
+    now = time.time()
+    ok, result = check(target.url, target.health_path, expect=target.expect, timeout=target.timeout)
+    error = result.error or ("" if ok else f"status {result.status}, expected {target.expect}")
+    outcome = store.record_probe(
+        target.region,
+        None,
+        ok=ok,
+        rise=target.rise,
+        fall=target.fall,
+        now=now,
+        probe_id=probe_id,
+        status=result.status,
+        latency_ms=result.elapsed_ms,
+        error=error,
+    )
+    load = load_from_body(result.body, now=now) if ok else None
+    if load is not None:
+        store.write_region_load(target.region, load)
+    return BalancerStatus(outcome, load)

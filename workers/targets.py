@@ -1,0 +1,180 @@
+"""What to probe, derived from a policy: GPU servers, regional balancers, latency to regions.
+
+Rules (the policy model has no probe section of its own):
+
+- GPU servers use the health check named ``gpu`` when the policy declares one (scraped at
+  its ``metrics`` path, or not at all without one), else ``GET /health`` expecting 200,
+  every 2 s, 1 s timeout, metrics at ``/metrics``.
+- A region's balancer uses the check its ``healthcheck`` names, else ``GET /healthz``
+  expecting 200, every 1 s, 500 ms timeout. Its URL is ``http://{first endpoint}:{port}``
+  unless ``balancer_urls`` overrides it (embedded mode and tests run balancers on free ports).
+- Rise/fall come from the failover blocks of the services that serve the region: the smallest
+  ``fall`` (fail fast for the most demanding service) and the largest ``rise`` (recover
+  only when every service would). The balancer probe runs at the shorter of its check's
+  interval and those services' failover intervals. Without a service: fall 3, rise 2.
+- Latency to a region is measured at its balancer's address every 5 s (or the balancer
+  interval if longer). Timeouts never exceed the interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from policies.model import HealthCheck, Policy, Region
+
+DEFAULT_GPU_CHECK = HealthCheck("gpu", "/health", 200, 2.0, 1.0, "/metrics")
+DEFAULT_BALANCER_CHECK = HealthCheck("balancer", "/healthz", 200, 1.0, 0.5, None)
+DEFAULT_FALL = 3
+DEFAULT_RISE = 2
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    region: str
+    name: str
+    url: str
+    engine: str
+    health_path: str
+    expect: int
+    metrics_path: str | None
+    interval: float
+    timeout: float
+    rise: int
+    fall: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GpuTarget:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class BalancerTarget:
+    region: str
+    url: str
+    health_path: str
+    expect: int
+    interval: float
+    timeout: float
+    rise: int
+    fall: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BalancerTarget:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class LatencyTarget:
+    region: str
+    host: str
+    port: int
+    interval: float
+    timeout: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LatencyTarget:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ProbeTargets:
+    gpus: tuple[GpuTarget, ...]
+    balancers: tuple[BalancerTarget, ...]
+    latency: tuple[LatencyTarget, ...]
+
+
+def probe_targets(
+    policy: Policy,
+    *,
+    balancer_port: int = 80,
+    balancer_urls: Mapping[str, str] | None = None,
+) -> ProbeTargets:
+    """Every probe target of ``policy``, in policy order."""
+    overrides = balancer_urls or {}
+    gpu_check = _named(policy, "gpu") or DEFAULT_GPU_CHECK  # its metrics_path None: no scrape
+    gpus: list[GpuTarget] = []
+    balancers: list[BalancerTarget] = []
+    latency: list[LatencyTarget] = []
+    for region in policy.regions:
+        rise, fall, failover_interval = _hysteresis(policy, region.name)
+        for gpu in region.gpus:
+            gpus.append(
+                GpuTarget(
+                    region=region.name,
+                    name=gpu.name,
+                    url=gpu.url.rstrip("/"),
+                    engine=gpu.engine,
+                    health_path=gpu_check.path,
+                    expect=gpu_check.expect,
+                    metrics_path=gpu_check.metrics_path,
+                    interval=gpu_check.interval,
+                    timeout=min(gpu_check.timeout, gpu_check.interval),
+                    rise=rise,
+                    fall=fall,
+                )
+            )
+        url = overrides.get(region.name) or _balancer_url(region, balancer_port)
+        if url is None:
+            continue
+        check = _named(policy, region.healthcheck) or DEFAULT_BALANCER_CHECK
+        interval = min(check.interval, failover_interval or check.interval)
+        balancers.append(
+            BalancerTarget(
+                region=region.name,
+                url=url.rstrip("/"),
+                health_path=check.path,
+                expect=check.expect,
+                interval=interval,
+                timeout=min(check.timeout, interval),
+                rise=rise,
+                fall=fall,
+            )
+        )
+        parts = urlsplit(url)
+        latency.append(
+            LatencyTarget(
+                region=region.name,
+                host=parts.hostname or "",
+                port=parts.port or (443 if parts.scheme == "https" else 80),
+                interval=max(interval, 5.0),
+                timeout=min(check.timeout, interval),
+            )
+        )
+    return ProbeTargets(tuple(gpus), tuple(balancers), tuple(latency))
+
+
+def _named(policy: Policy, name: str | None) -> HealthCheck | None:
+    if name is None:
+        return None
+    return next((c for c in policy.healthchecks if c.name == name), None)
+
+
+def _hysteresis(policy: Policy, region: str) -> tuple[int, int, float | None]:
+    serving = [s for s in policy.services if not s.regions or region in s.regions]
+    if not serving:
+        return DEFAULT_RISE, DEFAULT_FALL, None
+    return (
+        max(s.failover.rise for s in serving),
+        min(s.failover.fall for s in serving),
+        min(s.failover.interval for s in serving),
+    )
+
+
+def _balancer_url(region: Region, port: int) -> str | None:
+    if region.endpoints_v4:
+        return f"http://{region.endpoints_v4[0]}:{port}"
+    if region.endpoints_v6:
+        return f"http://[{region.endpoints_v6[0]}]:{port}"
+    return None

@@ -1,0 +1,64 @@
+"""Probe tasks: thin wrappers over :mod:`workers.probes`; they return nothing.
+
+Each task takes its target as a plain dict (JSON), builds the typed target and calls one probe
+function; the Celery task id is the probe id, so a redelivered task does not count twice in
+the rise/fall streaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task, shared_task
+
+from director.state.store import StateStore
+from workers.config import WorkerSettings
+from workers.probes.balancer_check import check_balancer
+from workers.probes.http_health import probe_gpu_health
+from workers.probes.latency import measure_latency
+from workers.probes.metrics_scrape import scrape_gpu_metrics
+from workers.schedule import BALANCER_TASK, GPU_HEALTH_TASK, GPU_METRICS_TASK, LATENCY_TASK
+from workers.targets import BalancerTarget, GpuTarget, LatencyTarget
+
+
+class ProbeTask(Task):
+    """Base task holding one state store per worker process, opened on first use."""
+
+    abstract = True
+    _store: StateStore | None = None
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self.app.conf.get("director_settings") or WorkerSettings.from_env()
+
+    @property
+    def store(self) -> StateStore:
+        store = self._store
+        if store is None:
+            settings = self.settings
+            store = StateStore.from_url(settings.redis_url, prefix=settings.state_prefix)
+            type(self)._store = store
+        return store
+
+
+_OPTIONS: dict[str, Any] = {"base": ProbeTask, "bind": True, "ignore_result": True}
+
+
+@shared_task(name=GPU_HEALTH_TASK, **_OPTIONS)
+def gpu_health(self: ProbeTask, target: dict[str, Any]) -> None:
+    probe_gpu_health(self.store, GpuTarget.from_dict(target), probe_id=self.request.id or "")
+
+
+@shared_task(name=GPU_METRICS_TASK, **_OPTIONS)
+def gpu_metrics(self: ProbeTask, target: dict[str, Any]) -> None:
+    scrape_gpu_metrics(self.store, GpuTarget.from_dict(target))
+
+
+@shared_task(name=BALANCER_TASK, **_OPTIONS)
+def balancer(self: ProbeTask, target: dict[str, Any]) -> None:
+    check_balancer(self.store, BalancerTarget.from_dict(target), probe_id=self.request.id or "")
+
+
+@shared_task(name=LATENCY_TASK, **_OPTIONS)
+def latency(self: ProbeTask, target: dict[str, Any]) -> None:
+    measure_latency(self.store, LatencyTarget.from_dict(target), vantage=self.settings.vantage)
