@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run one simulated GPU server as its own process.
+
+::
+
+    python -m regions.simulator --listen 127.0.1.11:8000 --model llama-3-8b --speed 0.6
+
+Prints ``listening on http://HOST:PORT`` once bound (useful with port 0), then serves until
+SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+
+from regions.simulator.config import EngineConfig
+from regions.simulator.errors import SimConfigError
+from regions.simulator.fleet import ServerSpec, SimServer, parse_listen
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = EngineConfig()
+    p = argparse.ArgumentParser(prog="python -m regions.simulator", description=__doc__)
+    p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (port 0: any)")
+    p.add_argument("--name", default=None, help="server name (default: the listen address)")
+    p.add_argument("--model", action="append", dest="models", help="served model; repeatable")
+    p.add_argument("--speed", type=float, default=1.0, help="1.0 H100, 0.6 A100, 0.4 throttled")
+    p.add_argument("--time-scale", type=float, default=1.0, help="model seconds per wall second")
+    p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
+    p.add_argument("--kv-cache-tokens", type=int, default=defaults.kv_cache_tokens)
+    p.add_argument("--max-model-len", type=int, default=defaults.max_model_len)
+    p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
+    return p
+
+
+async def serve(spec: ServerSpec, time_scale: float, seed: int) -> None:
+    """Run one server until SIGINT/SIGTERM."""
+    server = SimServer(spec, time_scale=time_scale, seed=seed)
+    await server.start()
+    print(f"listening on {server.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m regions.simulator``."""
+    args = build_parser().parse_args(argv)
+    try:
+        host, port = parse_listen(args.listen)
+        engine = EngineConfig(
+            max_num_seqs=args.max_num_seqs,
+            kv_cache_tokens=args.kv_cache_tokens,
+            max_model_len=args.max_model_len,
+        )
+        spec = ServerSpec(
+            name=args.name or args.listen,
+            host=host,
+            port=port,
+            models=tuple(args.models or ["sim-model"]),
+            speed=args.speed,
+            engine=engine,
+        )
+        _ = spec.engine_config  # validates speed early
+    except SimConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(spec, args.time_scale, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Continuous-batching scheduler: pure state, no I/O, no clock, no asyncio.
+
+Modelled on vLLM's first-come-first-served scheduler without chunked prefill:
+
+- Requests wait in a FIFO queue. The head is admitted when a slot is free
+  (``running < max_num_seqs``) and its KV footprint (prompt + tokens generated so far) fits in
+  the budget minus the watermark. Nothing overtakes a head that does not fit.
+- If anything can be admitted, the next iteration is a *prefill* of all admitted sequences
+  (up to ``max_prefill_tokens``): it takes ``tokens / prefill_tokens_per_s`` and yields each
+  one's first token. Running sequences do not decode meanwhile (prefill is prioritised).
+- Otherwise it is a *decode* step over every running sequence: one token each, taking
+  ``decode_base_ms * (1 + alpha * (batch - 1))``.
+- Before a decode step, if the budget cannot hold one more token per running sequence, the
+  most recently admitted sequences are preempted (recompute): their KV is freed and they go
+  back to the queue's head; re-admission prefills prompt + generated tokens again.
+
+The driver calls ``plan()`` to get the next ``Step``, waits ``step.duration`` and then calls
+``complete(step, now)``. ``abort()`` may be called at any time and frees the slot and KV at
+once.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from regions.simulator.config import EngineConfig
+from regions.simulator.errors import ContextLengthError
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the engine. Times are model seconds."""
+
+    seq_id: int
+    prompt_tokens: int
+    output_tokens: int
+    arrival: float
+    state: SeqState = SeqState.WAITING
+    generated: int = 0
+    prefilled_once: bool = False
+    preemptions: int = 0
+    first_token_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV-cache tokens this sequence holds (or needs) when running."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def done(self) -> bool:
+        return self.state in (SeqState.FINISHED, SeqState.ABORTED)
+
+
+class StepKind(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One engine iteration: which sequences advance, and how long it takes."""
+
+    kind: StepKind
+    seqs: tuple[Sequence, ...]
+    duration: float
+
+
+@dataclass
+class Counters:
+    """Cumulative totals, exported as Prometheus counters."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    preemptions: int = 0
+    finished: int = 0
+    aborted: int = 0
+
+
+@dataclass
+class Scheduler:
+    """FIFO continuous-batching scheduler over one ``EngineConfig``."""
+
+    config: EngineConfig
+    slow_factor: float = 1.0
+    waiting: deque[Sequence] = field(default_factory=deque)
+    running: list[Sequence] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    # -- requests ------------------------------------------------------------------------
+
+    def submit(self, prompt_tokens: int, output_tokens: int, now: float) -> Sequence:
+        """Queue a request; raise ``ContextLengthError`` if it can never fit."""
+        total = prompt_tokens + output_tokens
+        if total > self.config.max_model_len:
+            raise ContextLengthError(
+                f"This model's maximum context length is {self.config.max_model_len} tokens. "
+                f"However, you requested {total} tokens ({prompt_tokens} in the messages, "
+                f"{output_tokens} in the completion).",
+                "max_tokens",
+            )
+        seq = Sequence(next(self._ids), max(prompt_tokens, 1), output_tokens, now)
+        self.waiting.append(seq)
+        return seq
+
+    def abort(self, seq: Sequence) -> bool:
+        """Drop a sequence wherever it is; return True if it was still live."""
+        if seq.done:
+            return False
+        if seq.state is SeqState.RUNNING:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        seq.state = SeqState.ABORTED
+        self.counters.aborted += 1
+        return True
+
+    def abort_all(self) -> list[Sequence]:
+        """Abort every live sequence (a crash); return them."""
+        victims = [*self.running, *self.waiting]
+        for seq in victims:
+            self.abort(seq)
+        return victims
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def kv_used(self) -> int:
+        return sum(s.kv_tokens for s in self.running)
+
+    @property
+    def kv_usage(self) -> float:
+        return min(self.kv_used / self.config.kv_cache_tokens, 1.0)
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    # -- iterations ----------------------------------------------------------------------
+
+    def plan(self) -> Step | None:
+        """Choose the next iteration (and admit/preempt as needed); None when idle."""
+        admitted = self._admit()
+        if admitted:
+            tokens = sum(s.kv_tokens for s in admitted)
+            return Step(
+                StepKind.PREFILL, admitted, self.config.prefill_seconds(tokens, self.slow_factor)
+            )
+        if not self.running:
+            return None
+        self._preempt_for_growth()
+        return Step(
+            StepKind.DECODE,
+            tuple(self.running),
+            self.config.decode_step_seconds(len(self.running), self.slow_factor),
+        )
+
+    def complete(self, step: Step, now: float) -> list[Sequence]:
+        """Apply a finished iteration at model time ``now``; return the sequences it advanced."""
+        advanced: list[Sequence] = []
+        for seq in step.seqs:
+            if seq.state is not SeqState.RUNNING:
+                continue  # aborted or preempted while the step ran
+            if step.kind is StepKind.PREFILL and not seq.prefilled_once:
+                seq.prefilled_once = True
+                self.counters.prompt_tokens += seq.prompt_tokens
+            if seq.generated < seq.output_tokens:
+                seq.generated += 1
+                self.counters.generation_tokens += 1
+                if seq.first_token_at is None:
+                    seq.first_token_at = now
+            if seq.generated >= seq.output_tokens:
+                seq.state = SeqState.FINISHED
+                seq.finished_at = now
+                self.running.remove(seq)
+                self.counters.finished += 1
+            advanced.append(seq)
+        return advanced
+
+    def _admit(self) -> tuple[Sequence, ...]:
+        cfg = self.config
+        reserve = int(cfg.kv_cache_tokens * cfg.kv_watermark)
+        used = self.kv_used
+        batch_tokens = 0
+        admitted: list[Sequence] = []
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            head = self.waiting[0]
+            need = head.kv_tokens
+            free = cfg.kv_cache_tokens - used - (reserve if self.running else 0)
+            if need > free:
+                break
+            if admitted and batch_tokens + need > cfg.max_prefill_tokens:
+                break
+            self.waiting.popleft()
+            head.state = SeqState.RUNNING
+            self.running.append(head)
+            admitted.append(head)
+            used += need
+            batch_tokens += need
+        return tuple(admitted)
+
+    def _preempt_for_growth(self) -> None:
+        budget = self.config.kv_cache_tokens
+        while len(self.running) > 1 and self.kv_used + len(self.running) > budget:
+            victim = self.running.pop()
+            victim.state = SeqState.WAITING
+            victim.preemptions += 1
+            self.counters.preemptions += 1
+            self.waiting.appendleft(victim)

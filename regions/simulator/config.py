@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Engine settings of one simulated GPU server (frozen; see ``engine`` for the calibration)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from regions.simulator.errors import SimConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Continuous-batching parameters of one simulated server, in model seconds.
+
+    - ``speed``: GPU speed factor dividing every duration (1.0 H100-like, 0.6 A100,
+      0.4 throttled).
+    - ``max_num_seqs``: sequences decoded together at most (vLLM's ``--max-num-seqs``).
+    - ``kv_cache_tokens``: KV-cache budget in tokens, counting prompt and generated tokens
+      of running sequences.
+    - ``max_model_len``: longest prompt + output accepted; longer requests get HTTP 400.
+    - ``max_prefill_tokens``: prompt tokens prefilled in one iteration at most (vLLM's
+      ``--max-num-batched-tokens``); a single longer prompt is still admitted alone.
+    - ``prefill_tokens_per_s``: prefill throughput at speed 1.0.
+    - ``decode_base_ms``, ``decode_alpha``: one decode step of a batch of ``b`` sequences
+      takes ``decode_base_ms * (1 + decode_alpha * (b - 1)) / speed`` milliseconds.
+    - ``kv_watermark``: share of the KV budget kept free when admitting new sequences, so
+      running ones can grow before anything must be preempted (vLLM's default is 1%).
+    - ``max_catchup_s``: how far the engine may run behind the clock and catch up (absorbs
+      event-loop jitter so throughput does not depend on how busy the process is).
+    """
+
+    speed: float = 1.0
+    max_num_seqs: int = 16
+    kv_cache_tokens: int = 32_768
+    max_model_len: int = 16_384
+    max_prefill_tokens: int = 16_384
+    prefill_tokens_per_s: float = 16_000.0
+    decode_base_ms: float = 12.0
+    decode_alpha: float = 0.04
+    kv_watermark: float = 0.01
+    max_catchup_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("decode_alpha", "kv_watermark", "max_catchup_s"):
+                if value < 0:
+                    raise SimConfigError(f"engine.{f.name}: must be >= 0, got {value!r}")
+            elif not value > 0:
+                raise SimConfigError(f"engine.{f.name}: must be > 0, got {value!r}")
+        if self.kv_watermark >= 1:
+            raise SimConfigError(f"engine.kv_watermark: must be < 1, got {self.kv_watermark!r}")
+        if self.kv_cache_tokens < self.max_model_len:
+            raise SimConfigError(
+                f"engine.kv_cache_tokens: {self.kv_cache_tokens} is smaller than "
+                f"max_model_len {self.max_model_len}; the longest request could never run"
+            )
+
+    def prefill_seconds(self, tokens: int, slow_factor: float = 1.0) -> float:
+        """Model seconds to prefill ``tokens`` prompt tokens."""
+        return tokens / self.prefill_tokens_per_s / self.speed * slow_factor
+
+    def decode_step_seconds(self, batch: int, slow_factor: float = 1.0) -> float:
+        """Model seconds of one decode step over ``batch`` running sequences."""
+        base = self.decode_base_ms / 1000.0
+        return base * (1 + self.decode_alpha * (batch - 1)) / self.speed * slow_factor

@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fault switches for drills, set at run time through ``POST /_sim/fault``.
+
+Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx", "factor": 3.0, "rate": 1.0,
+"status": 503}``; every field is validated, and those a mode does not use have no effect.
+
+- ``none``: healthy.
+- ``fail``: the server is down: in-flight requests are cut (connection reset) and every
+  route except ``/_sim/*`` answers 503, ``/health`` included. (To refuse TCP connections
+  outright, stop the server: ``SimServer.stop()``.)
+- ``slow``: every prefill and decode step takes ``factor`` times longer (default 3.0).
+- ``hang``: requests are accepted (streams even get their 200 headers) but no token is ever
+  produced, and ``/health`` stays 200: a gray failure. Work resumes when the mode changes.
+- ``error5xx``: a ``rate`` share (default 1.0) of inference requests is answered with a
+  500 or 503 before any work; ``status`` pins the code, otherwise each pick is random
+  (from the server's seeded generator).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from regions.simulator.errors import FaultSpecError
+
+
+class FaultMode(enum.Enum):
+    NONE = "none"
+    FAIL = "fail"
+    SLOW = "slow"
+    HANG = "hang"
+    ERROR5XX = "error5xx"
+
+
+_ERROR_STATUSES = (500, 503)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault setting; ``Fault()`` is healthy."""
+
+    mode: FaultMode = FaultMode.NONE
+    factor: float = 3.0
+    rate: float = 1.0
+    status: int | None = None
+
+    @classmethod
+    def from_json(cls, body: Any) -> Fault:
+        """Parse a ``/_sim/fault`` body; ``FaultSpecError`` names the offending field."""
+        if not isinstance(body, dict):
+            raise FaultSpecError("fault: expected a JSON object")
+        raw_mode = body.get("mode", "none")
+        try:
+            mode = FaultMode(raw_mode)
+        except ValueError:
+            expected = ", ".join(m.value for m in FaultMode)
+            raise FaultSpecError(
+                f"fault.mode: unknown mode {raw_mode!r} (expected one of {expected})"
+            ) from None
+        factor = _number(body, "factor", cls.factor)
+        if not factor > 0:
+            raise FaultSpecError(f"fault.factor: must be > 0, got {factor!r}")
+        rate = _number(body, "rate", cls.rate)
+        if not 0.0 <= rate <= 1.0:
+            raise FaultSpecError(f"fault.rate: must be within [0, 1], got {rate!r}")
+        status = body.get("status")
+        if status is not None and status not in _ERROR_STATUSES:
+            raise FaultSpecError(f"fault.status: must be 500 or 503, got {status!r}")
+        return cls(mode, float(factor), float(rate), status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode.value,
+            "factor": self.factor,
+            "rate": self.rate,
+            "status": self.status,
+        }
+
+    def injected_error(self, rng: random.Random) -> int | None:
+        """For ``error5xx``: the status to answer this request with, or None to serve it."""
+        if self.mode is not FaultMode.ERROR5XX or rng.random() >= self.rate:
+            return None
+        return self.status if self.status is not None else rng.choice(_ERROR_STATUSES)
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FaultSpecError(f"fault.{key}: expected a number, got {value!r}")
+    return float(value)

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run simulated GPU servers: one ``SimServer`` per spec, many of them in one process.
+
+::
+
+    specs = [
+        ServerSpec("h100-a", "127.0.1.11", 8000, ("llama-3-8b",), speed=1.0),
+        ServerSpec("a100-a", "127.0.1.12", 8000, ("llama-3-8b",), speed=0.6),
+    ]
+    async with Fleet(specs, time_scale=10) as fleet:
+        fleet["h100-a"].url            # "http://127.0.1.11:8000"
+        fleet["a100-a"].set_fault(Fault(FaultMode.SLOW, factor=4))
+        await fleet["a100-a"].stop()   # now refuses connections; start() brings it back
+
+Port 0 picks a free port; ``SimServer.url`` reports the bound one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from aiohttp import web
+
+from regions.simulator.clock import Clock, ScaledClock
+from regions.simulator.config import EngineConfig
+from regions.simulator.engine import Engine
+from regions.simulator.errors import SimConfigError
+from regions.simulator.faults import Fault
+from regions.simulator.server import SimContext, build_app
+
+SHUTDOWN_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One simulated server: where it listens, what it serves, how fast it is.
+
+    ``engine`` holds the remaining batching parameters; its ``speed`` is replaced by this
+    spec's ``speed``.
+    """
+
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    models: tuple[str, ...] = ("sim-model",)
+    speed: float = 1.0
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise SimConfigError(f"server {self.name}: models: at least one model is required")
+        if not 0 <= self.port <= 65535:
+            raise SimConfigError(f"server {self.name}: port: {self.port} is out of range")
+
+    @property
+    def engine_config(self) -> EngineConfig:
+        try:
+            return dataclasses.replace(self.engine, speed=self.speed)
+        except SimConfigError as exc:
+            raise SimConfigError(f"server {self.name}: {exc}") from None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``"127.0.1.11:8000"`` -> ``("127.0.1.11", 8000)``; raise ``SimConfigError``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SimConfigError(f"listen: expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class SimServer:
+    """One simulated GPU server on its own aiohttp site."""
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        time_scale: float = 1.0,
+        seed: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.spec = spec
+        self.engine = Engine(spec.engine_config, clock or ScaledClock(time_scale))
+        self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed))
+        self.app = build_app(self.context)
+        self._runner: web.AppRunner | None = None
+        self._port = spec.port
+
+    @property
+    def host(self) -> str:
+        return self.spec.host
+
+    @property
+    def port(self) -> int:
+        """The bound port once started (the spec's port, or the one picked for port 0)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def start(self) -> None:
+        """Start the engine and listen; after ``stop()`` this reuses the same port."""
+        if self._runner is not None:
+            return
+        await self.engine.start()
+        runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            access_log=None,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port, reuse_address=True)
+        await site.start()
+        self._port = runner.addresses[0][1]
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Close the listener and cut in-flight requests; connections are refused after."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        self.engine.abort_all()
+        await runner.cleanup()
+        await self.engine.stop()
+
+    def set_fault(self, fault: Fault) -> None:
+        """Same as ``POST /_sim/fault``."""
+        self.context.set_fault(fault)
+
+
+class Fleet:
+    """Many simulated servers in one process, started and stopped together."""
+
+    def __init__(self, specs: Iterable[ServerSpec], *, time_scale: float = 1.0, seed: int = 0):
+        self.servers: dict[str, SimServer] = {}
+        for i, spec in enumerate(specs):
+            if spec.name in self.servers:
+                raise SimConfigError(f"fleet: duplicate server name {spec.name!r}")
+            self.servers[spec.name] = SimServer(spec, time_scale=time_scale, seed=seed + i)
+
+    def __getitem__(self, name: str) -> SimServer:
+        return self.servers[name]
+
+    def __iter__(self) -> Iterator[SimServer]:
+        return iter(self.servers.values())
+
+    def __len__(self) -> int:
+        return len(self.servers)
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {name: s.url for name, s in self.servers.items()}
+
+    async def start(self) -> None:
+        """Start every server; if one fails to bind, stop the ones already started."""
+        try:
+            for server in self:
+                await server.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self))
+
+    async def __aenter__(self) -> Fleet:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The aiohttp app of one simulated GPU server: OpenAI-compatible API, health, metrics, faults.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /_sim/fault``,
+``GET /_sim/state``. Handlers are thin: parsing and bodies live in ``openai_format``, timing
+in ``engine``, fault semantics in ``faults``. A sequence is aborted however its request ends
+(finished, client gone, handler cancelled), so slots and KV never leak.
+
+Run the app with ``handler_cancellation=True`` (``SimServer`` does) so that a client which
+disconnects while its request is still queued frees its place at once.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from regions.simulator import openai_format as oai
+from regions.simulator.batching import Sequence
+from regions.simulator.engine import Engine
+from regions.simulator.errors import FaultSpecError, RequestError, SequenceAborted
+from regions.simulator.faults import Fault, FaultMode
+from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class SimContext:
+    """Everything the handlers of one simulated server share."""
+
+    name: str
+    models: tuple[str, ...]
+    engine: Engine
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    fault: Fault = field(default_factory=Fault)
+    metrics: ServerMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = ServerMetrics(self.engine, self.models[0])
+
+    def set_fault(self, fault: Fault) -> None:
+        """Switch the fault mode; ``fail`` also cuts every in-flight request."""
+        self.fault = fault
+        self.engine.hung = fault.mode is FaultMode.HANG
+        self.engine.slow_factor = fault.factor if fault.mode is FaultMode.SLOW else 1.0
+        if fault.mode is FaultMode.FAIL:
+            self.engine.abort_all()
+
+    def state_json(self) -> dict[str, Any]:
+        s = self.engine.state()
+        return {
+            "name": self.name,
+            "models": list(self.models),
+            "speed": self.engine.config.speed,
+            "running": s.running,
+            "waiting": s.waiting,
+            "kv_used_tokens": s.kv_used_tokens,
+            "kv_capacity_tokens": s.kv_capacity_tokens,
+            "kv_usage": s.kv_usage,
+            "fault": self.fault.to_json(),
+            "counters": vars(s.counters),
+            "lost_model_seconds": round(s.lost_s, 6),
+        }
+
+
+CTX = web.AppKey("sim_context", SimContext)
+
+
+def build_app(ctx: SimContext) -> web.Application:
+    """Build the app for one simulated server (no I/O until it is run)."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_fault_middleware])
+    app[CTX] = ctx
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_post("/v1/embeddings", _embeddings)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_post("/_sim/fault", _set_fault)
+    app.router.add_get("/_sim/state", _state)
+    return app
+
+
+def _error(status: int, message: str, error_type: str, **extra: Any) -> web.Response:
+    return web.json_response(oai.error_body(message, error_type, **extra), status=status)
+
+
+@web.middleware
+async def _fault_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    if request.path.startswith("/_sim/"):
+        return await handler(request)
+    if ctx.fault.mode is FaultMode.FAIL:
+        return _error(503, "simulated server failure", "server_error", code=503)
+    if request.method == "POST" and request.path.startswith("/v1/"):
+        status = ctx.fault.injected_error(ctx.rng)
+        if status is not None:
+            return _error(status, f"simulated {status} error", "server_error", code=status)
+    return await handler(request)
+
+
+# -- inference ---------------------------------------------------------------------------------
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, oai.Endpoint.COMPLETIONS)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, oai.Endpoint.CHAT)
+
+
+async def _admit(
+    request: web.Request, endpoint: oai.Endpoint
+) -> tuple[oai.InferenceRequest, Sequence]:
+    ctx = request.app[CTX]
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError("request body is not valid JSON") from None
+    req = oai.parse_request(endpoint, body, ctx.models)
+    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens)
+
+
+async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    try:
+        req, seq = await _admit(request, endpoint)
+    except RequestError as exc:
+        return _error(exc.status, exc.message, exc.error_type, param=exc.param, code=exc.code)
+    try:
+        if req.stream:
+            return await _stream(request, req, seq)
+        await ctx.engine.wait(seq)
+        body = oai.completion_body(req, oai.new_id(endpoint, seq.seq_id), int(time.time()))
+        return web.json_response(body)
+    except SequenceAborted:
+        return _cut(request)
+    finally:
+        ctx.engine.abort(seq)
+        ctx.metrics.observe(seq)
+
+
+async def _stream(
+    request: web.Request, req: oai.InferenceRequest, seq: Sequence
+) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    rid, created = oai.new_id(req.endpoint, seq.seq_id), int(time.time())
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+    try:
+        async for index in ctx.engine.stream(seq):
+            data = oai.sse(oai.chunk_body(req, rid, created, index))
+            if index == 0 and req.endpoint is oai.Endpoint.CHAT:
+                data = oai.sse(oai.chunk_body(req, rid, created, None, role=True)) + data
+            await resp.write(data)
+    except SequenceAborted:
+        _cut(request)
+        return resp
+    except ConnectionResetError:  # client gone (when handler cancellation is off)
+        return resp
+    if req.include_usage:
+        await resp.write(oai.sse(oai.usage_chunk(req, rid, created)))
+    await resp.write(oai.SSE_DONE)
+    await resp.write_eof()
+    return resp
+
+
+def _cut(request: web.Request) -> web.Response:
+    """Drop the connection mid-request, as a crashed server would.
+
+    The returned response is never delivered: the transport is already gone.
+    """
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response(status=503)
+
+
+async def _embeddings(request: web.Request) -> web.StreamResponse:
+    ctx = request.app[CTX]
+    try:
+        req, seq = await _admit(request, oai.Endpoint.EMBEDDINGS)
+    except RequestError as exc:
+        return _error(exc.status, exc.message, exc.error_type, param=exc.param, code=exc.code)
+    try:
+        await ctx.engine.wait(seq)
+        return web.json_response(oai.embeddings_body(req))
+    except SequenceAborted:
+        return _cut(request)
+    finally:
+        ctx.engine.abort(seq)
+        ctx.metrics.observe(seq)
+
+
+# -- the rest ----------------------------------------------------------------------------------
+
+
+async def _models(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    created = int(time.time())
+    data = [
+        {
+            "id": m,
+            "object": "model",
+            "created": created,
+            "owned_by": "director-simulator",
+            "root": m,
+            "parent": None,
+            "max_model_len": ctx.engine.config.max_model_len,
+        }
+        for m in ctx.models
+    ]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[CTX].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _set_fault(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    try:
+        fault = Fault.from_json(await request.json())
+    except json.JSONDecodeError:
+        return _error(400, "fault: body is not valid JSON", "invalid_request_error")
+    except FaultSpecError as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    ctx.set_fault(fault)
+    return web.json_response(fault.to_json())
+
+
+async def _state(request: web.Request) -> web.Response:
+    return web.json_response(request.app[CTX].state_json())

@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pure continuous-batching scheduler: admission, queueing, step costs, preemption."""
+
+from __future__ import annotations
+
+import pytest
+
+from regions.simulator.batching import Scheduler, SeqState, StepKind
+from regions.simulator.config import EngineConfig
+from regions.simulator.errors import ContextLengthError, SimConfigError
+
+# Round numbers: prefill 1,000 tokens/s, decode step 10 ms * (1 + 0.5 * (batch - 1)).
+ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0, "decode_alpha": 0.5}
+
+
+def make(**overrides: object) -> Scheduler:
+    return Scheduler(EngineConfig(**{**ROUND, "kv_watermark": 0.0, **overrides}))
+
+
+def run_to_end(s: Scheduler, now: float = 0.0) -> float:
+    while (step := s.plan()) is not None:
+        now += step.duration
+        s.complete(step, now)
+    return now
+
+
+@pytest.mark.parametrize(
+    ("max_num_seqs", "submitted", "running", "waiting"),
+    [(4, 2, 2, 0), (4, 4, 4, 0), (4, 6, 4, 2), (1, 3, 1, 2)],
+    ids=["under", "exactly-full", "over", "one-slot"],
+)
+def test_slots_bound_running_and_the_rest_wait(
+    max_num_seqs: int, submitted: int, running: int, waiting: int
+) -> None:
+    s = make(max_num_seqs=max_num_seqs)
+    for _ in range(submitted):
+        s.submit(100, 10, 0.0)
+    step = s.plan()
+    assert step is not None and step.kind is StepKind.PREFILL
+    assert (len(s.running), len(s.waiting)) == (running, waiting)
+
+
+def test_kv_budget_makes_requests_wait_even_with_free_slots() -> None:
+    s = make(max_num_seqs=8, kv_cache_tokens=2000, max_model_len=2000)
+    a = s.submit(1200, 10, 0.0)
+    b = s.submit(1200, 10, 0.0)
+    s.plan()
+    assert a.state is SeqState.RUNNING and b.state is SeqState.WAITING
+    assert s.kv_used == 1200
+    run_to_end(s)
+    assert b.state is SeqState.FINISHED
+
+
+def test_fifo_head_of_line_is_not_overtaken() -> None:
+    s = make(max_num_seqs=8, kv_cache_tokens=2000, max_model_len=2000)
+    s.submit(1500, 10, 0.0)
+    big = s.submit(1000, 10, 0.0)
+    small = s.submit(10, 10, 0.0)  # would fit, but waits behind `big`
+    s.plan()
+    assert big.state is SeqState.WAITING and small.state is SeqState.WAITING
+
+
+def test_prefill_cost_is_proportional_to_prompt_tokens() -> None:
+    s = make()
+    s.submit(300, 5, 0.0)
+    s.submit(200, 5, 0.0)
+    step = s.plan()
+    assert step is not None and step.kind is StepKind.PREFILL
+    assert step.duration == pytest.approx(0.5)  # 500 tokens at 1,000 tokens/s
+
+
+def test_max_prefill_tokens_splits_a_prefill_but_admits_one_long_prompt() -> None:
+    s = make(max_prefill_tokens=1000)
+    s.submit(1500, 5, 0.0)
+    s.submit(100, 5, 0.0)
+    first = s.plan()
+    assert first is not None and len(first.seqs) == 1
+    s.complete(first, first.duration)
+    second = s.plan()
+    assert second is not None and second.kind is StepKind.PREFILL and len(second.seqs) == 1
+
+
+@pytest.mark.parametrize(
+    ("batch", "step_ms"),
+    [(1, 10.0), (2, 15.0), (4, 25.0), (8, 45.0)],
+    ids=["b1", "b2", "b4", "b8"],
+)
+def test_decode_step_grows_with_batch(batch: int, step_ms: float) -> None:
+    s = make()
+    for _ in range(batch):
+        s.submit(10, 5, 0.0)
+    prefill = s.plan()
+    assert prefill is not None
+    s.complete(prefill, prefill.duration)
+    decode = s.plan()
+    assert decode is not None and decode.kind is StepKind.DECODE
+    assert len(decode.seqs) == batch
+    assert decode.duration == pytest.approx(step_ms / 1000)
+
+
+def test_prefill_yields_the_first_token_and_decode_one_token_per_step() -> None:
+    s = make()
+    seq = s.submit(100, 3, 0.0)
+    end = run_to_end(s)
+    assert seq.first_token_at == pytest.approx(0.1)
+    assert end == pytest.approx(0.1 + 2 * 0.010)
+    assert seq.generated == 3 and seq.state is SeqState.FINISHED
+    assert s.counters.prompt_tokens == 100 and s.counters.generation_tokens == 3
+
+
+def test_growth_beyond_the_budget_preempts_the_newest_and_recomputes_it() -> None:
+    s = make(kv_cache_tokens=1000, max_model_len=1000)
+    old = s.submit(480, 40, 0.0)
+    new = s.submit(480, 40, 0.0)
+    run_to_end(s)
+    assert old.state is SeqState.FINISHED and new.state is SeqState.FINISHED
+    assert new.preemptions >= 1 and old.preemptions == 0
+    assert s.counters.preemptions == new.preemptions
+    assert s.counters.generation_tokens == 80  # recompute re-emits nothing
+    assert s.counters.prompt_tokens == 960  # counted once per request
+
+
+def test_abort_frees_the_slot_and_kv_at_once() -> None:
+    s = make(max_num_seqs=1)
+    first = s.submit(500, 100, 0.0)
+    second = s.submit(500, 100, 0.0)
+    step = s.plan()
+    assert step is not None
+    assert s.abort(first) is True
+    assert s.kv_used == 0 and not s.running
+    s.complete(step, step.duration)  # the aborted sequence is skipped
+    assert first.generated == 0
+    s.plan()
+    assert second.state is SeqState.RUNNING
+    assert s.abort(first) is False  # idempotent
+
+
+def test_abort_all_empties_running_and_waiting() -> None:
+    s = make(max_num_seqs=1)
+    seqs = [s.submit(10, 10, 0.0) for _ in range(3)]
+    s.plan()
+    assert len(s.abort_all()) == 3
+    assert s.idle and all(q.state is SeqState.ABORTED for q in seqs)
+
+
+def test_requests_longer_than_max_model_len_are_refused() -> None:
+    s = make(max_model_len=1000, kv_cache_tokens=1000)
+    with pytest.raises(ContextLengthError, match="maximum context length is 1000"):
+        s.submit(900, 200, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("speed", 0.0, "engine.speed: must be > 0"),
+        ("max_num_seqs", 0, "engine.max_num_seqs: must be > 0"),
+        ("decode_alpha", -1.0, "engine.decode_alpha: must be >= 0"),
+        ("kv_cache_tokens", 100, "engine.kv_cache_tokens: 100 is smaller than max_model_len"),
+    ],
+    ids=["speed", "slots", "alpha", "kv-below-context"],
+)
+def test_config_errors_name_the_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(SimConfigError, match=message):
+        EngineConfig(**{field: value})
