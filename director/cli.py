@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from director.commands import policy
+from director.commands import policy, workers
 
 app = typer.Typer(
     help="director: a multi-region traffic director for AI inference.",
@@ -12,6 +12,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(policy.app, name="policy")
+app.command(name="workers")(workers.workers)
 
 
 def main() -> None:
