@@ -1,0 +1,424 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The balancer of one region: an aiohttp server in front of aiohttp clients.
+
+Why aiohttp for both sides: one well-kept asyncio stack (server, client, connection
+pools, timeouts) instead of two (uvicorn + httpx); its ``StreamResponse`` writes each
+chunk to the client as it arrives, so SSE passes through unbuffered; its client reads a
+response with ``readany()`` as bytes arrive; one ``ClientSession`` (its own
+``TCPConnector``) per backend keeps connections pooled and isolated per GPU server; and
+``handler_cancellation=True`` turns a client disconnect into the cancellation of the
+handler, which closes the upstream connection and so aborts the work on the GPU.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
+``GET /v1/models`` (union over usable backends), ``GET /healthz``, ``GET /metrics``;
+loopback only: ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``),
+``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``),
+``GET /_admin/state``.
+
+::
+
+    balancer = build_balancer("eu-west", [BackendSpec("gpu0", "http://10.0.0.5:8000",
+                                                      ("llama-3-8b",))])
+    async with balancer:             # listens on balancer.url
+        ...
+    # or: await serve("eu-west", region.gpus, listen=("0.0.0.0", 8080))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from regions.balancer.admission import AdmissionConfig, Dispatcher
+from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.errors import BalancerConfigError, RequestRejected
+from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics
+from regions.balancer.proxy import Proxy, ProxySettings, error_response
+from regions.balancer.registry import (
+    DEFAULT_FILTERS,
+    DEFAULT_PICKER,
+    DEFAULT_SCORERS,
+    Registry,
+    build_profile,
+    register_builtin_plugins,
+)
+from regions.balancer.request_info import parse_request
+from regions.balancer.types import Endpoint
+
+SHUTDOWN_TIMEOUT_S = 2.0
+MODELS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class BalancerConfig:
+    """Settings of one balancer (defaults suit a vLLM fleet)."""
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_retries: int = 2
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 300.0
+    prefill_ratio: float = 150.0
+    default_tokens_per_s: float = 50.0
+    max_concurrency: int = 16
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
+    picker: str = DEFAULT_PICKER
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    outliers: OutlierConfig = field(default_factory=OutlierConfig)
+
+
+class Balancer:
+    """One region's balancer: pool, pipeline, queue, proxy and the aiohttp app."""
+
+    def __init__(
+        self,
+        region: str,
+        backends: Iterable[Any],
+        *,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
+        jurisdiction: str | None = None,
+        config: BalancerConfig | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.region = region
+        self.jurisdiction = jurisdiction
+        self.config = cfg = config or BalancerConfig()
+        self.listen = listen
+        specs = [BackendSpec.coerce(b, cfg.max_concurrency) for b in backends]
+        self.pool = BackendPool(
+            specs,
+            outliers=cfg.outliers,
+            default_tokens_per_s=cfg.default_tokens_per_s,
+            clock=clock,
+        )
+        self.registry = register_builtin_plugins(Registry())
+        self.profile = build_profile(
+            self.registry,
+            filters=cfg.filters,
+            scorers=cfg.scorers,
+            picker=cfg.picker,
+            rng=rng or random.Random(0),
+        )
+        self.dispatcher = Dispatcher(self.pool, self.profile, cfg.admission)
+        self.metrics = BalancerMetrics(region, self.dispatcher)
+        self.sessions: dict[str, aiohttp.ClientSession] = {}
+        self.proxy = Proxy(
+            ProxySettings(
+                region,
+                cfg.max_body_bytes,
+                cfg.max_retries,
+                cfg.prefill_ratio,
+                cfg.admission.queue_timeout_s,
+            ),
+            self.pool,
+            self.dispatcher,
+            self.metrics,
+            self.sessions,
+            clock,
+        )
+        self.app = self._build_app()
+        self.runner: web.AppRunner | None = None
+        self._port = listen[1]
+
+    # -- app -----------------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        for endpoint in Endpoint:
+            app.router.add_post(endpoint.value, self._inference_handler(endpoint))
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/_admin/drain", self._drain)
+        app.router.add_post("/_admin/undrain", self._undrain)
+        app.router.add_post("/_admin/explain", self._explain)
+        app.router.add_get("/_admin/state", self._state)
+        app.on_startup.append(self._open_sessions)
+        app.on_cleanup.append(self._close_sessions)
+        return app
+
+    def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self.proxy.handle(request, endpoint)
+
+        return handler
+
+    async def _open_sessions(self, app: web.Application) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.config.connect_timeout_s,
+            sock_read=self.config.read_timeout_s,
+        )
+        for b in self.pool:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+            self.sessions[b.name] = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, auto_decompress=False
+            )
+
+    async def _close_sessions(self, app: web.Application) -> None:
+        sessions = list(self.sessions.values())
+        self.sessions.clear()
+        await asyncio.gather(*(s.close() for s in sessions))
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = self.listen[0]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        if self.runner is not None:
+            return
+        runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            access_log=None,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.listen[0], self.listen[1], reuse_address=True)
+        await site.start()
+        self._port = runner.addresses[0][1]
+        self.runner = runner
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Balancer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- operator API --------------------------------------------------------------------
+
+    def drain(self, backend: str) -> None:
+        """No new requests to ``backend``; its in-flight requests and streams finish."""
+        self.pool.set_draining(backend, True)
+
+    def undrain(self, backend: str) -> None:
+        self.pool.set_draining(backend, False)
+
+    def set_healthy(self, backend: str, healthy: bool) -> None:
+        """Probe result (from the workers / state store); a return starts slow start."""
+        self.pool.set_healthy(backend, healthy)
+
+    async def wait_drained(self, backend: str, timeout: float = 30.0) -> None:
+        async with asyncio.timeout(timeout):
+            while self.pool[backend].in_flight:
+                await asyncio.sleep(0.01)
+
+    def explain(
+        self, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Why this request would go where: the pipeline's chain of steps, as data."""
+        endpoint = Endpoint(path)
+        learned = (
+            self.proxy.output_lengths.get(body.get("model")) if isinstance(body, dict) else None
+        )
+        info = parse_request(
+            endpoint,
+            body,
+            headers or {},
+            prefill_ratio=self.config.prefill_ratio,
+            learned_output=learned.value if learned else None,
+        )
+        decision = self.dispatcher.explain(info)
+        return {
+            "region": self.region,
+            "profile": self.profile.name,
+            "request": {
+                "model": info.model,
+                "prompt_tokens": info.prompt_tokens,
+                "output_tokens": info.output_tokens,
+                "cost_tokens": info.cost_tokens,
+                "priority": info.priority,
+                "session": info.session,
+            },
+            **decision.to_json(),
+            "queued": self.dispatcher.queued,
+        }
+
+    def state(self) -> dict[str, Any]:
+        snap = self.pool.snapshot()
+        return {
+            "region": self.region,
+            "queued": self.dispatcher.queued,
+            "retry_after": self.dispatcher.retry_after(),
+            "backends": [
+                {
+                    "name": b.name,
+                    "healthy": b.healthy,
+                    "ejected": b.ejected,
+                    "draining": b.draining,
+                    "in_flight": b.in_flight,
+                    "cap": b.cap,
+                    "work_tokens": round(b.work_tokens, 3),
+                    "tokens_per_s": round(b.tokens_per_s, 3),
+                    "rate_learned": b.rate_learned,
+                }
+                for b in snap.backends
+            ],
+        }
+
+    # -- handlers ------------------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        snap = self.pool.snapshot()
+        usable = [b for b in snap.backends if b.healthy and not b.ejected]
+
+        async def fetch(name: str) -> list[dict[str, Any]]:
+            session = self.sessions[name]
+            url = self.pool[name].spec.url + "/v1/models"
+            async with asyncio.timeout(MODELS_TIMEOUT_S), session.get(url) as resp:
+                if resp.status != 200:
+                    return []
+                data = (await resp.json(content_type=None)).get("data", [])
+                return [m for m in data if isinstance(m, dict) and "id" in m]
+
+        results = await asyncio.gather(*(fetch(b.name) for b in usable), return_exceptions=True)
+        models: dict[str, dict[str, Any]] = {}
+        for b, result in zip(usable, results, strict=True):
+            if isinstance(result, BaseException):
+                result = [{"id": m, "object": "model", "owned_by": "director"} for m in b.models]
+            for m in result:
+                models.setdefault(m["id"], m)
+        return web.json_response({"object": "list", "data": list(models.values())})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        snap = self.pool.snapshot()
+        usable = sum(1 for b in snap.backends if b.healthy and not b.ejected and not b.draining)
+        body = {
+            "region": self.region,
+            "usable_backends": usable,
+            "in_flight": self.pool.in_flight(),
+            "queued": self.dispatcher.queued,
+        }
+        return web.json_response(body, status=200 if usable else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _admin_body(self, request: web.Request) -> dict[str, Any]:
+        if not _is_loopback(request.remote):
+            raise RequestRejected(403, "admin endpoints are loopback only")
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestRejected(400, "admin: body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise RequestRejected(400, "admin: expected a JSON object")
+        return body
+
+    async def _set_drain(self, request: web.Request, draining: bool) -> web.Response:
+        try:
+            body = await self._admin_body(request)
+            name = body.get("backend") or request.query.get("backend")
+            if not isinstance(name, str):
+                raise RequestRejected(400, "admin: backend: required")
+            self.pool.set_draining(name, draining)
+        except RequestRejected as exc:
+            return error_response(exc.status, exc.message, "invalid_request_error")
+        except BalancerConfigError as exc:
+            return error_response(404, str(exc), "not_found")
+        b = self.pool[name]
+        return web.json_response({"backend": name, "draining": draining, "in_flight": b.in_flight})
+
+    async def _drain(self, request: web.Request) -> web.Response:
+        return await self._set_drain(request, True)
+
+    async def _undrain(self, request: web.Request) -> web.Response:
+        return await self._set_drain(request, False)
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._admin_body(request)
+            return web.json_response(
+                self.explain(
+                    str(body.get("path", Endpoint.COMPLETIONS.value)),
+                    body.get("body"),
+                    body.get("headers") or {},
+                )
+            )
+        except RequestRejected as exc:
+            return error_response(exc.status, exc.message, "invalid_request_error")
+        except ValueError as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+
+    async def _state(self, request: web.Request) -> web.Response:
+        if not _is_loopback(request.remote):
+            return error_response(403, "admin endpoints are loopback only", "forbidden")
+        return web.json_response(self.state())
+
+
+def _is_loopback(remote: str | None) -> bool:
+    if not remote:
+        return False
+    try:
+        return ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
+
+
+def backends_from_region(region: Any, max_concurrency: int = 16) -> list[BackendSpec]:
+    """``BackendSpec``s from a ``policies.model.Region``'s GPU servers."""
+    return [BackendSpec.coerce(gpu, max_concurrency) for gpu in region.gpus]
+
+
+def build_balancer(
+    region_name: str,
+    backends: Iterable[Any],
+    listen: tuple[str, int] = ("127.0.0.1", 0),
+    jurisdiction: str | None = None,
+    *,
+    config: BalancerConfig | None = None,
+    rng: random.Random | None = None,
+) -> Balancer:
+    """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
+    ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
+    creates ``balancer.runner`` and listens."""
+    return Balancer(
+        region_name, backends, listen=listen, jurisdiction=jurisdiction, config=config, rng=rng
+    )
+
+
+async def serve(
+    region_name: str,
+    backends: Iterable[Any],
+    listen: tuple[str, int] = ("127.0.0.1", 8080),
+    jurisdiction: str | None = None,
+    *,
+    config: BalancerConfig | None = None,
+    ready: Callable[[Balancer], None] | None = None,
+) -> None:
+    """Run a balancer until cancelled (``director region serve`` calls this)."""
+    balancer = build_balancer(region_name, backends, listen, jurisdiction, config=config)
+    async with balancer:
+        if ready is not None:
+            ready(balancer)
+        await asyncio.Event().wait()

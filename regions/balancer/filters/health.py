@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``health`` filter: keep backends that are healthy, not ejected and not draining.
+
+Reads ``BackendSnapshot.healthy`` (probes), ``ejected`` (outlier ejection in the data
+path) and ``draining`` (operator). No parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from regions.balancer.types import BackendSnapshot, RequestInfo
+
+
+@dataclass(frozen=True)
+class HealthFilter:
+    name: str = "health"
+
+    def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:
+        if not backend.healthy:
+            return "unhealthy"
+        if backend.ejected:
+            return "ejected after consecutive errors"
+        if backend.draining:
+            return "draining"
+        return None

@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``model`` filter: keep backends that serve the requested model.
+
+Reads ``RequestInfo.model`` and ``BackendSnapshot.models``. A LoRA adapter is served
+where its name is listed among the backend's models. No parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from regions.balancer.types import BackendSnapshot, RequestInfo
+
+
+@dataclass(frozen=True)
+class ModelFilter:
+    name: str = "model"
+
+    def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:
+        if request.model in backend.models:
+            return None
+        return f"does not serve model {request.model!r}"

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prometheus metrics of one balancer, on its own registry (no process-wide state).
+
+- ``director_balancer_in_flight{backend}``, ``director_balancer_work_tokens{backend}``,
+  ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``:
+  gauges read from the pool at scrape time;
+- ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
+  ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
+  ``director_balancer_upstream_errors_total{backend,kind}``;
+- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from regions.balancer.admission import Dispatcher
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class _PoolCollector(Collector):
+    def __init__(self, region: str, dispatcher: Dispatcher) -> None:
+        self.region = region
+        self.dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.dispatcher.pool.snapshot()
+        in_flight = GaugeMetricFamily(
+            "director_balancer_in_flight", "Requests in flight per backend", labels=["backend"]
+        )
+        work = GaugeMetricFamily(
+            "director_balancer_work_tokens",
+            "Predicted in-flight work per backend (decode-token equivalents)",
+            labels=["backend"],
+        )
+        rate = GaugeMetricFamily(
+            "director_balancer_tokens_per_second",
+            "Learned decode rate per backend",
+            labels=["backend"],
+        )
+        for b in snap.backends:
+            in_flight.add_metric([b.name], b.in_flight)
+            work.add_metric([b.name], b.work_tokens)
+            rate.add_metric([b.name], b.tokens_per_s)
+        queue = GaugeMetricFamily("director_balancer_queue", "Requests waiting in the region queue")
+        queue.add_metric([], self.dispatcher.queued)
+        yield from (in_flight, work, rate, queue)
+
+
+class BalancerMetrics:
+    def __init__(self, region: str, dispatcher: Dispatcher) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_PoolCollector(region, dispatcher))
+        r = self.registry
+        self.decisions = Counter(
+            "director_balancer_decisions", "Requests bound to a backend", ["backend"], registry=r
+        )
+        self.retries = Counter(
+            "director_balancer_retries", "Retries on another backend", registry=r
+        )
+        self.ejections = Counter(
+            "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
+        )
+        self.shed = Counter("director_balancer_shed", "Requests shed", ["reason"], registry=r)
+        self.upstream_errors = Counter(
+            "director_balancer_upstream_errors",
+            "Backend errors seen in the data path",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "director_balancer_ttft_seconds",
+            "Time to first byte of the response body",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "director_balancer_e2e_seconds",
+            "Request latency through the balancer",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

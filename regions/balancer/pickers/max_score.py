@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``max-score`` picker: the candidate with the highest total score.
+
+Ties (within ``1e-12``) are broken at random with the injected ``random.Random``, so that
+equal backends share load instead of the first one taking everything (hot-spotting).
+Parameter: ``rng`` (default ``random.Random(0)``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from regions.balancer.types import BackendSnapshot
+
+TIE_EPSILON = 1e-12
+
+
+@dataclass
+class MaxScorePicker:
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    name: str = "max-score"
+
+    def pick(self, candidates: Sequence[BackendSnapshot], scores: Sequence[float]) -> int:
+        best = max(scores)
+        ties = [i for i, s in enumerate(scores) if s >= best - TIE_EPSILON]
+        return ties[0] if len(ties) == 1 else self.rng.choice(ties)

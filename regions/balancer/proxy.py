@@ -1,0 +1,268 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The data path of one inference request: parse, bind, forward, stream back, account.
+
+1. The body is read once (bounded: 413 above ``max_body_bytes``) and parsed once into a
+   ``RequestInfo``.
+2. ``Dispatcher.acquire`` binds it to a backend (maybe after waiting in the queue) and
+   returns a ``Lease``; the lease is released by a ``with`` block however the request
+   ends: success, upstream error, client disconnect (the handler is cancelled) or timeout.
+3. Before the first byte, a connection failure or a 502/503 answer is retried on another
+   backend (``max_retries``); the failed backend is excluded for this request and its
+   error counted towards outlier ejection.
+4. The response is relayed chunk by chunk as it arrives (``StreamResponse``, no
+   buffering). SSE chunks are metered to learn the backend's decode rate. If the client
+   goes away the handler is cancelled and the upstream connection is closed, which aborts
+   the sequence on the GPU server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from regions.balancer.admission import Dispatcher
+from regions.balancer.backends import Backend, BackendPool, Lease
+from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
+from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.metrics import BalancerMetrics
+from regions.balancer.request_info import parse_request
+from regions.balancer.speed import Ewma, StreamMeter
+from regions.balancer.types import Endpoint, RequestInfo
+
+REGION_HEADER = "x-director-region"
+BACKEND_HEADER = "x-director-backend"
+DEADLINE_HEADER = "x-director-deadline-ms"
+RETRYABLE_STATUS = frozenset({502, 503})
+MAX_ERROR_BODY = 64 * 1024
+UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def error_response(
+    status: int,
+    message: str,
+    error_type: str,
+    *,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxySettings:
+    region: str
+    max_body_bytes: int
+    max_retries: int
+    prefill_ratio: float
+    max_queue_wait_s: float
+
+
+class Proxy:
+    """Forwards inference requests for one balancer."""
+
+    def __init__(
+        self,
+        settings: ProxySettings,
+        pool: BackendPool,
+        dispatcher: Dispatcher,
+        metrics: BalancerMetrics,
+        sessions: dict[str, aiohttp.ClientSession],
+        clock: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.sessions = sessions
+        self.clock = clock
+        self.output_lengths: dict[str, Ewma] = {}
+
+    # -- parsing -------------------------------------------------------------------------
+
+    async def read_request(
+        self, request: web.Request, endpoint: Endpoint
+    ) -> tuple[bytes, RequestInfo]:
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise RequestRejected(413, f"request body exceeds {limit} bytes")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise RequestRejected(413, f"request body exceeds {limit} bytes") from None
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestRejected(400, "request body is not valid JSON") from None
+        model = body.get("model") if isinstance(body, dict) else None
+        learned = self.output_lengths.get(model) if isinstance(model, str) else None
+        info = parse_request(
+            endpoint,
+            body,
+            request.headers,
+            prefill_ratio=self.settings.prefill_ratio,
+            learned_output=learned.value if learned else None,
+        )
+        return raw, info
+
+    def queue_timeout(self, request: web.Request) -> float:
+        raw = request.headers.get(DEADLINE_HEADER)
+        limit = self.settings.max_queue_wait_s
+        if raw is None:
+            return limit
+        try:
+            return max(0.0, min(limit, int(raw) / 1000.0))
+        except ValueError:
+            raise RequestRejected(400, f"{DEADLINE_HEADER}: expected milliseconds") from None
+
+    # -- forwarding ----------------------------------------------------------------------
+
+    async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        try:
+            raw, info = await self.read_request(request, endpoint)
+            timeout = self.queue_timeout(request)
+        except RequestRejected as exc:
+            error_type = "invalid_request_error"
+            return error_response(exc.status, exc.message, error_type, param=exc.param)
+        start = self.clock()
+        path = request.rel_url.path_qs
+        headers = upstream_request_headers(request.headers)
+        excluded: set[str] = set()
+        last_failure: web.Response | None = None
+        for attempt in range(self.settings.max_retries + 1):
+            if attempt:
+                self.metrics.retries.inc()
+            try:
+                lease = await self.dispatcher.acquire(
+                    dataclasses.replace(info, exclude=frozenset(excluded)), timeout
+                )
+            except NoBackendError as exc:
+                if last_failure is not None:
+                    return last_failure
+                status = 404 if exc.stage == "model" else 503
+                kind = "model_not_found" if status == 404 else "service_unavailable"
+                return error_response(status, exc.message, kind)
+            except ShedError as exc:
+                self.metrics.shed.labels(exc.reason).inc()
+                return error_response(
+                    429,
+                    str(exc),
+                    "rate_limit_exceeded",
+                    headers={"Retry-After": str(exc.retry_after)},
+                )
+            with lease:
+                backend = lease.backend
+                self.metrics.decisions.labels(backend.name).inc()
+                session = self.sessions[backend.name]
+                try:
+                    upstream = await session.post(
+                        backend.spec.url + path, data=raw, headers=headers
+                    )
+                except UPSTREAM_ERRORS as exc:
+                    self._failed(backend, "connect")
+                    excluded.add(backend.name)
+                    last_failure = error_response(
+                        502,
+                        f"backend {backend.name} unreachable: {type(exc).__name__}",
+                        "bad_gateway",
+                    )
+                    continue
+                if upstream.status in RETRYABLE_STATUS and attempt < self.settings.max_retries:
+                    last_failure = await self._consume_failure(upstream, backend)
+                    excluded.add(backend.name)
+                    continue
+                return await self._relay(request, upstream, lease, info, start)
+        return last_failure or error_response(502, "no backend answered", "bad_gateway")
+
+    async def _consume_failure(
+        self, upstream: aiohttp.ClientResponse, backend: Backend
+    ) -> web.Response:
+        try:
+            body = await upstream.content.read(MAX_ERROR_BODY)
+        except UPSTREAM_ERRORS:
+            body = b""
+        finally:
+            upstream.close()
+        self._failed(backend, f"http_{upstream.status}")
+        return web.Response(
+            status=upstream.status,
+            body=body,
+            content_type=upstream.content_type or "application/json",
+            headers={REGION_HEADER: self.settings.region, BACKEND_HEADER: backend.name},
+        )
+
+    def _failed(self, backend: Backend, kind: str) -> None:
+        self.metrics.upstream_errors.labels(backend.name, kind).inc()
+        if self.pool.record_failure(backend):
+            self.metrics.ejections.labels(backend.name).inc()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        lease: Lease,
+        info: RequestInfo,
+        start: float,
+    ) -> web.StreamResponse:
+        backend = lease.backend
+        resp = web.StreamResponse(
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=downstream_response_headers(upstream.headers),
+        )
+        resp.headers[REGION_HEADER] = self.settings.region
+        resp.headers[BACKEND_HEADER] = backend.name
+        sse = upstream.content_type == "text/event-stream"
+        if not sse and upstream.content_length is not None:
+            resp.content_length = upstream.content_length
+        meter = StreamMeter()
+        first_at: float | None = None
+        finished = False
+        try:
+            await resp.prepare(request)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except UPSTREAM_ERRORS:
+                    self._failed(backend, "mid_stream")
+                    if request.transport is not None:
+                        request.transport.abort()  # the client sees a truncated stream
+                    return resp
+                if not chunk:
+                    break
+                now = self.clock()
+                if first_at is None:
+                    first_at = now
+                    self.metrics.ttft.labels(backend.name).observe(now - start)
+                if sse:
+                    meter.observe(chunk, now)
+                try:
+                    await resp.write(chunk)
+                except ConnectionResetError:  # client gone
+                    return resp
+            await resp.write_eof()
+            finished = True
+        finally:
+            if finished:
+                upstream.release()
+            else:
+                upstream.close()  # aborts the sequence on the GPU server
+        self.metrics.e2e.labels(backend.name).observe(self.clock() - start)
+        if upstream.status >= 500:
+            self._failed(backend, f"http_{upstream.status}")
+        else:
+            self.pool.record_success(backend)
+            if upstream.status == 200:
+                self._learn(backend, info, meter)
+        return resp
+
+    def _learn(self, backend: Backend, info: RequestInfo, meter: StreamMeter) -> None:
+        rate = meter.rate()
+        if rate is not None:
+            self.pool.record_rate(backend, rate)
+        if meter.events:
+            self.output_lengths.setdefault(info.model, Ewma(alpha=0.05)).update(meter.events)

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The plugin registry: plugin factories by kind and name, filled once, then frozen.
+
+``register_builtin_plugins(registry)`` fills it explicitly at start-up (no import-time
+side effects); ``freeze()`` forbids later writes. ``build_profile`` turns names (as a
+policy file would spell them) into a ``Profile``.
+
+Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
+``outstanding-work``, ``queue-depth``; pickers ``max-score``, ``power-of-two``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from regions.balancer.errors import BalancerConfigError
+from regions.balancer.filters.capacity import CapacityFilter
+from regions.balancer.filters.health import HealthFilter
+from regions.balancer.filters.model import ModelFilter
+from regions.balancer.filters.not_tried import NotTriedFilter
+from regions.balancer.pickers.max_score import MaxScorePicker
+from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
+from regions.balancer.pipeline import Profile, WeightedScorer
+from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
+from regions.balancer.scorers.queue_depth import QueueDepthScorer
+
+Kind = Literal["filter", "scorer", "picker"]
+Factory = Callable[..., Any]
+
+DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
+DEFAULT_SCORERS = (("outstanding-work", 2.0), ("queue-depth", 1.0))
+DEFAULT_PICKER = "max-score"
+
+
+class Registry:
+    """Factories by ``(kind, name)``; read-only once frozen."""
+
+    def __init__(self) -> None:
+        self._factories: dict[tuple[str, str], Factory] = {}
+        self._frozen = False
+
+    def register(self, kind: Kind, name: str, factory: Factory) -> None:
+        if self._frozen:
+            raise BalancerConfigError(f"registry: frozen; cannot register {kind} {name!r}")
+        if (kind, name) in self._factories:
+            raise BalancerConfigError(f"registry: {kind} {name!r} is already registered")
+        self._factories[(kind, name)] = factory
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    def create(self, kind: Kind, name: str, **params: Any) -> Any:
+        try:
+            factory = self._factories[(kind, name)]
+        except KeyError:
+            known = ", ".join(sorted(n for k, n in self._factories if k == kind))
+            raise BalancerConfigError(
+                f"profile: unknown {kind} {name!r} (known: {known})"
+            ) from None
+        return factory(**params)
+
+    def names(self, kind: Kind) -> list[str]:
+        return sorted(n for k, n in self._factories if k == kind)
+
+
+def register_builtin_plugins(registry: Registry) -> Registry:
+    """Register every built-in plugin and freeze the registry; returns it."""
+    registry.register("filter", "model", ModelFilter)
+    registry.register("filter", "health", HealthFilter)
+    registry.register("filter", "not-tried", NotTriedFilter)
+    registry.register("filter", "capacity", CapacityFilter)
+    registry.register("scorer", "outstanding-work", OutstandingWorkScorer)
+    registry.register("scorer", "queue-depth", QueueDepthScorer)
+    registry.register("picker", "max-score", MaxScorePicker)
+    registry.register("picker", "power-of-two", PowerOfTwoPicker)
+    registry.freeze()
+    return registry
+
+
+def build_profile(
+    registry: Registry,
+    *,
+    name: str = "default",
+    filters: Sequence[str] = DEFAULT_FILTERS,
+    scorers: Sequence[tuple[str, float]] = DEFAULT_SCORERS,
+    picker: str = DEFAULT_PICKER,
+    rng: random.Random | None = None,
+) -> Profile:
+    """A ``Profile`` from plugin names; the picker gets the injected ``rng``."""
+    return Profile(
+        name=name,
+        filters=tuple(registry.create("filter", f) for f in filters),
+        scorers=tuple(WeightedScorer(registry.create("scorer", s), float(w)) for s, w in scorers),
+        picker=registry.create("picker", picker, rng=rng or random.Random(0)),
+    )

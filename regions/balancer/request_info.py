@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Parse an OpenAI request body once into the ``RequestInfo`` the pipeline reads.
+
+- prompt tokens: the non-standard ``x_prompt_tokens`` body field when present, else
+  ``ceil(chars / 4)`` over the prompt (chat: message contents, plus 4 per message;
+  embeddings: the inputs); a tokenized prompt counts its ids;
+- output tokens: ``max_tokens`` (``max_completion_tokens`` for chat) capped by the
+  learned mean output length of the model when one is known, else ``max_tokens``, else the
+  OpenAI default (16 for completions, 256 for chat; 0 for embeddings);
+- ``cost_tokens = prompt_tokens / prefill_ratio + output_tokens``;
+- priority: header ``x-director-priority`` (integer, higher first, clamped to ±1000);
+- session: header ``x-director-session``, else the body's ``user``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from regions.balancer.errors import RequestRejected
+from regions.balancer.types import Endpoint, RequestInfo
+
+CHARS_PER_TOKEN = 4
+CHAT_TOKENS_PER_MESSAGE = 4
+DEFAULT_OUTPUT = {Endpoint.COMPLETIONS: 16, Endpoint.CHAT: 256, Endpoint.EMBEDDINGS: 0}
+PRIORITY_HEADER = "x-director-priority"
+SESSION_HEADER = "x-director-session"
+MAX_PRIORITY = 1000
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        if value and all(isinstance(t, int) for t in value):
+            return len(value) * CHARS_PER_TOKEN  # token ids
+        return sum(_chars(v) for v in value)
+    if isinstance(value, dict):  # chat content part
+        return _chars(value.get("text", ""))
+    return 0
+
+
+def prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
+    exact = body.get("x_prompt_tokens")
+    if isinstance(exact, int) and not isinstance(exact, bool) and exact > 0:
+        return exact
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return 1
+        chars = sum(_chars(m.get("content")) for m in messages if isinstance(m, dict))
+        return max(1, math.ceil(chars / CHARS_PER_TOKEN)) + CHAT_TOKENS_PER_MESSAGE * len(messages)
+    field = "input" if endpoint is Endpoint.EMBEDDINGS else "prompt"
+    return max(1, math.ceil(_chars(body.get(field)) / CHARS_PER_TOKEN))
+
+
+def _opt_positive_int(body: Mapping[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestRejected(400, f"{key} must be an integer >= 1, got {value!r}", key)
+    return value
+
+
+def _priority(headers: Mapping[str, str]) -> int:
+    raw = headers.get(PRIORITY_HEADER)
+    if raw is None:
+        return 0
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise RequestRejected(400, f"{PRIORITY_HEADER}: expected an integer, got {raw!r}") from None
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, value))
+
+
+def parse_request(
+    endpoint: Endpoint,
+    body: Any,
+    headers: Mapping[str, str],
+    *,
+    prefill_ratio: float,
+    learned_output: float | None = None,
+) -> RequestInfo:
+    """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body."""
+    if not isinstance(body, dict):
+        raise RequestRejected(400, "request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestRejected(400, "you must provide a model parameter", "model")
+    prompt = prompt_tokens(endpoint, body)
+    max_tokens = None
+    if endpoint is Endpoint.CHAT:
+        max_tokens = _opt_positive_int(body, "max_completion_tokens") or _opt_positive_int(
+            body, "max_tokens"
+        )
+    elif endpoint is Endpoint.COMPLETIONS:
+        max_tokens = _opt_positive_int(body, "max_tokens")
+    if endpoint is Endpoint.EMBEDDINGS:
+        output = 0.0
+    elif learned_output is not None:
+        output = min(float(max_tokens), learned_output) if max_tokens else learned_output
+    else:
+        output = float(max_tokens if max_tokens is not None else DEFAULT_OUTPUT[endpoint])
+    user = body.get("user") if isinstance(body.get("user"), str) else None
+    return RequestInfo(
+        endpoint=endpoint,
+        model=model,
+        prompt_tokens=prompt,
+        max_tokens=max_tokens,
+        output_tokens=output,
+        cost_tokens=prompt / prefill_ratio + output,
+        stream=bool(body.get("stream", False)),
+        priority=_priority(headers),
+        session=headers.get(SESSION_HEADER) or user,
+        user=user,
+    )

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Types shared by the balancer's pipeline: the parsed request, the frozen backend view,
+and the three plugin Protocols (filter, scorer, picker).
+
+Plugins are pure: they read a ``RequestInfo`` and ``BackendSnapshot`` values, never the
+mutable pool, and never await.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Endpoint(enum.Enum):
+    COMPLETIONS = "/v1/completions"
+    CHAT = "/v1/chat/completions"
+    EMBEDDINGS = "/v1/embeddings"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What the pipeline knows about one request, parsed once from its JSON body.
+
+    ``cost_tokens`` is the predicted work in decode-token equivalents
+    (``prompt_tokens / prefill_ratio + output_tokens``); it does not depend on the backend.
+    ``exclude`` names backends already tried for this request (retries).
+    """
+
+    endpoint: Endpoint
+    model: str
+    prompt_tokens: int
+    max_tokens: int | None
+    output_tokens: float
+    cost_tokens: float
+    stream: bool
+    priority: int = 0
+    session: str | None = None
+    user: str | None = None
+    exclude: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSnapshot:
+    """A frozen view of one backend at the time the region snapshot was built.
+
+    ``cap`` is the effective concurrency cap (reduced during slow start);
+    ``work_tokens`` the predicted work of its in-flight requests in decode-token
+    equivalents; ``tokens_per_s`` its learned decode rate (or the fleet's prior).
+    """
+
+    index: int
+    name: str
+    models: frozenset[str]
+    healthy: bool
+    ejected: bool
+    draining: bool
+    in_flight: int
+    cap: int
+    work_tokens: float
+    tokens_per_s: float
+    rate_learned: bool
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.cap - self.in_flight)
+
+    @property
+    def outstanding_s(self) -> float:
+        """Predicted seconds of in-flight work: ``work_tokens / tokens_per_s``."""
+        return self.work_tokens / self.tokens_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class RegionSnapshot:
+    """Every backend of the region, frozen; rebuilt (never mutated) when anything changes."""
+
+    backends: tuple[BackendSnapshot, ...]
+    version: int
+
+    @property
+    def free_slots(self) -> int:
+        return sum(
+            b.free_slots for b in self.backends if b.healthy and not b.ejected and not b.draining
+        )
+
+
+class Filter(Protocol):
+    """Drops candidates: returns ``None`` to keep ``backend``, or the reason to drop it."""
+
+    name: str
+
+    def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None: ...
+
+
+class Scorer(Protocol):
+    """Scores every candidate in [0, 1], higher is better, one value per candidate."""
+
+    name: str
+
+    def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]: ...
+
+
+class Picker(Protocol):
+    """Chooses one candidate index from the weighted total scores (never empty)."""
+
+    name: str
+
+    def pick(self, candidates: Sequence[BackendSnapshot], scores: Sequence[float]) -> int: ...

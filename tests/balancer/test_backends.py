@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pool: exact in-flight accounting, ejection with a time limit, slow start, drain."""
+
+from __future__ import annotations
+
+import pytest
+
+from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.errors import BalancerConfigError
+from regions.balancer.speed import Ewma, StreamMeter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool(n: int = 2, clock: FakeClock | None = None, **outliers: float) -> BackendPool:
+    specs = [BackendSpec(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",), 4) for i in range(n)]
+    return BackendPool(specs, outliers=OutlierConfig(**outliers), clock=clock or FakeClock())
+
+
+def test_lease_accounting_is_exact_and_idempotent() -> None:
+    p = pool()
+    lease = p.lease(0, 12.5)
+    assert (p["b0"].in_flight, p["b0"].work_tokens) == (1, 12.5)
+    assert p.snapshot().backends[0].in_flight == 1
+    with lease:
+        pass
+    lease.release()
+    assert (p["b0"].in_flight, p["b0"].work_tokens) == (0, 0.0)
+    assert p.snapshot().backends[0].in_flight == 0
+
+
+def test_snapshot_is_reused_until_something_changes() -> None:
+    p = pool()
+    first = p.snapshot()
+    assert p.snapshot() is first
+    p.lease(1, 1.0)
+    assert p.snapshot() is not first
+
+
+def test_ejection_after_consecutive_errors_then_slow_start() -> None:
+    clock = FakeClock()
+    p = pool(4, clock, consecutive_errors=3, base_ejection_s=10.0, slow_start_s=8.0)
+    b = p["b0"]
+    assert not p.record_failure(b)
+    p.record_success(b)  # a success resets the count
+    assert not p.record_failure(b)
+    assert not p.record_failure(b)
+    assert p.record_failure(b)
+    assert p.snapshot().backends[0].ejected
+    clock.now += 9.9
+    assert p.snapshot().backends[0].ejected
+    clock.now += 0.2  # ejection over: slow start from cap 1
+    view = p.snapshot().backends[0]
+    assert not view.ejected and view.cap == 1
+    clock.now += 4.0
+    assert p.snapshot().backends[0].cap == 2
+    clock.now += 4.0
+    assert p.snapshot().backends[0].cap == 4
+
+
+def test_second_ejection_lasts_twice_as_long() -> None:
+    clock = FakeClock()
+    p = pool(4, clock, consecutive_errors=1, base_ejection_s=10.0, slow_start_s=0.0)
+    b = p["b0"]
+    p.record_failure(b)
+    clock.now += 10.1
+    assert not p.snapshot().backends[0].ejected
+    p.record_failure(b)
+    clock.now += 15.0
+    assert p.snapshot().backends[0].ejected
+    clock.now += 5.2
+    assert not p.snapshot().backends[0].ejected
+
+
+def test_never_ejects_more_than_the_allowed_fraction() -> None:
+    p = pool(2, consecutive_errors=1, max_ejected_fraction=0.5)
+    assert p.record_failure(p["b0"])
+    assert not p.record_failure(p["b1"])
+    assert [v.ejected for v in p.snapshot().backends] == [True, False]
+
+
+def test_drain_and_health_flags_reach_the_snapshot() -> None:
+    p = pool()
+    p.set_draining("b1", True)
+    p.set_healthy("b0", False)
+    views = p.snapshot().backends
+    assert (views[0].healthy, views[1].draining) == (False, True)
+    with pytest.raises(BalancerConfigError, match="no such backend"):
+        p.set_draining("nope", True)
+
+
+def test_unlearned_backends_use_the_fleet_mean_rate() -> None:
+    p = pool(3)
+    assert p.snapshot().backends[0].tokens_per_s == 50.0
+    p.record_rate(p["b0"], 100.0)
+    p.record_rate(p["b1"], 40.0)
+    views = p.snapshot().backends
+    assert [v.tokens_per_s for v in views] == [100.0, 40.0, 70.0]
+    assert [v.rate_learned for v in views] == [True, True, False]
+
+
+def test_stream_meter_counts_tokens_after_the_first() -> None:
+    meter = StreamMeter()
+    meter.observe(b'data: {"choices":[{"text":"a"}]}\n\n', 1.0)
+    meter.observe(b'data: {"choices":[{"text":"b"}]}\n\ndata: {"choices":[{"text":"c"}]}\n\n', 1.5)
+    meter.observe(b'data: {"choices":[{"text":"d"}]}\n\n', 2.0)
+    meter.observe(b'data: {"choices":[],"usage":{}}\n\ndata: [DONE]\n\n', 2.0)
+    assert meter.events == 4
+    assert meter.rate() == pytest.approx(3 / 1.0)
+
+
+def test_ewma() -> None:
+    e = Ewma(alpha=0.5)
+    assert e.update(10.0) == 10.0
+    assert e.update(20.0) == 15.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"name": "", "url": "http://x", "models": ("m",)}, "name"),
+        ({"name": "a", "url": "ftp://x", "models": ("m",)}, "url"),
+        ({"name": "a", "url": "http://x", "models": ()}, "models"),
+        (
+            {"name": "a", "url": "http://x", "models": ("m",), "max_concurrency": 0},
+            "max_concurrency",
+        ),
+    ],
+    ids=["name", "url", "models", "cap"],
+)
+def test_backend_spec_validation(kwargs, match) -> None:
+    with pytest.raises(BalancerConfigError, match=match):
+        BackendSpec(**kwargs)

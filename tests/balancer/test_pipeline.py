@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pipeline runner and the registry."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from regions.balancer.errors import BalancerConfigError
+from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.types import RegionSnapshot
+from tests.balancer.helpers import req, snap
+
+
+def profile():
+    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+
+
+def test_picks_fast_idle_backend_and_explains() -> None:
+    region = RegionSnapshot(
+        (
+            snap("slow", 0, tokens_per_s=20.0),
+            snap("fast", 1, tokens_per_s=80.0),
+            snap("other", 2, models=frozenset({"x"})),
+        ),
+        1,
+    )
+    decision = profile().run(region, req(), explain=True)
+    assert decision.chosen is not None and decision.chosen.name == "fast"
+    steps = decision.to_json()["steps"]
+    assert [s["plugin"] for s in steps] == [
+        "model",
+        "health",
+        "not-tried",
+        "capacity",
+        "outstanding-work",
+        "queue-depth",
+        "max-score",
+    ]
+    assert steps[0]["dropped"] == {"other": "does not serve model 'sim-model'"}
+    assert steps[-1]["chosen"] == "fast"
+
+
+@pytest.mark.parametrize(
+    ("backends", "stopped_at"),
+    [
+        ([snap(models=frozenset({"x"}))], "model"),
+        ([snap(draining=True)], "health"),
+        ([snap(in_flight=4, cap=4)], "capacity"),
+    ],
+    ids=["no-model", "all-draining", "all-full"],
+)
+def test_reports_the_filter_that_emptied_the_set(backends, stopped_at) -> None:
+    decision = profile().run(RegionSnapshot(tuple(backends), 1), req())
+    assert decision.chosen is None
+    assert decision.stopped_at == stopped_at
+
+
+def test_hot_path_builds_no_explanation() -> None:
+    decision = profile().run(RegionSnapshot((snap(),), 1), req())
+    assert decision.steps == ()
+
+
+def test_registry_is_frozen_and_names_unknown_plugins() -> None:
+    registry = register_builtin_plugins(Registry())
+    with pytest.raises(BalancerConfigError, match="frozen"):
+        registry.register("filter", "x", object)
+    with pytest.raises(BalancerConfigError, match="unknown picker 'nope'"):
+        build_profile(registry, picker="nope")
+    assert registry.names("picker") == ["max-score", "power-of-two"]

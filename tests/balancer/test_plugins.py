@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Table tests, one table per plugin."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from regions.balancer.filters.capacity import CapacityFilter
+from regions.balancer.filters.health import HealthFilter
+from regions.balancer.filters.model import ModelFilter
+from regions.balancer.filters.not_tried import NotTriedFilter
+from regions.balancer.pickers.max_score import MaxScorePicker
+from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
+from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
+from regions.balancer.scorers.queue_depth import QueueDepthScorer
+from tests.balancer.helpers import req, snap
+
+FILTER_CASES = [
+    ("model-served", ModelFilter(), req(), snap(), None),
+    (
+        "model-lora-served",
+        ModelFilter(),
+        req(model="lora-a"),
+        snap(models=frozenset({"base", "lora-a"})),
+        None,
+    ),
+    ("model-missing", ModelFilter(), req(model="other"), snap(), "does not serve model 'other'"),
+    ("health-ok", HealthFilter(), req(), snap(), None),
+    ("health-unhealthy", HealthFilter(), req(), snap(healthy=False), "unhealthy"),
+    (
+        "health-ejected",
+        HealthFilter(),
+        req(),
+        snap(ejected=True),
+        "ejected after consecutive errors",
+    ),
+    ("health-draining", HealthFilter(), req(), snap(draining=True), "draining"),
+    ("not-tried-fresh", NotTriedFilter(), req(exclude=frozenset({"x"})), snap(), None),
+    (
+        "not-tried-excluded",
+        NotTriedFilter(),
+        req(exclude=frozenset({"b0"})),
+        snap(),
+        "already failed this request",
+    ),
+    ("capacity-free", CapacityFilter(), req(), snap(in_flight=3, cap=4), None),
+    ("capacity-full", CapacityFilter(), req(), snap(in_flight=4, cap=4), "full (4/4 in flight)"),
+    (
+        "capacity-slow-start-cap",
+        CapacityFilter(),
+        req(),
+        snap(in_flight=1, cap=1),
+        "full (1/1 in flight)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "request_", "backend", "expected"),
+    [c[1:] for c in FILTER_CASES],
+    ids=[c[0] for c in FILTER_CASES],
+)
+def test_filters(plugin, request_, backend, expected) -> None:
+    assert plugin.check(request_, backend) == expected
+
+
+SCORER_CASES = [
+    # idle fast beats idle slow, in proportion to speed
+    (
+        "work-idle-speeds",
+        OutstandingWorkScorer(),
+        req(cost_tokens=10.0),
+        [snap("a", tokens_per_s=100.0), snap("b", 1, tokens_per_s=40.0)],
+        [1.0, 0.4],
+    ),
+    # (0 + 10)/100 = 0.1 s vs (90 + 10)/100 = 1 s
+    (
+        "work-backlog",
+        OutstandingWorkScorer(),
+        req(cost_tokens=10.0),
+        [snap("a", tokens_per_s=100.0), snap("b", 1, tokens_per_s=100.0, work_tokens=90.0)],
+        [1.0, 0.1],
+    ),
+    # a busy fast GPU can still beat an idle slow one: (30+10)/100=0.4 vs 10/20=0.5
+    (
+        "work-busy-fast-vs-idle-slow",
+        OutstandingWorkScorer(),
+        req(cost_tokens=10.0),
+        [snap("a", tokens_per_s=100.0, work_tokens=30.0), snap("b", 1, tokens_per_s=20.0)],
+        [1.0, 0.8],
+    ),
+    ("work-single", OutstandingWorkScorer(), req(), [snap()], [1.0]),
+    ("queue-empty", QueueDepthScorer(), req(), [snap(in_flight=0, cap=4)], [1.0]),
+    (
+        "queue-mixed",
+        QueueDepthScorer(),
+        req(),
+        [snap("a", in_flight=1, cap=4), snap("b", 1, in_flight=4, cap=4)],
+        [0.75, 0.0],
+    ),
+    ("queue-over-cap-clamped", QueueDepthScorer(), req(), [snap(in_flight=6, cap=4)], [0.0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "request_", "candidates", "expected"),
+    [c[1:] for c in SCORER_CASES],
+    ids=[c[0] for c in SCORER_CASES],
+)
+def test_scorers(plugin, request_, candidates, expected) -> None:
+    assert plugin.score(request_, candidates) == pytest.approx(expected)
+
+
+PICKER_CASES = [
+    ("max-single", MaxScorePicker, [1.0], {0}),
+    ("max-clear-winner", MaxScorePicker, [0.2, 0.9, 0.5], {1}),
+    ("max-ties-spread", MaxScorePicker, [0.9, 0.1, 0.9], {0, 2}),
+    ("p2c-single", PowerOfTwoPicker, [0.3], {0}),
+    ("p2c-never-worst-of-two", PowerOfTwoPicker, [0.0, 1.0], {1}),
+    ("p2c-three", PowerOfTwoPicker, [0.1, 0.5, 0.9], {1, 2}),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "scores", "allowed"),
+    [c[1:] for c in PICKER_CASES],
+    ids=[c[0] for c in PICKER_CASES],
+)
+def test_pickers(factory, scores, allowed) -> None:
+    picker = factory(rng=random.Random(7))
+    candidates = [snap(f"b{i}", i) for i in range(len(scores))]
+    picks = {picker.pick(candidates, scores) for _ in range(200)}
+    assert picks == allowed
+
+
+def test_power_of_two_is_deterministic_with_seed() -> None:
+    candidates = [snap(f"b{i}", i) for i in range(5)]
+    scores = [0.5] * 5
+    a = [PowerOfTwoPicker(rng=random.Random(3)).pick(candidates, scores) for _ in range(1)]
+    b = [PowerOfTwoPicker(rng=random.Random(3)).pick(candidates, scores) for _ in range(1)]
+    assert a == b

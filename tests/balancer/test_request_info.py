@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Parsing a request body once into ``RequestInfo``; header sanitizing."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict
+
+from regions.balancer.errors import RequestRejected
+from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.request_info import parse_request
+from regions.balancer.types import Endpoint
+
+CASES = [
+    (
+        "completion-chars",
+        Endpoint.COMPLETIONS,
+        {"model": "m", "prompt": "x" * 40, "max_tokens": 7},
+        {},
+        (10, 7.0, 0, None),
+    ),
+    (
+        "completion-exact-tokens",
+        Endpoint.COMPLETIONS,
+        {"model": "m", "prompt": "x", "x_prompt_tokens": 3000},
+        {},
+        (3000, 16.0, 0, None),
+    ),
+    (
+        "chat-default-output",
+        Endpoint.CHAT,
+        {"model": "m", "messages": [{"role": "user", "content": "y" * 8}], "user": "u1"},
+        {},
+        (2 + 4, 256.0, 0, "u1"),
+    ),
+    (
+        "chat-max-completion-tokens",
+        Endpoint.CHAT,
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 5},
+        {"x-director-priority": "7", "x-director-session": "s9"},
+        (1 + 4, 5.0, 7, "s9"),
+    ),
+    (
+        "embeddings",
+        Endpoint.EMBEDDINGS,
+        {"model": "m", "input": ["abcd", "efgh"]},
+        {"x-director-priority": "-5000"},
+        (2, 0.0, -1000, None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "headers", "expected"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_parse(endpoint, body, headers, expected) -> None:
+    info = parse_request(endpoint, body, headers, prefill_ratio=100.0)
+    assert (info.prompt_tokens, info.output_tokens, info.priority, info.session) == expected
+    assert info.cost_tokens == pytest.approx(info.prompt_tokens / 100.0 + info.output_tokens)
+
+
+def test_learned_output_is_capped_by_max_tokens() -> None:
+    body = {"model": "m", "prompt": "x", "max_tokens": 50}
+    assert (
+        parse_request(
+            Endpoint.COMPLETIONS, body, {}, prefill_ratio=100.0, learned_output=20.0
+        ).output_tokens
+        == 20.0
+    )
+    assert (
+        parse_request(
+            Endpoint.COMPLETIONS, body, {}, prefill_ratio=100.0, learned_output=80.0
+        ).output_tokens
+        == 50.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "match"),
+    [
+        ([1, 2], {}, "JSON object"),
+        ({"prompt": "x"}, {}, "model parameter"),
+        ({"model": "m", "max_tokens": 0}, {}, "max_tokens"),
+        ({"model": "m"}, {"x-director-priority": "high"}, "x-director-priority"),
+    ],
+    ids=["not-object", "no-model", "bad-max-tokens", "bad-priority"],
+)
+def test_rejects(body, headers, match) -> None:
+    with pytest.raises(RequestRejected, match=match) as info:
+        parse_request(Endpoint.COMPLETIONS, body, headers, prefill_ratio=100.0)
+    assert info.value.status == 400
+
+
+def test_hop_by_hop_and_control_headers_are_stripped() -> None:
+    headers = CIMultiDict(
+        {
+            "Connection": "keep-alive, X-Secret-Hop",
+            "X-Secret-Hop": "1",
+            "Keep-Alive": "timeout=5",
+            "Transfer-Encoding": "chunked",
+            "Host": "balancer",
+            "Content-Length": "12",
+            "Authorization": "Bearer k",
+            "x-director-priority": "3",
+            "Accept-Encoding": "gzip",
+        }
+    )
+    up = upstream_request_headers(headers)
+    assert dict(up) == {"Authorization": "Bearer k", "Accept-Encoding": "identity"}
+    down = downstream_response_headers(
+        CIMultiDict(
+            {
+                "Content-Type": "text/event-stream",
+                "Transfer-Encoding": "chunked",
+                "Upgrade": "h2c",
+                "x-director-backend": "spoofed",
+            }
+        )
+    )
+    assert dict(down) == {"Content-Type": "text/event-stream"}
