@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from director.commands import policy, workers
+from director.commands import policy, region, workers
 
 app = typer.Typer(
     help="director: a multi-region traffic director for AI inference.",
@@ -13,6 +13,7 @@ app = typer.Typer(
 )
 app.add_typer(policy.app, name="policy")
 app.command(name="workers")(workers.workers)
+app.add_typer(region.app, name="region")
 
 
 def main() -> None:
