@@ -43,3 +43,17 @@ def maxmind_test_locator(maxmind_test_city):
     from director.geo import GeoLocator
 
     return GeoLocator(str(maxmind_test_city))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (``DIRECTOR_REQUIRE_SERVERS=1``, set by .ci/run) a skipped test is a failure:
+    a missing server or tool must never pass silently."""
+    import os
+
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("DIRECTOR_REQUIRE_SERVERS") == "1" and report.skipped \
+            and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, which requires every test to run: {report.longrepr}"
