@@ -1,9 +1,12 @@
 """Benchmark: one Celery worker process (with beat) probing 1,000 simulated GPU endpoints.
 
 One aiohttp server on loopback serves ``/gpu/<n>/health`` for every endpoint and records when
-each probe arrives. Every probe has a scheduled fire time (``k * interval + phase``, see
-:mod:`workers.schedule`); lag = arrival - scheduled time. Prints the achieved probe rate
-against the target and lag p50/p99. Run::
+each probe arrives. The schedule batches GPU servers per (region, slot of the interval) (see
+:mod:`workers.schedule`); every probe's scheduled time is its batch entry's fire time
+(``k * interval + phase``) and lag = arrival - scheduled time, taken modulo the interval (a
+lag of more than one interval shows as a missing probe, i.e. a lower rate). Prints the achieved
+probe rate against the target, lag p50/p99, and the CPU the worker (with its beat) used.
+Run::
 
     .venv/bin/python bench/probes.py [--endpoints 1000] [--interval 2] [--seconds 30]
 """
@@ -44,7 +47,7 @@ from policies.model import (
     Zone,
 )
 from workers.config import WorkerSettings
-from workers.schedule import phase_for
+from workers.schedule import build_schedule
 
 REGIONS = 10
 
@@ -106,12 +109,19 @@ def main() -> None:
     threading.Thread(target=serve, args=(hits, ready, port), daemon=True).start()
     ready.wait(10)
     policy = fleet(f"http://127.0.0.1:{port[0]}", args.endpoints, args.interval)
-    per_region = args.endpoints // REGIONS
-    phases = {
-        r * per_region + n: phase_for(f"gpu-health:r{r}/g{n}", args.interval)
-        for r in range(REGIONS)
-        for n in range(per_region)
+    batch_of = {
+        int(target["url"].rsplit("/", 1)[1]): name
+        for name, entry in build_schedule(policy).items()
+        if name.startswith("gpu-health:")
+        for target in entry["args"][0]
     }
+    phase_of = {
+        name: entry["schedule"].phase
+        for name, entry in build_schedule(policy).items()
+        if name.startswith("gpu-health:")
+    }
+    phases = {n: phase_of[name] for n, name in batch_of.items()}
+    entries = len(phase_of)
 
     with EmbeddedValkey() as valkey, tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "policy.pickle"
@@ -130,8 +140,10 @@ def main() -> None:
             time.sleep(args.warmup)
             start = time.time()
             first = len(hits)
+            cpu_before = session_cpu_seconds(worker.pid)
             time.sleep(args.seconds)
             window = hits[first:]
+            cpu = (session_cpu_seconds(worker.pid) - cpu_before) / args.seconds
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -144,12 +156,48 @@ def main() -> None:
     rate = len(lags) / args.seconds
     print(f"endpoints={args.endpoints} interval={args.interval}s window={args.seconds}s "
           f"pool={args.pool} concurrency={args.concurrency} cpus={os.cpu_count()}")  # fmt: skip
+    print(f"beat entries: {entries} gpu-health batches "
+          f"({args.endpoints / max(entries, 1):.1f} endpoints each)")  # fmt: skip
     print(f"probe rate: {rate:.1f}/s achieved vs {target:.1f}/s target ({rate / target:.1%})")
     if lags:
         p50 = statistics.median(lags)
         p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
         print(f"lag (arrival - scheduled): p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
               f"max {lags[-1]:.1f} ms")  # fmt: skip
+        # Where lag comes from: a batch's first probe (beat -> broker -> worker pool -> probe
+        # loop) versus its spread (the batch's requests and the simulated servers' answers).
+        fires: dict[tuple[str, int], list[float]] = {}
+        for t, n in window:
+            if t < start:
+                continue
+            lag = (t - phases[n]) % args.interval
+            fires.setdefault((batch_of[n], round((t - lag) / args.interval)), []).append(lag)
+        firsts = sorted(min(v) * 1000 for v in fires.values())
+        spreads = sorted((max(v) - min(v)) * 1000 for v in fires.values())
+        print(f"per batch: first probe lag p50 {statistics.median(firsts):.1f} ms, "
+              f"p99 {pct(firsts, 0.99):.1f} ms; spread in batch p50 "
+              f"{statistics.median(spreads):.1f} ms, p99 {pct(spreads, 0.99):.1f} ms")  # fmt: skip
+    print(f"worker CPU (worker + beat processes): {cpu:.0%} of one core")
+
+
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def session_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of every live process of session ``sid`` (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session ...
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from workers.config import DEFAULT_REDIS_URL
 from workers.runner import DEFAULT_CONCURRENCY, DEFAULT_POOL, run_worker
@@ -20,15 +21,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-beat", action="store_true", help="probe only; beat runs elsewhere")
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
-    run_worker(
-        args.policy,
-        args.redis,
-        queues=args.queues.split(",") if args.queues else None,
-        pool=args.pool,
-        concurrency=args.concurrency,
-        loglevel=args.loglevel,
-        beat=not args.no_beat,
-    )
+    from policies import PolicyError
+
+    try:
+        run_worker(
+            args.policy,
+            args.redis,
+            queues=[args.queues] if args.queues else None,
+            pool=args.pool,
+            concurrency=args.concurrency,
+            loglevel=args.loglevel,
+            beat=not args.no_beat,
+        )
+    except PolicyError as exc:
+        sys.exit(exc.render())
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
 
 
 if __name__ == "__main__":

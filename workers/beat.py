@@ -1,8 +1,10 @@
 """Celery beat scheduler that follows the policy: probes start on load, stop on removal.
 
 Every ``check_every`` seconds it polls its policy source; a changed policy rebuilds the
-schedule (:func:`workers.schedule.build_schedule`) and merges it in place: new targets get
-entries, removed targets lose theirs, unchanged entries keep their last run time.
+schedule (:func:`workers.schedule.build_schedule`) and merges it in place: a new GPU server
+joins its slot's batch entry (created if it is the slot's first), a removed one leaves it (the
+entry goes with its last server), new regions get balancer and latency entries, and entries
+that remain keep their last run time.
 
 The policy source is ``app.conf.director_policy_source`` when set (in-process use), else the
 file named by ``DIRECTOR_POLICY``.

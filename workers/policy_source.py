@@ -45,8 +45,36 @@ class PolicyFile:
         self.path = Path(path)
         self._loader = loader
         self._seen: tuple[int, int] | None = None
+        self._pending: Policy | None = None
+
+    @classmethod
+    def loaded(
+        cls, path: str | os.PathLike[str], loader: Callable[[Path], Policy] | None = None
+    ) -> PolicyFile:
+        """A source whose policy is loaded now; the loader's errors propagate unchanged
+        (:class:`policies.PolicyError` for a missing or invalid file), for a CLI to report.
+
+        Its first ``poll()`` returns that policy; later ones follow the file as usual.
+        """
+        source = cls(path, loader)
+        try:
+            stat = source.path.stat()  # before loading: a change during the load is seen later
+        except OSError:
+            source._load(source.path)  # the loader says why (no such file, ...)
+            raise
+        source._pending = source._load(source.path)
+        source._seen = (stat.st_mtime_ns, stat.st_size)
+        return source
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy loaded by :meth:`loaded` and not yet returned by ``poll()``."""
+        return self._pending
 
     def poll(self) -> Policy | None:
+        if self._pending is not None:
+            policy, self._pending = self._pending, None
+            return policy
         try:
             stat = self.path.stat()
         except OSError as exc:

@@ -11,9 +11,10 @@ from workers.app import create_app
 from workers.config import WorkerSettings
 from workers.policy_source import PolicyFile, StaticPolicy
 from workers.schedule import queues as policy_queues
+from workers.schedule import region_queue
 
-DEFAULT_POOL = "threads"  # probes wait on sockets; threads are cheap and share one store
-DEFAULT_CONCURRENCY = 16
+DEFAULT_POOL = "threads"  # tasks wait on the probe loop; threads are cheap and share one store
+DEFAULT_CONCURRENCY = 16  # tasks at once; each GPU task is a whole batch of probes
 
 
 def worker_argv(
@@ -25,6 +26,28 @@ def worker_argv(
     if beat:
         argv.append("--beat")
     return argv
+
+
+def resolve_queues(policy: Policy, queues: Sequence[str] | None) -> list[str]:
+    """The ``probes.<region>`` queues to serve: every region's when ``queues`` is empty.
+
+    Items may be queue names (``probes.eu-west``), bare region names (``eu-west``) or
+    comma-separated lists of either (``--queues eu-west,us-east``). An item that names no
+    region of the policy raises ValueError: a worker on a misspelt queue would idle silently.
+    """
+    known = policy_queues(policy)
+    wanted: list[str] = []
+    for item in queues or ():
+        for name in filter(None, (part.strip() for part in item.split(","))):
+            queue = name if name in known else region_queue(name)
+            if queue not in known:
+                raise ValueError(
+                    f"queue {name!r} is not a region's probe queue; "
+                    f"the policy's are: {', '.join(known) or '(no regions)'}"
+                )
+            if queue not in wanted:
+                wanted.append(queue)
+    return wanted or known
 
 
 def run_worker(
@@ -39,11 +62,17 @@ def run_worker(
     loglevel: str = "INFO",
     beat: bool = True,
 ) -> None:
-    """Run a Celery worker (and beat) probing ``policy_path`` (or ``policy``); blocks.
+    """Run a Celery worker (and beat) probing ``policy_path`` (or ``policy``); blocks until
+    the worker shuts down (SIGTERM/SIGINT: warm shutdown), then returns.
 
-    The worker serves the ``probes.<region>`` queue of every region in the policy unless
-    ``queues`` narrows it. Equivalent to ``celery -A workers.app worker --beat -Q ...`` with
-    ``DIRECTOR_POLICY`` and ``DIRECTOR_REDIS_URL`` set.
+    The policy file is loaded before the worker starts: a missing or invalid file raises
+    :class:`policies.PolicyError` (``render()`` gives the diagnostics); beat then reloads it
+    when it changes. The worker serves the ``probes.<region>`` queue of every region in the
+    policy unless ``queues`` narrows it (see :func:`resolve_queues`; an unknown queue or a
+    call with neither path nor policy raises ValueError). Other settings (state prefix,
+    vantage, balancer URLs) come from ``settings``, else the ``DIRECTOR_*`` environment.
+    Equivalent to ``celery -A workers.app worker --beat -Q ...`` with ``DIRECTOR_POLICY`` and
+    ``DIRECTOR_REDIS_URL`` set.
     """
     base = settings or WorkerSettings.from_env()
     settings = replace(
@@ -51,22 +80,19 @@ def run_worker(
         redis_url=redis_url,
         policy_path=str(policy_path) if policy_path is not None else base.policy_path,
     )
+    source: PolicyFile | StaticPolicy
     if policy is None:
         if settings.policy_path is None:
             raise ValueError("run_worker needs a policy path or a policy")
-        source: PolicyFile | StaticPolicy = PolicyFile(settings.policy_path)
-        policy = PolicyFile(settings.policy_path).poll()  # first poll loads or raises
-        if policy is None:
-            raise ValueError(f"{settings.policy_path}: no policy loaded")
+        source = PolicyFile.loaded(settings.policy_path)  # raises PolicyError
+        assert source.policy is not None
+        policy = source.policy
     else:
         source = StaticPolicy(policy)
+    serve = resolve_queues(policy, queues)
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 (got {concurrency})")
     app = create_app(settings)
     app.conf.director_policy_source = source
-    argv = worker_argv(
-        queues or policy_queues(policy),
-        pool=pool,
-        concurrency=concurrency,
-        loglevel=loglevel,
-        beat=beat,
-    )
+    argv = worker_argv(serve, pool=pool, concurrency=concurrency, loglevel=loglevel, beat=beat)
     app.worker_main(argv)

@@ -1,8 +1,10 @@
 """Probe tasks: thin wrappers over :mod:`workers.probes`; they return nothing.
 
-Each task takes its target as a plain dict (JSON), builds the typed target and calls one probe
-function; the Celery task id is the probe id, so a redelivered task does not count twice in
-the rise/fall streaks.
+Each task takes its target (a batch task: its list of targets) as plain dicts (JSON), builds
+the typed targets and calls one probe function; the Celery task id is the probe id, so a
+redelivered task does not count twice in the rise/fall streaks. The GPU batch tasks are what
+the beat schedule sends (:mod:`workers.schedule`); the single-target GPU tasks remain for
+messages from an older beat.
 """
 
 from __future__ import annotations
@@ -10,14 +12,24 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task, shared_task
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from director.state.store import StateStore
 from workers.config import WorkerSettings
 from workers.probes.balancer_check import check_balancer
+from workers.probes.batch import probe_gpu_health_batch, scrape_gpu_metrics_batch
 from workers.probes.http_health import probe_gpu_health
 from workers.probes.latency import measure_latency
 from workers.probes.metrics_scrape import scrape_gpu_metrics
-from workers.schedule import BALANCER_TASK, GPU_HEALTH_TASK, GPU_METRICS_TASK, LATENCY_TASK
+from workers.probes.session import shared_session
+from workers.schedule import (
+    BALANCER_TASK,
+    GPU_HEALTH_BATCH_TASK,
+    GPU_HEALTH_TASK,
+    GPU_METRICS_BATCH_TASK,
+    GPU_METRICS_TASK,
+    LATENCY_TASK,
+)
 from workers.targets import BalancerTarget, GpuTarget, LatencyTarget
 
 
@@ -44,6 +56,17 @@ class ProbeTask(Task):
 _OPTIONS: dict[str, Any] = {"base": ProbeTask, "bind": True, "ignore_result": True}
 
 
+@shared_task(name=GPU_HEALTH_BATCH_TASK, **_OPTIONS)
+def gpu_health_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
+    gpus = [GpuTarget.from_dict(target) for target in targets]
+    probe_gpu_health_batch(self.store, gpus, probe_id=self.request.id or "")
+
+
+@shared_task(name=GPU_METRICS_BATCH_TASK, **_OPTIONS)
+def gpu_metrics_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
+    scrape_gpu_metrics_batch(self.store, [GpuTarget.from_dict(target) for target in targets])
+
+
 @shared_task(name=GPU_HEALTH_TASK, **_OPTIONS)
 def gpu_health(self: ProbeTask, target: dict[str, Any]) -> None:
     probe_gpu_health(self.store, GpuTarget.from_dict(target), probe_id=self.request.id or "")
@@ -62,3 +85,9 @@ def balancer(self: ProbeTask, target: dict[str, Any]) -> None:
 @shared_task(name=LATENCY_TASK, **_OPTIONS)
 def latency(self: ProbeTask, target: dict[str, Any]) -> None:
     measure_latency(self.store, LatencyTarget.from_dict(target), vantage=self.settings.vantage)
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _close_probe_session(**_: Any) -> None:
+    shared_session().close()
