@@ -22,8 +22,10 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
     lat = lon = 0.0
     for d in found.get("location", ()):
         a = Args(d, report)
-        lat = a.take(lambda t: values.number(t, -90, 90), "<latitude> <longitude>") or 0.0
-        lon = a.take(lambda t: values.number(t, -180, 180), "<latitude> <longitude>") or 0.0
+        lat = a.take(lambda t: values.number(t, -90, 90, "latitude"),
+                     "<latitude> <longitude>") or 0.0
+        lon = a.take(lambda t: values.number(t, -180, 180, "longitude"),
+                     "<latitude> <longitude>") or 0.0
         a.end("<latitude> <longitude>")
 
     jurisdiction = ""
@@ -48,7 +50,7 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
     weight = 100.0
     for d in found.get("weight", ()):
         a = Args(d, report)
-        weight = a.take(lambda t: values.number(t, 0, 1_000_000), "<number>") or 0.0
+        weight = a.take(lambda t: values.number(t, 0, 1_000_000, "weight"), "<number>") or 0.0
         a.end("<number>")
 
     healthcheck = None
@@ -67,7 +69,9 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
             gpus.append(gpu)
 
     if name is None:
-        return None
+        if not directive.args:
+            return None
+        name = directive.args[0].text  # reported; keep the region so references resolve
     return Region(
         name=name, latitude=lat, longitude=lon, jurisdiction=jurisdiction,
         endpoints_v4=tuple(v4), endpoints_v6=tuple(v6), capacity=capacity, weight=weight,
@@ -89,7 +93,7 @@ def _capacity(directive: Directive, report: Reporter) -> Capacity | None:
                           expected="a rate such as 300rps")
             return None
         return Capacity(rps) if rps is not None else None
-    gpus = args.take(lambda t: values.integer(t, 1), _CAPACITY_USAGE)
+    gpus = args.take(lambda t: values.integer(t, 1, 100_000, "GPU count"), _CAPACITY_USAGE)
     for keyword in ("gpus", "x"):
         arg = args.take_arg(_CAPACITY_USAGE)
         if arg is not None and arg.text not in (keyword, "gpu" if keyword == "gpus" else "*"):
@@ -122,7 +126,7 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
         models += [m for m, _ in Args(d, report).rest(lambda t: values.name(t, "model name"),
                                                       "<model> ...")]
     kind = single("kind", lambda t: values.name(t, "GPU kind"), "<gpu kind>")
-    speed = single("speed", lambda t: values.number(t, 0.01, 100), "<relative speed>")
+    speed = single("speed", lambda t: values.number(t, 0.01, 100, "speed"), "<relative speed>")
     engine = single("engine", _engine, "vllm | sglang | tgi | triton") or "vllm"
     if name is None or url is None:
         return None

@@ -59,7 +59,8 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     ttl = _single(one("ttl"), values.duration, "<duration>", report, zone_ttl)
     degraded = _single(one("degraded-ttl"), values.duration, "<duration>", report,
                        min(DEFAULT_DEGRADED_TTL, ttl))
-    answers = _single(one("answers"), lambda t: values.integer(t, 1, 8), "<count>", report, 1)
+    answers = _single(one("answers"), lambda t: values.integer(t, 1, 8, "answer count"), "<count>",
+                      report, 1)
 
     steer: tuple[str, ...] = ("latency", "geo")
     if (d := one("steer")) is not None:
@@ -72,11 +73,14 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
         served = ctx.region_list(Args(d, report).rest(_region_name, "<region> ..."))
 
     spillover = _spillover(one("spillover"), ctx)
-    failover = _failover(one("failover"), report)
+    failover = _failover(one("failover"), report) if "failover" in found else Failover(
+        DEFAULT_FALL, DEFAULT_RISE, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT,
+        pos=directive.pos)
     rules = tuple(
         rule for d in found.get("residency", ()) if (rule := _residency(d, ctx)) is not None
     )
-    unknown = UnknownLocation(UnknownKind.ANY)
+    # The defaults point at the service, so that a leak through them has a place to show.
+    unknown = UnknownLocation(UnknownKind.ANY, pos=directive.pos)
     if (d := one("unknown-location")) is not None:
         unknown = _unknown_location(d, ctx) or unknown
     no_ecs = NoEcs.RESOLVER
@@ -181,8 +185,8 @@ def _failover(directive: Directive | None, report: Reporter) -> Failover:
     def get(key: str, convert, usage: str, default):
         return _single(found[key][0], convert, usage, report, default) if key in found else default
 
-    fall = get("fall", lambda t: values.integer(t, 1, 100), "<count>", DEFAULT_FALL)
-    rise = get("rise", lambda t: values.integer(t, 1, 100), "<count>", DEFAULT_RISE)
+    fall = get("fall", lambda t: values.integer(t, 1, 100, "fall count"), "<count>", DEFAULT_FALL)
+    rise = get("rise", lambda t: values.integer(t, 1, 100, "rise count"), "<count>", DEFAULT_RISE)
     interval = get("interval", values.duration, "<duration>", DEFAULT_PROBE_INTERVAL)
     timeout = get("timeout", values.duration, "<duration>", min(DEFAULT_PROBE_TIMEOUT, interval))
     if timeout > interval and "timeout" in found:

@@ -18,7 +18,7 @@ from policies.grammar import (
     DEFAULT_STALE_AFTER,
     DEFAULT_TTL,
 )
-from policies.model import HealthCheck, Jurisdiction, NameServer, Policy, Soa, Zone
+from policies.model import HealthCheck, Jurisdiction, NameServer, Policy, Soa, SourcePos, Zone
 from policies.reading import Args, Ref, Reporter, read_block
 from policies.syntax import Directive, File
 
@@ -37,6 +37,11 @@ def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compil
     """Compile a parsed policy file; problems go to ``report``."""
     refs: list[Ref] = []
     top = _expand(root.directives(), include, report, stack=(root.name,))
+    if not top:
+        report.at(SourcePos(root.name, 1, 1), "the policy declares nothing",
+                  expected="a zone block, and at least one region and one service",
+                  hint="policies/examples/minimal.dp is the smallest useful policy")
+        return Compiled(None, refs)
     found = read_block(top, "policy", None, report)
 
     zone = None
@@ -84,6 +89,8 @@ def _expand(directives: list[Directive], include: IncludeLoader, report: Reporte
                 report.at(directive.block_pos or directive.pos, "'include' takes no block",
                           expected='include "<file>"')
             continue
+        if any(d.pos == arg.pos for d in report.diagnostics):
+            continue  # e.g. an unterminated string: already reported, do not guess a file
         loaded = include(arg.text, directive.pos.file)
         if isinstance(loaded, str):
             report.at_arg(arg, loaded, expected="a policy file, relative to this one")
@@ -117,7 +124,7 @@ def _zone(directive: Directive, report: Reporter) -> Zone | None:
         a = Args(d, report)
         host = a.take(values.hostname, "<host name> [<glue address> ...]")
         glue = [str(ip) for ip, _ in a.rest(values.ip_address, "[<glue address> ...]", 0)]
-        if host is not None:
+        if host is not None and a.ok:  # a bad glue address is reported once, not as missing
             nameservers.append(NameServer(host, tuple(glue), pos=d.pos))
     admin = DEFAULT_ADMIN_NETWORKS
     for d in found.get("admin-networks", ()):
@@ -137,8 +144,8 @@ def _soa(directive: Directive | None, apex: str, nameservers: list[NameServer],
     return Soa(
         mname=_single(found, "mname", values.hostname, "<host name>", report, primary),
         rname=_single(found, "rname", values.hostname, "<mailbox>", report, f"hostmaster.{apex}"),
-        serial=_single(found, "serial", lambda t: values.integer(t, 0, 2**32 - 1), "<number>",
-                       report, None),
+        serial=_single(found, "serial", lambda t: values.integer(t, 0, 2**32 - 1, "serial"),
+                       "<number>", report, None),
         refresh=_single(found, "refresh", values.duration, "<duration>", report, 3600.0),
         retry=_single(found, "retry", values.duration, "<duration>", report, 600.0),
         expire=_single(found, "expire", values.duration, "<duration>", report, 1209600.0),
@@ -160,7 +167,7 @@ def _jurisdiction(directive: Directive, report: Reporter) -> Jurisdiction | None
     for d in found.get("continents", ()):
         continents |= {c for c, _ in Args(d, report).rest(values.continent,
                                                           "<continent code> ...")}
-    if not countries and not continents and directive.block is not None:
+    if directive.block is not None and not directive.directives():
         report.at_directive(directive, f"jurisdiction '{name}' names no country or continent",
                             expected="countries <code> ... or continents <code> ...")
     if name is None:
@@ -183,8 +190,8 @@ def _healthcheck(directive: Directive, report: Reporter) -> HealthCheck | None:
     check = HealthCheck(
         name=name or "",
         path=_single(found, "path", values.path, "<http path>", report, "/health"),
-        expect=_single(found, "expect", lambda t: values.integer(t, 100, 599), "<status code>",
-                       report, 200),
+        expect=_single(found, "expect", lambda t: values.integer(t, 100, 599, "status code"),
+                       "<status code>", report, 200),
         interval=interval,
         timeout=timeout,
         metrics_path=_single(found, "metrics", values.path, "<http path>", report, None),

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from policies.model import SourcePos
 
+TAB = 4  # columns a tab takes when a source line is shown
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -32,17 +34,23 @@ class Diagnostic:
 
     def render(self, sources: Mapping[str, str]) -> str:
         """The diagnostic with its source line and a caret, given file name -> text."""
-        head = f"{self.pos}: error: {self.message}"
+        where = str(self.pos) if self.pos.line > 0 else self.pos.file  # 0: the whole file
+        head = f"{where}: error: {self.message}"
         lines = [head]
         text = sources.get(self.pos.file)
         if text is not None and self.pos.line > 0:
-            source_lines = text.splitlines()
+            source_lines = text.split("\n")  # as the lexer counts lines
             if self.pos.line <= len(source_lines):
-                line = source_lines[self.pos.line - 1].expandtabs(1)
+                raw = source_lines[self.pos.line - 1].rstrip("\r")
+                # tabs are shown as 4 columns; the caret follows them
+                before = raw[: self.pos.col - 1]
+                span = raw[self.pos.col - 1: self.pos.col - 1 + max(1, self.length)]
+                start = len(before.expandtabs(TAB))
+                width = max(1, len((before + span).expandtabs(TAB)) - start)
                 number = str(self.pos.line)
                 gutter = " " * len(number)
-                lines.append(f" {number} | {line}")
-                caret = " " * (self.pos.col - 1) + "^" * max(1, self.length)
+                lines.append(f" {number} | {raw.expandtabs(TAB)}")
+                caret = " " * start + "^" * width
                 lines.append(f" {gutter} | {caret}")
         if self.expected:
             lines.append(f"  = expected: {self.expected}")
@@ -75,8 +83,9 @@ class PolicyError(Exception):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A hint naming the closest choice, if one is close enough to be a likely typo."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+    by_folded = {choice.casefold(): choice for choice in choices}
+    close = difflib.get_close_matches(word.casefold(), list(by_folded), n=1, cutoff=0.6)
+    return f"did you mean '{by_folded[close[0]]}'?" if close else None
 
 
 def one_of(choices: Iterable[str]) -> str:

@@ -52,7 +52,7 @@ def tokenize(text: str, filename: str, diagnostics: list[Diagnostic]) -> Iterato
         n = len(line)
         while i < n:
             ch = line[i]
-            if ch in " \t\r\f\v":
+            if ch.isspace():  # any white space, also U+00A0 or U+2028 pasted from elsewhere
                 i += 1
                 continue
             pos = SourcePos(filename, line_no, i + 1)

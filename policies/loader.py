@@ -50,7 +50,7 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
     report = Reporter()
     try:
         text = reader(path)
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         from policies.model import SourcePos
 
         report.at(SourcePos(path, 0, 0), f"cannot read the policy: {_reason(exc)}")
@@ -65,7 +65,7 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
             return File(name, sources[name], parse_text(sources[name], name)[0].items)
         try:
             included = reader(name)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:
             return f"cannot include '{target}': {_reason(exc)}"
         sources[name] = included
         tree, problems = parse_text(included, name)

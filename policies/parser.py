@@ -9,16 +9,19 @@ Grammar (the whole language; what each directive means is in ``policies.grammar`
     block     = '{' item* '}'
 
 The parser recovers at the end of a directive and at braces, so one run reports every
-syntax error of a file, not only the first.
+syntax error of a file, not only the first. A block left open at the end of the file is
+closed where the indentation says it ends (the first line indented no deeper than the line
+that opened it), so the directives after it are read where the author meant them to be.
 """
 
 from __future__ import annotations
 
 from policies.errors import Diagnostic
-from policies.lexer import Kind, Token, tokenize
+from policies.lexer import Kind, Token, quote, tokenize
 from policies.syntax import Arg, BlankLine, Comment, Directive, File, Item
 
 _DIRECTIVE_END = (Kind.SEMI, Kind.NEWLINE, Kind.COMMENT, Kind.EOF, Kind.RBRACE)
+MAX_DEPTH = 16  # blocks nested deeper than this are skipped (the language needs four)
 
 
 def parse_text(text: str, filename: str) -> tuple[File, list[Diagnostic]]:
@@ -35,6 +38,16 @@ class _Parser:
         self.tokens = tokens
         self.i = 0
         self.diagnostics = diagnostics
+        self.depth = 0
+        # the last '}' indented deeper than the line that opened its block: (line, block)
+        self.early_close: tuple[int, str] | None = None
+        # items an unclosed block handed back to the block around it (see _unclosed)
+        self.dedented: list[Item] = []
+        # column of the first token of each line, to find where an unclosed block ends
+        self.indent: dict[int, int] = {}
+        for token in tokens:
+            if token.kind not in (Kind.NEWLINE, Kind.EOF):
+                self.indent.setdefault(token.pos.line, token.pos.col)
 
     def peek(self) -> Token:
         return self.tokens[self.i]
@@ -59,21 +72,18 @@ class _Parser:
             token = self.peek()
             if token.kind is Kind.EOF:
                 if opener is not None:
-                    self.diagnostics.append(
-                        Diagnostic(
-                            opener.block_pos or opener.pos,
-                            f"the block of '{_title(opener)}' is never closed",
-                            expected="'}' before the end of the file",
-                            hint=f"the block opens on line {opener.pos.line}",
-                        )
-                    )
+                    return self._unclosed(opener, items)
                 return items
             if token.kind is Kind.RBRACE:
                 if opener is not None:
                     return items
                 self.advance()
-                self.error(token, "unexpected '}': no block is open",
-                           hint="remove it, or look for a missing '{' above")
+                hint = "remove it, or look for a missing '{' above"
+                if self.early_close is not None:
+                    line, title = self.early_close
+                    hint = (f"the '}}' on line {line} closes '{title}' although it is indented "
+                            "as if inside it: one of the two '}' is too many")
+                self.error(token, "unexpected '}': no block is open", hint=hint)
                 continue
             if token.kind is Kind.NEWLINE:
                 self.advance()
@@ -91,17 +101,25 @@ class _Parser:
                 continue
             if token.kind is Kind.LBRACE:
                 self.advance()
-                self.error(token, "unexpected '{'", expected="a directive name before '{'")
-                self.parse_items(opener=Directive("{", token.pos, block_pos=token.pos))
-                self._close_block()
+                self.error(token, "unexpected '{'", expected="a directive name before '{'",
+                           hint="a block belongs to a directive: 'name args { ... }'")
+                self._skip_block(token)
                 continue
             if token.kind is Kind.STRING:
-                self.advance()
-                self.error(token, f"unexpected string \"{token.text}\"",
-                           expected="a directive name (a bare word)")
-                self._skip_directive()
-                continue
+                if not _is_word(token.text):
+                    self.advance()
+                    self.error(token, f"unexpected string {quote(token.text)}",
+                               expected="a directive name (a bare word)")
+                    self._skip_directive()
+                    continue
+                # Read it as the directive it names, so that later stages do not also
+                # report that directive missing.
+                self.error(token, f"unexpected string {quote(token.text)}",
+                           expected="a directive name (a bare word)",
+                           hint=f"write it without quotes: {token.text}")
             items.append(self.parse_directive())
+            items += self.dedented
+            self.dedented = []
 
     def parse_directive(self) -> Directive:
         name = self.advance()
@@ -112,16 +130,27 @@ class _Parser:
                 Arg(token.text, token.pos, quoted=token.kind is Kind.STRING, width=token.width)
             )
         token = self.peek()
+        if token.kind is Kind.LBRACE and self.depth >= MAX_DEPTH:
+            self.advance()
+            self.error(token, "blocks are nested too deeply",
+                       expected=f"at most {MAX_DEPTH} levels of blocks")
+            self._skip_block(token)
+            return directive
         if token.kind is Kind.LBRACE:
             self.advance()
             directive.block_pos = token.pos
             open_line = token.pos.line
             if self.peek().kind is Kind.COMMENT:
                 directive.trailing_comment = self.advance().text
+            self.depth += 1
             directive.block = self.parse_items(opener=directive)
+            self.depth -= 1
             closing = self.peek()
             if closing.kind is Kind.RBRACE:
                 directive.inline = closing.pos.line == open_line
+                alone = self.indent.get(closing.pos.line) == closing.pos.col
+                if alone and closing.pos.col > self.indent.get(directive.pos.line, 1):
+                    self.early_close = (closing.pos.line, _title(directive))
             if self._close_block() and self.peek().kind is Kind.COMMENT:
                 directive.close_comment = self.advance().text
             return directive
@@ -141,12 +170,64 @@ class _Parser:
 
     def _skip_directive(self) -> None:
         while self.peek().kind not in _DIRECTIVE_END:
-            if self.peek().kind is Kind.LBRACE:
-                token = self.advance()
-                self.parse_items(opener=Directive("{", token.pos, block_pos=token.pos))
-                self._close_block()
-                continue
-            self.advance()
+            token = self.advance()
+            if token.kind is Kind.LBRACE:
+                self._skip_block(token)
+
+    def _skip_block(self, opening: Token) -> None:
+        """Skip to the '}' matching ``opening`` (already consumed), without recursion."""
+        depth = 1
+        while True:
+            token = self.advance()
+            if token.kind is Kind.EOF:
+                self.error(opening, "this '{' is never closed",
+                           expected="'}' before the end of the file")
+                return
+            if token.kind is Kind.LBRACE:
+                depth += 1
+            elif token.kind is Kind.RBRACE:
+                depth -= 1
+                if depth == 0:
+                    return
+
+    def _unclosed(self, opener: Directive, items: list[Item]) -> list[Item]:
+        """Report a block still open at the end of the file and close it where its
+        indentation ends: items from there on go back to the enclosing block."""
+        start = self.indent.get(opener.pos.line, opener.pos.col)
+        cut = next(
+            (k for k, item in enumerate(items)
+             if not isinstance(item, BlankLine) and item.pos.line > opener.pos.line
+             and self.indent.get(item.pos.line) == item.pos.col and item.pos.col <= start),
+            len(items),
+        )
+        if cut == 0:
+            cut = len(items)  # the block is not indented at all: indentation tells nothing
+        if cut < len(items):
+            line = items[cut].pos.line
+            hint = f"indentation suggests a '}}' is missing before line {line}"
+            self.dedented = items[cut:] + self.dedented
+            items = items[:cut]
+            while items and isinstance(items[-1], BlankLine):
+                items.pop()
+        else:
+            hint = None
+        self.diagnostics.append(
+            Diagnostic(
+                opener.block_pos or opener.pos,
+                f"the block of '{_title(opener)}' is never closed",
+                length=1,
+                expected="'}' before the end of the file",
+                hint=hint,
+            )
+        )
+        return items
+
+
+def _is_word(text: str) -> bool:
+    return bool(text) and not any(ch in _NOT_IN_WORD or ch.isspace() for ch in text)
+
+
+_NOT_IN_WORD = set('{};#"')
 
 
 def _title(directive: Directive) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from policies.errors import Diagnostic, did_you_mean, one_of
-from policies.grammar import CONTEXTS, Spec
+from policies.grammar import CONTEXTS, TOP, Spec
 from policies.model import SourcePos
 from policies.syntax import Arg, Directive
 from policies.values import ValueProblem
@@ -31,6 +31,9 @@ class Reporter:
 
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
+        # every directive read, by position: later stages see only the model (which keeps
+        # a directive's position) and use this to point at the exact word they reject
+        self.directives: dict[SourcePos, Directive] = {}
 
     def at(self, pos: SourcePos, message: str, *, length: int = 1,
            expected: str | None = None, hint: str | None = None) -> None:
@@ -39,6 +42,29 @@ class Reporter:
     def at_arg(self, arg: Arg, message: str, *, expected: str | None = None,
                hint: str | None = None) -> None:
         self.at(arg.pos, message, length=arg.width, expected=expected, hint=hint)
+
+    def at_name(self, pos: SourcePos, message: str, *, words: Sequence[str] = (),
+                child: str | None = None, expected: str | None = None,
+                hint: str | None = None) -> None:
+        """Report at a word of the directive at ``pos`` (a model object's position).
+
+        With ``child``, look in that directive of its block instead (``priority`` in a
+        service). Point at the first argument in ``words`` if there is one, else at the
+        directive's first argument (its name) when no ``words`` were asked for, else at
+        the directive's own name."""
+        directive = self.directives.get(pos)
+        if directive is None:
+            self.at(pos, message, expected=expected, hint=hint)
+            return
+        if child is not None:
+            directive = next((d for d in directive.directives() if d.name == child), directive)
+        arg = next((a for a in directive.args if a.text in words), None)
+        if arg is None and not words and directive.args:
+            arg = directive.args[0]
+        if arg is None:
+            self.at_directive(directive, message, expected=expected, hint=hint)
+        else:
+            self.at_arg(arg, message, expected=expected, hint=hint)
 
     def at_directive(self, directive: Directive, message: str, *,
                      expected: str | None = None, hint: str | None = None) -> None:
@@ -59,15 +85,18 @@ def read_block(
     specs = CONTEXTS[context]
     found: dict[str, list[Directive]] = {}
     for directive in directives:
+        report.directives[directive.pos] = directive
         spec = specs.get(directive.name)
         if spec is None:
             _unknown(directive, context, specs, report)
             continue
         earlier = found.get(directive.name)
         if earlier and not spec.repeat:
+            first = earlier[0].pos
+            where = f"line {first.line}" if first.file == directive.pos.file else str(first)
             report.at_directive(
-                directive, f"'{directive.name}' is set twice in this {context} block",
-                hint=f"the first one is on line {earlier[0].pos.line}; keep one",
+                directive, f"'{directive.name}' is set twice {_in_block(context, 'this')}",
+                hint=f"the first one is on {where}; keep one",
             )
             continue
         if not _shape_ok(directive, spec, report):
@@ -79,8 +108,12 @@ def read_block(
             subject = f"{context} '{owner.args[0].text}'" if owner and owner.args else context
             usage = f"{name} {spec.usage}".strip()
             if where is None:
-                pos = directives[0].pos if directives else SourcePos("<policy>", 1, 1)
-                report.at(pos, f"the policy has no '{name}'", expected=usage)
+                if not directives:
+                    continue  # an empty policy is reported once, by the compiler
+                first = directives[0]
+                if spec.block is not None:
+                    usage += " { ... }"
+                report.at_directive(first, f"the policy has no '{name}'", expected=usage)
             else:
                 report.at(owner.pos, f"{subject} is missing '{name}'",
                           length=len(owner.name), expected=usage)
@@ -97,15 +130,31 @@ def _reported_near(name: str, directives: Sequence[Directive], report: Reporter)
 
 
 def _unknown(directive: Directive, context: str, specs: dict[str, Spec], report: Reporter) -> None:
-    hint = did_you_mean(directive.name, specs)
-    if hint is None:
-        homes = [ctx for ctx, table in CONTEXTS.items() if directive.name in table]
-        if homes:
-            hint = f"'{directive.name}' belongs in a {' or '.join(homes)} block"
+    # A directive of another block is far more likely misplaced than misspelt.
+    homes = [ctx for ctx, table in CONTEXTS.items() if directive.name in table]
+    if homes:
+        places = [_in_block(ctx, "a") for ctx in homes]
+        hint = f"'{directive.name}' belongs {_either(places)}"
+    else:
+        hint = did_you_mean(directive.name, specs)
     report.at_directive(
-        directive, f"unknown directive '{directive.name}' in {context} block",
+        directive, f"unknown directive '{directive.name}' {_in_block(context, 'a')}",
         expected=one_of(specs), hint=hint,
     )
+
+
+def _in_block(context: str, article: str) -> str:
+    if context == TOP:
+        return "at the top level of the policy"
+    if article == "a" and (context[0] in "aeiou" or context == "soa"):
+        article = "an"
+    return f"in {article} {context} block"
+
+
+def _either(places: list[str]) -> str:
+    if len(places) <= 2:
+        return " or ".join(places)
+    return ", ".join(places[:-1]) + " or " + places[-1]
 
 
 def _shape_ok(directive: Directive, spec: Spec, report: Reporter) -> bool:

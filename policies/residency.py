@@ -124,20 +124,45 @@ def _rule_paths(service: Service, rule: ResidencyRule) -> list[PathCheck]:
 
 
 def prove_residency(policy: Policy, report: Reporter) -> list[PathCheck]:
-    """Enumerate every path; report each leak and each rule that allows no region."""
+    """Enumerate every path; report each leak and each rule that allows no region.
+
+    Leaking paths of one rule that open at the same directive and leak the same regions
+    (spillover from each allowed region to us-east; unknown location and no ECS) are
+    reported once, naming every path."""
     checks = enumerate_paths(policy)
+    leaks: dict[tuple[str, str, SourcePos, tuple[str, ...]], list[PathCheck]] = {}
     for item in checks:
         if item.path == "primary" and not item.answers:
-            report.at(item.pos, f"residency: service {item.service}, rule {item.rule}: no "
-                      "region that serves the service is allowed",
-                      expected="an 'allow' list that names regions serving the service")
+            report.at_name(item.pos, f"residency: service {item.service}, rule {item.rule}: "
+                           "no region that serves the service is allowed",
+                           expected="an 'allow' list that names regions serving the service")
         if item.leaks:
-            leaked = ", ".join(item.leaks)
-            hint = _hint(item)
-            report.at(item.pos, f"residency: service {item.service}, rule {item.rule}: path "
-                      f"'{item.path}' can answer {leaked}, outside the allowed regions "
-                      f"({', '.join(item.allowed)})", hint=hint)
+            leaks.setdefault((item.service, item.rule, item.pos, item.leaks), []).append(item)
+    services = {service.name: service for service in policy.services}
+    for (name, rule, pos, leaked), items in leaks.items():
+        paths = [f"'{item.path}'" for item in items]
+        named = ("path " if len(paths) == 1 else "paths ") + _and(paths)
+        message = (f"residency: service {name}, rule {rule}: {named} can answer "
+                   f"{', '.join(leaked)}, outside the allowed regions "
+                   f"({', '.join(items[0].allowed)})")
+        service = services[name]
+        if items[0].path.startswith("spillover"):
+            # point at the leaking target in 'to' (spillover) or in the rule's 'spillover-to'
+            child = "to" if pos == (service.spillover and service.spillover.pos) else \
+                "spillover-to"
+            report.at_name(pos, message, child=child, words=leaked, hint=_hint(items[0]))
+        elif "unknown" in items[0].path and pos == service.pos:
+            report.at_name(pos, message, hint=(
+                "without 'unknown-location' a client that cannot be located may be answered "
+                "by any region of the service: add 'unknown-location regions ...' naming "
+                "regions every rule allows, or 'unknown-location refuse'"))
+        else:
+            report.at_name(pos, message, words=(*leaked, "any"), hint=_hint(items[0]))
     return checks
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _hint(item: PathCheck) -> str:

@@ -5,6 +5,7 @@ Residency is proved separately (``policies.residency``); this module checks ever
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -26,20 +27,20 @@ def validate(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
     _unique("jurisdiction", policy.jurisdictions, report)
     _unique("GPU server", [gpu for region in policy.regions for gpu in region.gpus], report)
     for service in policy.services:
-        _unique(f"residency rule of service {service.name}", service.residency, report)
+        _unique("residency rule", service.residency, report, f"service {service.name}: ")
     _references(policy, refs, report)
     _zone(policy, report)
     for service in policy.services:
         _service(policy, service, report)
 
 
-def _unique(kind: str, items: Iterable[_Named], report: Reporter) -> None:
+def _unique(kind: str, items: Iterable[_Named], report: Reporter, prefix: str = "") -> None:
     seen: dict[str, SourcePos] = {}
     for item in items:
         if item.name in seen:
             first = seen[item.name]
-            report.at(item.pos, f"{kind} '{item.name}' is declared twice",
-                      hint=f"the first declaration is at {first}")
+            report.at_name(item.pos, f"{prefix}{kind} '{item.name}' is declared twice",
+                           hint=f"the first declaration is at {first}; rename or remove one")
         else:
             seen[item.name] = item.pos
 
@@ -57,6 +58,9 @@ def _references(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
         hint = did_you_mean(ref.name, names)
         if hint is None and ref.kind == "jurisdiction":
             hint = f"declare it: jurisdiction {ref.name} {{ countries ... }}"
+            if re.fullmatch(r"[A-Z]{2}", ref.name):
+                hint = (f"for clients in the country {ref.name} write 'clients country "
+                        f"{ref.name}'; or {hint}")
         listed = ", ".join(names) if names else "none declared"
         report.at(ref.pos, f"unknown {ref.kind} '{ref.name}'", length=ref.width,
                   expected=f"a {ref.kind} declared in this policy ({listed})", hint=hint)
@@ -67,11 +71,11 @@ def _zone(policy: Policy, report: Reporter) -> None:
     for ns in policy.zone.nameservers:
         inside = ns.name == apex or ns.name.endswith("." + apex)
         if inside and not ns.addresses:
-            report.at(ns.pos, f"name server '{ns.name}' is inside the zone but has no glue "
+            report.at_name(ns.pos, f"name server '{ns.name}' is inside the zone but has no glue "
                       "address", expected=f"ns {ns.name} <address> ...",
                       hint="resolvers cannot find a name server inside the zone without glue")
         if not inside and ns.addresses:
-            report.at(ns.pos, f"glue for '{ns.name}', which is outside the zone {apex}",
+            report.at_name(ns.pos, f"glue for '{ns.name}', which is outside the zone {apex}",
                       expected=f"ns {ns.name}",
                       hint="glue is only served for names inside the zone; drop the addresses")
 
@@ -79,28 +83,33 @@ def _zone(policy: Policy, report: Reporter) -> None:
 def _service(policy: Policy, service, report: Reporter) -> None:
     apex = policy.zone.apex
     if service.name != apex and not service.name.endswith("." + apex):
-        report.at(service.pos, f"service '{service.name}' is outside the zone {apex}",
+        report.at_name(service.pos, f"service '{service.name}' is outside the zone {apex}",
                   expected=f"a name ending in .{apex}")
     if not service.regions:
-        report.at(service.pos, f"service '{service.name}' has no regions",
+        report.at_name(service.pos, f"service '{service.name}' has no regions",
                   expected="regions <region> ...")
     served = set(service.regions)
     declared = set(policy.region_names)
     for region in service.priority:
         if region in declared and region not in served:
-            report.at(service.pos, f"priority names region '{region}', which does not serve "
-                      f"{service.name}", hint="add it to 'regions' or drop it from 'priority'")
+            report.at_name(service.pos, f"priority names region '{region}', which does not "
+                           f"serve {service.name}", child="priority", words=(region,),
+                           hint="add it to 'regions' or drop it from 'priority'")
     if "weighted" in service.steer:
         weights = [policy.region(r).weight for r in service.regions if r in declared]
         if weights and not any(w > 0 for w in weights):
-            report.at(service.pos, "steering by 'weighted' but every region has weight 0",
-                      expected="weight <number> above 0 on some region")
+            report.at_name(service.pos, "steering by 'weighted' but every region of "
+                           f"{service.name} has weight 0", child="steer", words=("weighted",),
+                           expected="weight <number> above 0 on some region")
     if service.degraded_ttl > service.ttl:
-        report.at(service.pos, f"degraded-ttl ({service.degraded_ttl:g}s) is longer than the "
-                  f"ttl ({service.ttl:g}s)", hint="a degraded answer should be cached less")
+        report.at_name(service.pos, f"degraded-ttl ({service.degraded_ttl:g}s) is longer than "
+                       f"the ttl ({service.ttl:g}s)", child="degraded-ttl",
+                       expected=f"at most the ttl ({service.ttl:g}s)",
+                       hint="a degraded answer should be cached for less time, not more")
     spill = service.spillover
     if spill is not None and spill.targets:
         for target in spill.targets:
             if target in declared and target not in served:
-                report.at(spill.pos, f"spillover target '{target}' does not serve "
-                          f"{service.name}", hint="add it to the service's 'regions'")
+                report.at_name(spill.pos, f"spillover target '{target}' does not serve "
+                               f"{service.name}", child="to", words=(target,),
+                               hint="add it to the service's 'regions', or drop it from 'to'")

@@ -61,37 +61,62 @@ def rate(text: str) -> float:
     """Requests per second, written 300rps (or 600rpm)."""
     match = _RATE.match(text)
     if not match:
+        bare = re.fullmatch(_NUMBER, text)
         raise ValueProblem(f"'{text}' is not a request rate",
                            expected="a rate such as 300rps or 1200rpm",
-                           hint=_unit_hint(text, "rps rpm"))
+                           hint=f"write {text}rps" if bare else _unit_hint(text, "rps rpm"))
     value = float(match["num"])
     return value / 60.0 if match["unit"] == "rpm" else value
 
 
-def integer(text: str, minimum: int | None = None, maximum: int | None = None) -> int:
+def integer(text: str, minimum: int | None = None, maximum: int | None = None,
+            what: str = "") -> int:
+    """A whole number, optionally within [minimum, maximum]; ``what`` names it in messages."""
     if not re.fullmatch(r"[0-9]+", text):
-        raise ValueProblem(f"'{text}' is not a whole number", expected="a whole number")
+        raise ValueProblem(f"'{text}' is not a whole number",
+                           expected=_range_expected("a whole number", minimum, maximum))
     value = int(text)
-    _check_range(text, value, minimum, maximum)
+    _check_range(text, value, minimum, maximum, what)
     return value
 
 
-def number(text: str, minimum: float | None = None, maximum: float | None = None) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueProblem(f"'{text}' is not a number", expected="a number") from None
+_DECIMAL = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+
+
+def number(text: str, minimum: float | None = None, maximum: float | None = None,
+           what: str = "") -> float:
+    """A decimal number (no exponent, no '_'), optionally within [minimum, maximum]."""
+    if not _DECIMAL.match(text):
+        raise ValueProblem(f"'{text}' is not a number",
+                           expected=_range_expected("a number", minimum, maximum))
+    value = float(text)
     if not math.isfinite(value):
         raise ValueProblem(f"'{text}' is not a finite number", expected="a number")
-    _check_range(text, value, minimum, maximum)
+    _check_range(text, value, minimum, maximum, what)
     return value
 
 
-def _check_range(text: str, value: float, minimum: float | None, maximum: float | None) -> None:
+def _check_range(text: str, value: float, minimum: float | None, maximum: float | None,
+                 what: str = "") -> None:
+    subject = f"{what} {text}" if what else text
     if minimum is not None and value < minimum:
-        raise ValueProblem(f"{text} is too small", expected=f"at least {_fmt(minimum)}")
+        raise ValueProblem(f"{subject} is too small",
+                           expected=_range_expected("", minimum, maximum))
     if maximum is not None and value > maximum:
-        raise ValueProblem(f"{text} is too large", expected=f"at most {_fmt(maximum)}")
+        raise ValueProblem(f"{subject} is too large",
+                           expected=_range_expected("", minimum, maximum))
+
+
+def _range_expected(kind: str, minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        bounds = f"from {_fmt(minimum)} to {_fmt(maximum)}"
+    elif minimum is not None:
+        bounds = f"at least {_fmt(minimum)}"
+    elif maximum is not None:
+        bounds = f"at most {_fmt(maximum)}"
+    else:
+        return kind
+    return f"{kind} {bounds}".strip()
 
 
 def _fmt(value: float) -> str:
@@ -143,19 +168,27 @@ def country(text: str) -> str:
 
 def continent(text: str) -> str:
     if text not in CONTINENTS:
+        hint = f"write {text.upper()}" if text.upper() in CONTINENTS else None
         raise ValueProblem(f"'{text}' is not a continent code",
-                           expected="one of " + ", ".join(sorted(CONTINENTS)))
+                           expected="one of " + ", ".join(sorted(CONTINENTS)), hint=hint)
     return text
 
 
 def url(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueProblem(f"'{text}' is not an HTTP URL",
-                           expected="a URL such as http://10.0.0.5:8000")
+    expected = "a URL such as http://10.0.0.5:8000"
     try:
-        parts.port  # noqa: B018 - raises on a bad port
+        parts = urlsplit(text)
+        host = parts.hostname  # raises on a malformed IPv6 literal
     except ValueError:
+        raise ValueProblem(f"'{text}' is not an HTTP URL", expected=expected) from None
+    if parts.scheme not in ("http", "https") or not host:
+        hint = "only http and https are probed" if parts.scheme and host else None
+        raise ValueProblem(f"'{text}' is not an HTTP URL", expected=expected, hint=hint)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
         raise ValueProblem(f"'{text}' has an invalid port", expected="a port 1-65535") from None
     return text.rstrip("/")
 
