@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from pathlib import Path
 
 import pytest
+
+ASYNC_TEST_TIMEOUT_S = 30.0
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "policies" / "examples"
@@ -57,3 +61,20 @@ def pytest_runtest_makereport(item, call):
             and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which requires every test to run: {report.longrepr}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run ``async def`` tests with ``asyncio.run`` on a fresh loop and a hard timeout."""
+    func = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(func):
+        return None
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs = {name: pyfuncitem.funcargs[name] for name in names}
+
+    async def run() -> None:
+        async with asyncio.timeout(ASYNC_TEST_TIMEOUT_S):
+            await func(**kwargs)
+
+    asyncio.run(run())
+    return True
