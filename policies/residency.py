@@ -176,3 +176,45 @@ def _hint(item: PathCheck) -> str:
                 "every rule allows ('unknown-location regions ...'), or 'unknown-location "
                 "refuse'")
     return "restrict the service's regions to those the rule allows"
+
+
+def rules_for(policy: Policy, service: Service, country: str | None,
+              continent: str | None) -> tuple[ResidencyRule, ...]:
+    """The service's residency rules covering a client in ``country`` / ``continent``.
+
+    A rule covers a client when its country or continent is listed, directly or through a
+    named jurisdiction. Shared by the DNS engine and the regional balancers' re-check.
+    """
+    found = []
+    for rule in service.residency:
+        clients = rule.clients
+        covered = country in clients.countries or continent in clients.continents
+        for name in clients.jurisdictions:
+            jurisdiction = policy.jurisdiction(name)
+            if jurisdiction is not None and (country in jurisdiction.countries
+                                             or continent in jurisdiction.continents):
+                covered = True
+        if covered:
+            found.append(rule)
+    return tuple(found)
+
+
+def allowed_for(service: Service, rules: tuple[ResidencyRule, ...],
+                located: bool) -> tuple[str, ...] | None:
+    """Regions a client may be answered with or served by; None when unrestricted.
+
+    A located client: the intersection of its rules' allowed sets (None under no rule). An
+    unlocated client may be any rule's client: what ``unknown-location`` answers, within
+    every rule's allowed set.
+    """
+    if not located:
+        allowed = set(unknown_answers(service))
+        for rule in service.residency:
+            allowed &= set(rule.allowed)
+        return tuple(r for r in service.regions if r in allowed)
+    if not rules:
+        return None
+    allowed = set(service.regions)
+    for rule in rules:
+        allowed &= set(rule.allowed)
+    return tuple(r for r in service.regions if r in allowed)

@@ -13,24 +13,13 @@ from __future__ import annotations
 
 from director.engine.context import DecisionContext
 from director.engine.types import Step
-from policies.residency import unknown_answers
+from policies.residency import allowed_for
 
 
 def allowed_regions(ctx: DecisionContext) -> tuple[str, ...] | None:
     """The residency-allowed regions for this client, or None when unrestricted."""
-    service = ctx.service
     location = ctx.client.location
-    if location is None or not location.found:
-        allowed = set(unknown_answers(service))
-        for rule in service.residency:
-            allowed &= set(rule.allowed)
-        return tuple(r for r in service.regions if r in allowed)
-    if not ctx.rules:
-        return None
-    allowed = set(service.regions)
-    for rule in ctx.rules:
-        allowed &= set(rule.allowed)
-    return tuple(r for r in service.regions if r in allowed)
+    return allowed_for(ctx.service, ctx.rules, location is not None and location.found)
 
 
 def residency_filter(ctx: DecisionContext, candidates: tuple[str, ...],
