@@ -53,6 +53,7 @@ from regions.balancer.registry import (
     register_builtin_plugins,
 )
 from regions.balancer.request_info import parse_request
+from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.types import Endpoint
 
 SHUTDOWN_TIMEOUT_S = 2.0
@@ -90,9 +91,11 @@ class Balancer:
         config: BalancerConfig | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        residency: ResidencyCheck | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
+        self.residency = residency
         self.config = cfg = config or BalancerConfig()
         self.listen = listen
         specs = [BackendSpec.coerce(b, cfg.max_concurrency) for b in backends]
@@ -150,6 +153,15 @@ class Balancer:
 
     def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
+            if self.residency is not None:
+                verdict = self.residency.check(request.remote, request.host, request.headers)
+                if not verdict.allowed:
+                    self.metrics.residency_refused(verdict.service)
+                    allowed = ",".join(verdict.allowed_regions or ())
+                    return error_response(451, verdict.message(self.region),
+                                          "residency_refused",
+                                          headers={"x-director-allowed-regions": allowed,
+                                                   "x-director-region": self.region})
             return await self.proxy.handle(request, endpoint)
 
         return handler
@@ -398,12 +410,14 @@ def build_balancer(
     *,
     config: BalancerConfig | None = None,
     rng: random.Random | None = None,
+    residency: ResidencyCheck | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
-    creates ``balancer.runner`` and listens."""
+    creates ``balancer.runner`` and listens. ``residency`` re-checks every client."""
     return Balancer(
-        region_name, backends, listen=listen, jurisdiction=jurisdiction, config=config, rng=rng
+        region_name, backends, listen=listen, jurisdiction=jurisdiction, config=config, rng=rng,
+        residency=residency,
     )
 
 
@@ -415,9 +429,11 @@ async def serve(
     *,
     config: BalancerConfig | None = None,
     ready: Callable[[Balancer], None] | None = None,
+    residency: ResidencyCheck | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
-    balancer = build_balancer(region_name, backends, listen, jurisdiction, config=config)
+    balancer = build_balancer(region_name, backends, listen, jurisdiction, config=config,
+                              residency=residency)
     async with balancer:
         if ready is not None:
             ready(balancer)

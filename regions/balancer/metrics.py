@@ -70,6 +70,12 @@ class BalancerMetrics:
             "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
         )
         self.shed = Counter("director_balancer_shed", "Requests shed", ["reason"], registry=r)
+        self.residency_refusals = Counter(
+            "director_balancer_residency_refused",
+            "Requests refused because this region may not serve the client",
+            ["service"],
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "director_balancer_upstream_errors",
             "Backend errors seen in the data path",
@@ -90,6 +96,9 @@ class BalancerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+
+    def residency_refused(self, service: str) -> None:
+        self.residency_refusals.labels(service or "*").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

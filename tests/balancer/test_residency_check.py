@@ -1,0 +1,92 @@
+"""Residency re-check at HTTP level: a client the region may not serve is refused, never
+proxied; the GeoIP side uses the MaxMind test database."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from director.geo import GeoLocator
+from policies import load_policy_text
+from regions.balancer import BackendSpec, build_balancer
+from regions.balancer.residency_check import ResidencyCheck
+from regions.simulator import Fleet, ServerSpec
+
+POLICY = """
+zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
+jurisdiction EU { countries SE FR DE }
+region us-east { location 38.9 -77.0; jurisdiction US; endpoints 127.0.1.1; capacity 10rps }
+region eu-west { location 53.3 -6.2; jurisdiction EU; endpoints 127.0.2.1; capacity 10rps }
+service chat.infer.example.com {
+    residency eu { clients jurisdiction EU; allow eu-west; all-down answer-allowed }
+    unknown-location regions eu-west
+    all-down answer-nothing
+}
+service open.infer.example.com { all-down answer-nothing }
+"""
+SE = "89.160.20.112"  # Sweden in the MaxMind test database
+US = "216.160.83.56"  # United States in the MaxMind test database
+NOWHERE = "10.1.2.3"  # not in the database
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy_text(POLICY)
+
+
+@pytest.fixture(scope="module")
+def locate(maxmind_test_locator: GeoLocator):
+    def locate(address):
+        location = maxmind_test_locator.locate(address)
+        return location.country, location.continent
+
+    return locate
+
+
+@pytest.mark.parametrize(("region", "peer", "host", "headers", "allowed"), [
+    ("us-east", "127.0.0.1", "chat.infer.example.com", {"X-Director-Client-IP": SE}, False),
+    ("eu-west", "127.0.0.1", "chat.infer.example.com", {"X-Director-Client-IP": SE}, True),
+    ("us-east", "127.0.0.1", "chat.infer.example.com", {"X-Director-Client-IP": US}, True),
+    ("us-east", "127.0.0.1", "chat.infer.example.com", {"X-Director-Client-Country": "FR"},
+     False),
+    ("us-east", SE, "chat.infer.example.com", {}, False),
+    ("us-east", US, "chat.infer.example.com", {"X-Director-Client-IP": SE}, True),
+    ("us-east", NOWHERE, "chat.infer.example.com", {}, False),
+    ("us-east", SE, "open.infer.example.com:8080", {}, True),
+    ("us-east", SE, "unknown.example.org", {}, False),
+    ("us-east", US, "unknown.example.org", {}, True),
+], ids=["eu-client-header-us-region", "eu-client-header-eu-region", "us-client-header",
+        "country-header", "eu-peer", "untrusted-peer-header-ignored", "unlocated-peer",
+        "unrestricted-service", "unknown-host-eu", "unknown-host-us"])
+def test_verdicts(policy, locate, region, peer, host, headers, allowed):
+    check = ResidencyCheck(policy, region, locate)
+    verdict = check.check(peer, host, headers)
+    assert verdict.allowed is allowed, verdict
+
+
+async def test_refused_request_never_reaches_a_gpu(policy, locate):
+    check = ResidencyCheck(policy, "us-east", locate)
+    async with Fleet([ServerSpec("gpu0")], time_scale=20) as fleet:
+        spec = BackendSpec("gpu0", fleet["gpu0"].url, ("sim-model",))
+        balancer = build_balancer("us-east", [spec], residency=check)
+        async with balancer, aiohttp.ClientSession() as session:
+            body = {"model": "sim-model", "prompt": "hi", "max_tokens": 4}
+            url = f"{balancer.url}/v1/completions"
+            headers = {"Host": "chat.infer.example.com", "X-Director-Client-IP": SE}
+            async with session.post(url, json=body, headers=headers) as response:
+                assert response.status == 451
+                assert response.headers["x-director-allowed-regions"] == "eu-west"
+                error = (await response.json())["error"]
+                assert error["type"] == "residency_refused"
+                assert "residency eu of chat.infer.example.com" in error["message"]
+            headers["X-Director-Client-IP"] = US
+            async with session.post(url, json=body, headers=headers) as response:
+                assert response.status == 200
+            async with session.get(f"{fleet['gpu0'].url}/metrics") as response:
+                text = await response.text()
+            metrics = await (await session.get(f"{balancer.url}/metrics")).text()
+    served = [line for line in text.splitlines()
+              if line.startswith("vllm:e2e_request_latency_seconds_count")]
+    assert served and float(served[0].split()[-1]) == 1.0  # only the US request got through
+    assert 'director_balancer_residency_refused_total{service="chat.infer.example.com"} 1.0' \
+        in metrics
