@@ -1,0 +1,212 @@
+"""Run dnsperf against gdnsd and the director's DNS server side by side; print a table.
+
+For each server configuration and each query mix (plain A without EDNS; ECS from one /24;
+ECS from 30,000 distinct /24s) it warms the server up, runs dnsperf for ``--seconds``
+(<= 10 s) and reports queries per second, dnsperf's average latency, and the server's CPU
+microseconds per answered query from /proc/<pid>/stat (utime + stime, all threads and
+worker processes), then the ratios ours / gdnsd. Servers are pinned with taskset to CPU 0
+and dnsperf to CPU 1 ("pinned"); the ``--workers 2`` rows are also run unpinned ("shared":
+both processes and dnsperf share the two cores), where a second process can help.
+
+    python bench/dns_bench.py [--seconds 8] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dns.edns
+import dns.message
+import dns.query
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GDNSD_PORT, OURS_PORT = 5301, 5310
+ECS_FIXED = "8:00011800510245"  # family 1, source /24, scope 0, 81.2.69.0
+
+
+@dataclass
+class Result:
+    qps: float
+    latency_ms: float
+    cpu_us: float
+    lost: float
+
+
+def wait_udp(port: int, timeout: float = 20.0) -> None:
+    query = dns.message.make_query("infer.example.com", "SOA")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            dns.query.udp(query, "127.0.0.1", port=port, timeout=0.5)
+            return
+        except (dns.exception.Timeout, OSError):
+            time.sleep(0.2)
+    raise RuntimeError(f"no DNS server answering on port {port}")
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def server_pids(proc: subprocess.Popen) -> list[int]:
+    pids = [proc.pid]
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except FileNotFoundError:
+        pass
+    return pids
+
+
+def dnsperf(port: int, mix: dict, seconds: float, pin: bool, rate: int | None = None) -> dict:
+    cmd = (["taskset", "-c", "1"] if pin else []) + [
+        "dnsperf", "-s", "127.0.0.1", "-p", str(port), "-c", "10", "-q", "100",
+        "-l", str(seconds), "-t", "2", *mix["args"]]
+    if rate:
+        cmd += ["-Q", str(rate)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30).stdout
+    get = lambda pattern: float(re.search(pattern, out).group(1))  # noqa: E731
+    return {"qps": get(r"Queries per second:\s+([\d.]+)"),
+            "latency": get(r"Average Latency \(s\):\s+([\d.]+)") * 1000,
+            "completed": get(r"Queries completed:\s+(\d+)"),
+            "lost": get(r"Queries lost:\s+\d+ \(([\d.]+)%\)")}
+
+
+def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: bool) -> Result:
+    for attempt in range(mix.get("warmup_passes", 1)):
+        warm = dnsperf(port, mix, mix["warmup"], pin, rate=mix.get("warmup_rate"))
+        if mix.get("warmup_passes", 1) > 1:
+            print(f"    warm-up pass {attempt + 1}: {warm['qps']:,.0f} qps, "
+                  f"lost {warm['lost']:.1f}%", flush=True)
+            if warm["lost"] < 0.5 and attempt > 0:
+                break
+    pids = server_pids(proc)
+    before = cpu_ticks(pids)
+    run = dnsperf(port, mix, seconds, pin)
+    used = (cpu_ticks(pids) - before) / CLK_TCK
+    return Result(run["qps"], run["latency"], used / max(1.0, run["completed"]) * 1e6,
+                  run["lost"])
+
+
+def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
+    conf = workdir / "gdnsd"
+    subprocess.run([PYTHON, ROOT / "bench/dns_gdnsd_conf.py", conf, "--port", str(GDNSD_PORT)],
+                   check=True)
+    cmd = (["taskset", "-c", "0"] if pin else []) + ["gdnsd", "-c", str(conf), "start"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_udp(GDNSD_PORT)
+    return proc
+
+
+def start_ours(workers: int, pin: bool) -> subprocess.Popen:
+    cmd = (["taskset", "-c", "0"] if pin else []) + [
+        PYTHON, "-m", "director.dns", "--policy", str(ROOT / "policies/examples/global.dp"),
+        "--listen", f"127.0.0.1:{OURS_PORT}", "--workers", str(workers)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    wait_udp(OURS_PORT)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def check_answers(port: int) -> str:
+    out = []
+    for subnet in ("81.2.69.0/24", "2.2.2.0/24", "8.8.8.0/24", "1.0.16.0/24"):
+        query = dns.message.make_query("chat.infer.example.com", "A", use_edns=0,
+                                       options=[dns.edns.ECSOption.from_text(subnet)])
+        response = dns.query.udp(query, "127.0.0.1", port=port, timeout=2)
+        addresses = ",".join(r.address for rrset in response.answer for r in rrset)
+        scope = next((o.scopelen for o in response.options
+                      if isinstance(o, dns.edns.ECSOption)), None)
+        out.append(f"{subnet}->{addresses}/scope{scope}")
+    return " ".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    seconds = min(args.seconds, 10.0)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    plain = workdir / "plain.txt"
+    plain.write_text("chat.infer.example.com A\n")
+    mix_file = workdir / "ecs-mix.bin"
+    if not mix_file.exists():
+        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", mix_file], check=True)
+    mixes = {
+        "plain A": {"args": ["-d", str(plain)], "warmup": 2},
+        "ECS one /24": {"args": ["-d", str(plain), "-E", ECS_FIXED], "warmup": 2},
+        # 30,000 distinct subnets: passes at a bounded rate fill every cache (of every
+        # worker) first, so the run measures the steady state; the passes are printed.
+        "ECS 30k /24s": {"args": ["-B", "-d", str(mix_file)], "warmup": 10,
+                         "warmup_rate": 4000, "warmup_passes": 5},
+    }
+    configs = [("gdnsd", "pinned", None), ("ours --workers 1", "pinned", 1),
+               ("ours --workers 2", "pinned", 2), ("gdnsd", "shared", None),
+               ("ours --workers 2", "shared", 2)]
+    results: dict[tuple[str, str, str], Result] = {}
+    for name, placement, workers in configs:
+        pin = placement == "pinned"
+        proc = start_gdnsd(workdir, pin) if workers is None else start_ours(workers, pin)
+        port = GDNSD_PORT if workers is None else OURS_PORT
+        try:
+            print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
+            for mix_name, mix in mixes.items():
+                results[(name, placement, mix_name)] = measure(proc, port, mix, seconds, pin)
+                r = results[(name, placement, mix_name)]
+                print(f"  {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
+                      f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%", flush=True)
+        finally:
+            stop(proc)
+            time.sleep(0.5)
+    print_table(results, mixes, configs)
+    shutil.rmtree(workdir / "gdnsd", ignore_errors=True)
+    return 0
+
+
+def print_table(results: dict, mixes: dict, configs: list) -> None:
+    print()
+    print("| server | cores | mix | qps | avg latency ms | server CPU us/query | "
+          "qps / gdnsd | CPU / gdnsd |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, placement, _workers in configs:
+        for mix_name in mixes:
+            r = results[(name, placement, mix_name)]
+            base = results[("gdnsd", placement, mix_name)]
+            print(f"| {name} | {placement} | {mix_name} | {r.qps:,.0f} | {r.latency_ms:.3f} | "
+                  f"{r.cpu_us:.1f} | {r.qps / base.qps:.2f} | {r.cpu_us / base.cpu_us:.2f} |")
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(5)
+    raise SystemExit(main())

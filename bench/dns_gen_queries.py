@@ -1,0 +1,75 @@
+"""Query sets for ``bench/dns.sh``: dnsperf's TCP-stream binary format (-B).
+
+``ecs-mix``: 30,000 ``chat.infer.example.com A`` queries with EDNS0 and an ECS option, each
+from a distinct /24, a third each located (GeoLite2 City 2018) in Europe, the Americas and
+Asia/Oceania; RD clear, as a resolver asks an authoritative server. Deterministic (seeded).
+
+    python bench/dns_gen_queries.py OUT.bin [--count 30000] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import struct
+import sys
+from pathlib import Path
+
+import dns.edns
+import dns.flags
+import dns.message
+import maxminddb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from director.geo import default_database_path
+
+GROUPS = {"EU": "eu", "NA": "americas", "SA": "americas", "AS": "asia", "OC": "asia"}
+
+
+def sample_subnets(count: int, seed: int) -> list[str]:
+    """``count`` distinct /24s, a third per group, found by sampling the database."""
+    rng = random.Random(seed)
+    reader = maxminddb.open_database(default_database_path())
+    per_group = {"eu": [], "americas": [], "asia": []}
+    want = count // 3
+    seen: set[int] = set()
+    while min(len(v) for v in per_group.values()) < want:
+        prefix = rng.randrange(1 << 24)
+        if prefix in seen or (prefix >> 16) in (0, 10, 127) or (prefix >> 16) >= 224:
+            continue
+        seen.add(prefix)
+        address = f"{prefix >> 16}.{(prefix >> 8) & 255}.{prefix & 255}.0"
+        record = reader.get(address)
+        continent = ((record or {}).get("continent") or {}).get("code")
+        group = GROUPS.get(continent or "")
+        if group is not None and len(per_group[group]) < want:
+            per_group[group].append(address + "/24")
+    out = [s for trio in zip(*per_group.values(), strict=True) for s in trio]
+    return out + per_group["eu"][: count - len(out)]
+
+
+def query_wire(subnet: str, qname: str = "chat.infer.example.com") -> bytes:
+    query = dns.message.make_query(qname, "A", use_edns=0, payload=1232,
+                                   options=[dns.edns.ECSOption.from_text(subnet)])
+    query.flags &= ~dns.flags.RD
+    return query.to_wire()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--count", type=int, default=30_000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    subnets = sample_subnets(args.count, args.seed)
+    with open(args.out, "wb") as out:
+        for subnet in subnets:
+            wire = query_wire(subnet)
+            out.write(struct.pack("!H", len(wire)) + wire)
+    Path(args.out + ".subnets").write_text("\n".join(subnets) + "\n")
+    print(f"{len(subnets)} queries from distinct /24s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""The DNS application: one object the transports call with raw queries.
+
+``DnsApp.respond(data, host, tcp)`` runs the fast path (which falls back to the full path),
+then response rate limiting for UDP. It never raises: an internal error answers SERVFAIL.
+``set_policy`` swaps in a new policy (a new zone, engine and caches) atomically; queries in
+flight finish on the old one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from director.dns import wire
+from director.dns.decisions import Decisions
+from director.dns.fastpath import FastPath
+from director.dns.handler import Handler
+from director.dns.locate import ClientLocator
+from director.dns.metrics import DnsStats
+from director.dns.ratelimit import ResponseRateLimiter, RrlMode
+from director.dns.responder import Responder
+from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
+from director.dns.zone import ZoneData
+from director.engine import Engine
+from director.geo import GeoLocator
+from policies.model import Policy
+
+log = logging.getLogger(__name__)
+
+
+class DnsApp:
+    """Policy, GeoIP, snapshot source, caches, rate limiter and stats of one server process."""
+
+    def __init__(self, policy: Policy, geo: GeoLocator, snapshots: SnapshotSource, *,
+                 rrl_mode: RrlMode = RrlMode.OFF, rrl_rate: float = 20.0, rrl_slip: int = 2,
+                 stats: DnsStats | None = None, rng: random.Random | None = None) -> None:
+        self.geo = geo
+        self.snapshots = snapshots
+        self.stats = stats or DnsStats()
+        self.rng = rng or random.Random()
+        self.locator = ClientLocator(geo)
+        self._last_error_log = 0.0
+        self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
+                    if rrl_mode is not RrlMode.OFF else None)
+        self.set_policy(policy)
+
+    def set_policy(self, policy: Policy) -> None:
+        """Answer from ``policy`` from now on (new zone, engine and caches)."""
+        zone = ZoneData(policy)
+        decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
+                              observe=self.stats.observe_decision)
+        handler = Handler(zone, decisions)
+        responder = Responder(handler)
+        self.policy = policy
+        self.handler = handler
+        self.responder = responder
+        self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
+
+    def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
+        """The response to send for the raw query ``data`` from ``host``, or None."""
+        try:
+            response = self.fast.respond(data, host, tcp)
+        except Exception:
+            return self.failed(data, host)
+        if response is not None and not tcp and self.rrl is not None:
+            return self.rrl.filter(host, response)
+        return response
+
+    def udp_responder(self) -> Callable[[bytes, tuple], bytes | None]:
+        """The fastest correct UDP responder for one batch of datagrams, called with the
+        datagram and its socket address (see ``FastPath.udp_responder``); it may raise, so
+        callers catch and call ``failed``."""
+        try:
+            respond = self.fast.udp_responder()
+        except Exception:  # e.g. the snapshot source failing: answer SERVFAIL meanwhile
+            self._log_error("internal error preparing to answer")
+            return self._servfail
+        rrl = self.rrl
+        if rrl is None:
+            return respond
+
+        def limited(data: bytes, addr: tuple) -> bytes | None:
+            response = respond(data, addr)
+            return rrl.filter(addr[0], response) if response is not None else None
+
+        return limited
+
+    def failed(self, data: bytes, host: str) -> bytes | None:
+        """Log the exception being handled (at most once a second) and answer SERVFAIL
+        (None for what is not a query)."""
+        self._log_error(f"internal error answering a query from {host}")
+        return self._servfail(data, None)
+
+    def _servfail(self, data: bytes, _addr: object) -> bytes | None:
+        if len(data) < 12 or data[2] & 0x80:
+            return None
+        return wire.header_only(data, 2)
+
+    def _log_error(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= 1.0:
+            self._last_error_log = now
+            log.exception(message)
+
+    def respond_full(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
+        """The full (dnspython) path alone, bypassing caches: for tests and debugging."""
+        return self.responder.respond(data, host, tcp).wire
+
+
+def build_app(policy: Policy, *, geoip: str | None = None,
+              snapshots: SnapshotSource | None = None, rrl_mode: str = "off",
+              rrl_rate: float = 20.0, rng: random.Random | None = None) -> DnsApp:
+    """A ``DnsApp`` for ``policy`` with the GeoIP database at ``geoip`` (default: the
+    bundled GeoLite2 City) and ``snapshots`` (default: an empty in-process snapshot)."""
+    return DnsApp(policy, GeoLocator(geoip), snapshots or StaticSnapshotSource(),
+                  rrl_mode=RrlMode(rrl_mode), rrl_rate=rrl_rate, rng=rng)

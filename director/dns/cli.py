@@ -1,0 +1,122 @@
+"""``director dns serve``: run the authoritative DNS server until SIGINT or SIGTERM.
+
+``serve(policy_path, listen, geoip, workers, metrics_listen, rrl_mode)`` is what the
+``director`` CLI wires; ``python -m director.dns`` runs it directly. On start it prints
+``listening <addr>:<port> ...`` on stdout (useful with port 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from director.dns.app import DnsApp
+from director.dns.metrics import DnsStats, serve_metrics
+from director.dns.ratelimit import RrlMode
+from director.dns.server import BoundSockets, DnsServer, ServerConfig, new_event_loop, parse_listen
+from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
+from director.dns.workers import run_workers
+from director.geo import GeoLocator
+from policies import load_policy
+from policies.model import Policy
+
+log = logging.getLogger(__name__)
+
+SnapshotFactory = Callable[[Policy], SnapshotSource]
+
+
+def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
+          workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "off", *,
+          rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
+          snapshot_factory: SnapshotFactory | None = None) -> int:
+    """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
+    '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
+
+    ``geoip``: a MaxMind City/Country .mmdb (default: the bundled GeoLite2 City 2018).
+    ``workers``: processes sharing the port with SO_REUSEPORT. ``metrics_listen``:
+    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only | enforce.
+    ``snapshot_factory(policy)``: the state source, called in each worker after it starts
+    (default: an empty in-process snapshot, every region healthy); a source that is an async
+    context manager (``SnapshotRefresher``) is entered in the worker's event loop.
+    """
+    policy = load_policy(policy_path)
+    GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
+    mode = RrlMode(rrl_mode)
+    config = ServerConfig(listen=parse_listen(listen), tcp_idle_timeout=tcp_idle_timeout,
+                          tcp_max_frame=tcp_max_frame, reuse_port=workers > 1)
+    factory = snapshot_factory or (lambda _policy: StaticSnapshotSource())
+
+    def make_app(snapshots: SnapshotSource) -> DnsApp:
+        return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode, rrl_rate=rrl_rate)
+
+    def worker_main(sockets: list[BoundSockets] | None,
+                    report: Callable[[DnsStats], Awaitable[None]] | None) -> int:
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return loop.run_until_complete(
+                _run(make_app, factory(policy), config, sockets, report,
+                     metrics_listen if sockets is None else None))
+        finally:
+            loop.close()
+
+    if workers <= 1:
+        return worker_main(None, None)
+    return run_workers(config, workers, worker_main, metrics_listen, announce=_announce)
+
+
+async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSource,
+               config: ServerConfig, sockets: list[BoundSockets] | None,
+               report: Callable[[DnsStats], Awaitable[None]] | None,
+               metrics_listen: str | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        if hasattr(source, "__aenter__"):
+            source = await stack.enter_async_context(source)  # type: ignore[arg-type]
+        app = make_app(source)
+        server = DnsServer(app, config, sockets)
+        await server.start()
+        stack.push_async_callback(server.stop)
+        if metrics_listen:
+            host, port = serve_metrics(metrics_listen, app.stats.snapshot)
+            print(f"metrics {host}:{port}", flush=True)
+        if sockets is None:
+            _announce(server.addresses)
+        tasks = [asyncio.ensure_future(report(app.stats))] if report is not None else []
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+    return 0
+
+
+def _announce(addresses: list[tuple[str, int]]) -> None:
+    shown = " ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in addresses)
+    print(f"listening {shown}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m director.dns --policy FILE [--listen ...] [--geoip ...] [--workers N]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m director.dns",
+                                     description="authoritative GeoDNS server of the director")
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--listen", default="127.0.0.1:5353")
+    parser.add_argument("--geoip", default=None)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
+    parser.add_argument("--rrl", default="off", choices=[m.value for m in RrlMode])
+    parser.add_argument("--rrl-rate", type=float, default=20.0)
+    parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
+                 rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout)

@@ -1,0 +1,168 @@
+"""Engine decisions for DNS answers, memoised by exactly what the decision depends on.
+
+``Engine.decide`` costs a few hundred microseconds; a DNS answer must cost a few. Two memos,
+both dropped whenever the snapshot object changes (every state swap bumps its version):
+
+- per client: (service, ECS subnet as sent | resolver address) -> (decision, ECS scope);
+- per decision inputs: (service, country, continent, database block prefix, and only when
+  they matter: coordinates (geo steering), the client's hashing bucket and bucket prefix,
+  the measured-RTT network holding it) -> decision.
+
+A decision depends on the client's bucket only where a plugin hashes it: weighted steering,
+or spillover while some region of the service is over its threshold. Services whose hashing
+key is random (``affinity none``) are never memoised while hashing is in play.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from director.dns.locate import ClientLocator
+from director.dns.scope import answer_scope
+from director.dns.snapshot_source import SnapshotSource
+from director.dns.types import EcsSubnet
+from director.engine import Engine
+from director.engine.snapshot import Snapshot
+from director.engine.types import Client, Decision
+from policies.model import Affinity, Service
+
+_MEMO_LIMIT = 200_000
+# Steering methods known not to read the client's coordinates (only 'geo' does): services
+# steered by these alone share decisions across every location of one country/continent.
+_COORDINATE_FREE = frozenset({"priority", "weighted", "latency"})
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A decision for one query's client and the ECS scope its answer carries."""
+
+    decision: Decision
+    scope: int
+
+
+class Decisions:
+    """Memoising front of the engine for one policy."""
+
+    def __init__(self, engine: Engine, locator: ClientLocator, snapshots: SnapshotSource,
+                 observe: Callable[[float], None] | None = None) -> None:
+        self.engine = engine
+        self.locator = locator
+        self.snapshots = snapshots
+        self.observe = observe  # called with the seconds each engine decision took
+        self._snapshot: Snapshot | None = None
+        self._by_client: dict[tuple, Answered] = {}
+        self._by_inputs: dict[tuple, Decision] = {}
+        self._hashing: dict[str, bool] = {}
+        self._latency: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
+
+    def answer(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
+        """The decision for the client of a query (memoised) and its answer's ECS scope."""
+        snapshot = self._current()
+        key = (service.name, ecs if ecs is not None else host)
+        hit = self._by_client.get(key)
+        if hit is not None:
+            return hit
+        client = self.locator.client(service, ecs, host)
+        decision = self._decide(service, client, snapshot)
+        answered = Answered(decision, answer_scope(decision, client, service, snapshot))
+        if self._cacheable(service):
+            if len(self._by_client) >= _MEMO_LIMIT:
+                self._by_client.clear()
+            self._by_client[key] = answered
+        return answered
+
+    def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
+        """A fresh decision with its full explain chain (never memoised)."""
+        snapshot = self.snapshots.current
+        client = self.locator.client(service, ecs, host)
+        decision = self._timed(service, client, snapshot)
+        return Answered(decision, answer_scope(decision, client, service, snapshot))
+
+    def cacheable(self, service: Service) -> bool:
+        """Whether answers for ``service`` are a function of the query alone right now."""
+        self._current()
+        return self._cacheable(service)
+
+    def clear(self) -> None:
+        """Forget every memoised decision (the next query recomputes)."""
+        self._snapshot = None
+
+    def _current(self) -> Snapshot:
+        snapshot = self.snapshots.current
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._by_client = {}
+            self._by_inputs = {}
+            self._hashing = {s.name: _hashes_clients(s, snapshot)
+                             for s in self.engine.policy.services}
+            self._latency = _latency_networks(snapshot)
+        return snapshot
+
+    def _cacheable(self, service: Service) -> bool:
+        return service.affinity is Affinity.SUBNET or not self._hashing.get(service.name, True)
+
+    def _decide(self, service: Service, client: Client, snapshot: Snapshot) -> Decision:
+        if not self._cacheable(service):
+            return self._timed(service, client, snapshot)
+        key = self._inputs_key(service, client, snapshot)
+        decision = self._by_inputs.get(key)
+        if decision is None:
+            decision = self._timed(service, client, snapshot)
+            if len(self._by_inputs) >= _MEMO_LIMIT:
+                self._by_inputs.clear()
+            self._by_inputs[key] = decision
+        return decision
+
+    def _timed(self, service: Service, client: Client, snapshot: Snapshot) -> Decision:
+        start = time.perf_counter()
+        decision = self.engine.decide(service, client, snapshot)
+        if self.observe is not None:
+            self.observe(time.perf_counter() - start)
+        return decision
+
+    def _inputs_key(self, service: Service, client: Client, snapshot: Snapshot) -> tuple:
+        location = client.location
+        where: tuple | None = None
+        if location is not None:
+            where = (location.country, location.continent, location.network.prefixlen)
+            if not set(service.steer) <= _COORDINATE_FREE:
+                where += (location.latitude, location.longitude)
+        bucket: object = None
+        if service.spillover is not None or "weighted" in service.steer:
+            net = client.bucket
+            bucket = (net.prefixlen, net.network_address.packed
+                      if self._hashing.get(service.name, True) else None)
+        rtt: object = None
+        if "latency" in service.steer and self._latency:
+            rtt = next((cidr for net, cidr in self._latency
+                        if net.version == client.address.version and client.address in net),
+                       None)
+        return (service.name, client.address.version, where, bucket, rtt)
+
+
+def _hashes_clients(service: Service, snapshot: Snapshot) -> bool:
+    """Whether a decision for ``service`` may hash the client's key under this snapshot."""
+    if "weighted" in service.steer:
+        return True
+    spill = service.spillover
+    if spill is None:
+        return False
+    for name in service.regions:
+        utilization = snapshot.region(name).utilization
+        if utilization is not None and utilization > spill.threshold:
+            return True
+    return False
+
+
+def _latency_networks(snapshot: Snapshot) -> list:
+    networks = []
+    for cidr in snapshot.latency:
+        try:
+            networks.append((ipaddress.ip_network(cidr), cidr))
+        except ValueError:
+            continue
+    networks.sort(key=lambda item: -item[0].prefixlen)
+    return networks

@@ -1,0 +1,221 @@
+"""The hot path: finished wire answers from caches, no dnspython objects on a hit.
+
+Two caches in front of the full path (``Responder``), both dropped when the snapshot object
+changes (every state swap) or the policy is replaced (a new ``FastPath``):
+
+1. **memo**: the query bytes after the 2-byte ID -> the response bytes after the ID. The
+   response is ``query id + cached bytes``. Answers that depend on the resolver's address
+   (service A/AAAA without ECS) are kept per resolver address. Exact, because the full path
+   is a function of the query bytes, the resolver address and the snapshot.
+2. **templates**: the query parsed by hand (``wire.parse_query``) keyed by (lower-cased
+   qname, qtype, qclass, RD/CD, EDNS payload bucket and DO, ECS family and source prefix,
+   transport, and for service A/AAAA the decision class: regions, TTL, ECS scope, reason)
+   -> the response header and the bytes after the question. The response is ``id + header +
+   the question as sent + template + the ECS address as sent``; byte-identical to the full
+   path because name compression is case-insensitive and points into the question.
+
+Anything else (parse_query says no, ``_explain``, services whose answers are random) goes
+to the full path uncached. Every answer is counted by (service, qtype, rcode, regions,
+reason) in ``DnsStats``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import dns.rcode
+import dns.rdatatype
+
+from director.dns.decisions import Decisions
+from director.dns.metrics import DnsStats
+from director.dns.responder import Reply, Responder
+from director.dns.snapshot_source import SnapshotSource
+from director.dns.types import OUR_PAYLOAD, UDP_LIMIT_NO_EDNS, Outcome
+from director.dns.wire import ParsedQuery, parse_query
+from director.dns.zone import NodeKind, ZoneData
+
+MEMO_LIMIT = 250_000
+TEMPLATE_LIMIT = 100_000
+_ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
+_LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
+                             "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
+                             "IXFR"))
+
+Labels = tuple[str, str, str, str, str]
+
+
+class Template(NamedTuple):
+    header: bytes  # response bytes 2..12: flags and counts
+    tail: bytes  # everything after the question, minus the trailing ECS address
+    slot: int  # the metrics counter of its labels (DnsStats.label_id)
+
+
+class FastPath:
+    """Answers queries from caches and fills them from the full path."""
+
+    def __init__(self, responder: Responder, zone: ZoneData, decisions: Decisions,
+                 snapshots: SnapshotSource, stats: DnsStats) -> None:
+        self.responder = responder
+        self.zone = zone
+        self.decisions = decisions
+        self.snapshots = snapshots
+        self.stats = stats
+        self._counts = stats.counts
+        self._snapshot: object = None
+        self._udp: dict[bytes, object] = {}
+        self._tcp: dict[bytes, object] = {}
+        self._templates: dict[tuple, Template] = {}
+
+    def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
+        """The response to the raw query ``data`` from ``host``, or None to send nothing."""
+        if self.snapshots.current is not self._snapshot:
+            self._reset()
+        if tcp:
+            return self._answer(data, host, True, self._tcp)
+        return self._answer(data, host, False, self._udp)
+
+    def udp_responder(self) -> Callable[[bytes, tuple], bytes | None]:
+        """``respond`` for UDP, taking the socket address, without the per-query snapshot
+        check: call this once per batch of datagrams handled in one event-loop callback (a
+        snapshot swap, made by another task of the same loop, cannot happen inside it)."""
+        if self.snapshots.current is not self._snapshot:
+            self._reset()
+        memo, counts, slow = self._udp, self._counts, self._slow
+
+        def respond_udp(data: bytes, addr: tuple) -> bytes | None:
+            entry = memo.get(data[2:])
+            if entry is not None:
+                if entry.__class__ is dict:
+                    entry = entry.get(addr[0])
+                if entry is not None:
+                    counts[entry[1]] += 1
+                    return data[:2] + entry[0]
+            return slow(data, addr[0], False, memo)
+
+        return respond_udp
+
+    def _answer(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
+        entry = memo.get(data[2:])
+        if entry is not None:
+            if entry.__class__ is dict:
+                entry = entry.get(host)
+            if entry is not None:
+                self._counts[entry[1]] += 1
+                return data[:2] + entry[0]
+        return self._slow(data, host, tcp, memo)
+
+    def _reset(self) -> None:
+        self._snapshot = self.snapshots.current
+        self._udp = {}
+        self._tcp = {}
+        self._templates = {}
+
+    def _slow(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
+        parsed = parse_query(data)
+        if parsed is None:
+            return self._uncached(data, host, tcp)
+        node = self.zone.wire_nodes.get(parsed.qname)
+        by_host = False
+        decision_class: tuple | None = None
+        if node is not None and node.kind is NodeKind.EXPLAIN:
+            return self._uncached(data, host, tcp)
+        if (node is not None and node.kind is NodeKind.SERVICE and parsed.qclass == 1
+                and parsed.qtype in _ADDRESS_TYPES):
+            service = node.service
+            if service is None or not self.decisions.cacheable(service):
+                return self._uncached(data, host, tcp)
+            answered = self.decisions.answer(service, parsed.ecs, host)
+            decision = answered.decision
+            decision_class = (decision.regions, decision.ttl, answered.scope, decision.reason)
+            by_host = parsed.ecs is None
+        ecs = parsed.ecs
+        key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
+               _payload_bucket(parsed, tcp), parsed.do,
+               None if ecs is None else (ecs.family, ecs.source), tcp, decision_class)
+        template = self._templates.get(key)
+        if template is None:
+            reply = self.responder.respond(data, host, tcp)
+            if reply.wire is None or not reply.outcome.cacheable:
+                self.stats.uncached += 1
+                self._count(reply)
+                return reply.wire
+            response = reply.wire
+            template = _template(data, parsed, reply, self.stats)
+            if template is None:
+                self.stats.uncached += 1
+                self._count(reply)
+                return response
+            if len(self._templates) >= TEMPLATE_LIMIT:
+                self._templates.clear()
+            self._templates[key] = template
+            self.stats.cache_misses += 1
+        else:
+            response = (data[:2] + template.header + data[12:parsed.question_end]
+                        + template.tail + (ecs.address if ecs is not None else b""))
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        entry = (response[2:], template.slot)
+        if by_host:
+            per_host = memo.get(data[2:])
+            if per_host is None:
+                memo[data[2:]] = per_host = {}
+            per_host[host] = entry
+        else:
+            memo[data[2:]] = entry
+        self._counts[template.slot] += 1
+        return response
+
+    def _uncached(self, data: bytes, host: str, tcp: bool) -> bytes | None:
+        reply = self.responder.respond(data, host, tcp)
+        self.stats.uncached += 1
+        self._count(reply)
+        return reply.wire
+
+    def _count(self, reply: Reply) -> None:
+        if reply.wire is None:
+            self.stats.dropped += 1
+        else:
+            self._counts[self.stats.label_id(labels(reply.outcome, reply.qtype,
+                                                    reply.rcode))] += 1
+
+
+def labels(outcome: Outcome, qtype: int, rcode: int) -> Labels:
+    """Metric labels of one answer: service, qtype, rcode, regions, reason."""
+    qtype_text = dns.rdatatype.to_text(qtype) if qtype else "none"
+    if qtype_text not in _LABELLED_TYPES:
+        qtype_text = "other"
+    rcode_text = dns.rcode.to_text(rcode) if rcode >= 0 else "none"
+    return (outcome.service or "none", qtype_text, rcode_text,
+            ",".join(outcome.regions) or "none", outcome.reason or "none")
+
+
+def _payload_bucket(parsed: ParsedQuery, tcp: bool) -> int:
+    if tcp:
+        return 0
+    if not parsed.edns:
+        return UDP_LIMIT_NO_EDNS
+    return max(UDP_LIMIT_NO_EDNS, min(parsed.payload, OUR_PAYLOAD))
+
+
+def _template(data: bytes, parsed: ParsedQuery, reply: Reply,
+              stats: DnsStats) -> Template | None:
+    """The reusable part of a full-path response, if it has the shape splicing relies on:
+    the question echoed byte for byte and, with ECS, the address as the last octets."""
+    response = reply.wire
+    if response is None:
+        return None
+    end = parsed.question_end
+    if response[12:end] != data[12:end] or response[4:6] != b"\x00\x01":
+        return None
+    stop = len(response)
+    ecs = parsed.ecs
+    if ecs is not None:
+        length = len(ecs.address)
+        option = (b"\x00\x08" + (4 + length).to_bytes(2, "big") + ecs.family.to_bytes(2, "big")
+                  + bytes((ecs.source,)))
+        stop -= length
+        if response[stop - 8:stop - 1] != option or response[stop:] != ecs.address:
+            return None
+    return Template(response[2:12], response[end:stop],
+                    stats.label_id(labels(reply.outcome, reply.qtype, reply.rcode)))

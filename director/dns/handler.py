@@ -1,0 +1,207 @@
+"""The DNS handler: a pure function from a parsed query to a response (dnspython messages).
+
+``Handler.resolve(query, host)`` answers one query from the querying address ``host`` and
+returns the response with its ``Outcome`` (for metrics and caching). It never raises for
+valid messages and never does I/O: the decision comes from ``Decisions`` (memoised engine
+over an immutable snapshot). Rendering to wire, UDP truncation and parse errors belong to
+``director.dns.responder``.
+
+Cases: AA answers for A/AAAA of services (every endpoint of the decided regions), SOA and
+NS at the apex (NS with glue in the additional section), glue names' A/AAAA, NODATA with SOA
+for other types at existing names, NXDOMAIN with SOA under the apex, REFUSED outside the
+zone (and for non-IN classes and zone transfers), FORMERR for malformed queries (several
+questions, a malformed or duplicated ECS option, qtype OPT), NOTIMP for opcodes other than
+QUERY, BADVERS for EDNS versions above 0, one synthesised HINFO "RFC8482" RRset for ANY
+(RFC 8482), and ``_explain.<service>`` TXT for admin networks (REFUSED to anyone else).
+ECS (RFC 7871) is echoed with the decision's scope, or scope 0 when the answer did not
+depend on the client.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.name
+import dns.opcode
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rdtypes.ANY.HINFO
+import dns.rrset
+
+from director.dns.decisions import Answered, Decisions
+from director.dns.explain import explain_rrset
+from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
+from director.dns.zone import Node, NodeKind, ZoneData
+
+A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
+_REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
+_FORMERR_TYPES = frozenset({dns.rdatatype.OPT})
+_COPIED_FLAGS = dns.flags.RD | dns.flags.CD
+
+
+class MalformedQuery(Exception):
+    """A query that parsed as DNS but breaks a rule of the protocol (answered FORMERR)."""
+
+
+class Handler:
+    """Answers queries for one zone; immutable apart from the memo inside ``decisions``."""
+
+    def __init__(self, zone: ZoneData, decisions: Decisions) -> None:
+        self.zone = zone
+        self.decisions = decisions
+
+    def handle(self, query: dns.message.Message, host: str) -> dns.message.Message:
+        """The response to ``query`` asked from the address ``host``."""
+        return self.resolve(query, host)[0]
+
+    def resolve(self, query: dns.message.Message,
+                host: str) -> tuple[dns.message.Message, Outcome]:
+        """The response and what it was (service, regions, reason, whether cacheable)."""
+        if query.opcode() != dns.opcode.QUERY:
+            return error_response(query, dns.rcode.NOTIMP, edns=False), Outcome()
+        if query.edns > 0:
+            return error_response(query, dns.rcode.BADVERS), Outcome()
+        try:
+            ecs = query_ecs(query)
+        except MalformedQuery:
+            return error_response(query, dns.rcode.FORMERR), Outcome()
+        if len(query.question) != 1 or query.question[0].rdtype in _FORMERR_TYPES:
+            return error_response(query, dns.rcode.FORMERR, ecs=ecs), Outcome()
+        response = _response(query)
+        outcome = self._answer(query.question[0], response, ecs, host)
+        _set_edns(query, response, ecs, outcome[1])
+        return response, outcome[0]
+
+    def _answer(self, question: dns.rrset.RRset, response: dns.message.Message,
+                ecs: EcsSubnet | None, host: str) -> tuple[Outcome, int]:
+        """Fill ``response``; return the outcome and the ECS scope to echo."""
+        name, rdtype = question.name, question.rdtype
+        zone = self.zone
+        if (question.rdclass != dns.rdataclass.IN or not zone.in_zone(name)
+                or rdtype in _REFUSED_TYPES):
+            response.set_rcode(dns.rcode.REFUSED)
+            return Outcome(), 0
+        node = zone.lookup(name)
+        if node is not None and node.kind is NodeKind.EXPLAIN:
+            return self._explain(node, response, ecs, host, rdtype)
+        response.flags |= dns.flags.AA
+        if node is None:
+            response.set_rcode(dns.rcode.NXDOMAIN)
+            response.authority.append(zone.negative_soa)
+            return Outcome(), 0
+        if rdtype == dns.rdatatype.ANY and node.kind is not NodeKind.EMPTY:
+            response.answer.append(_hinfo(node.name, zone.ttl))
+            return _outcome(node), 0
+        if node.kind is NodeKind.SERVICE and rdtype in (A, AAAA):
+            return self._service(node, response, ecs, host, rdtype)
+        if node.kind is NodeKind.APEX and rdtype == dns.rdatatype.SOA:
+            response.answer.append(zone.soa)
+        elif node.kind is NodeKind.APEX and rdtype == dns.rdatatype.NS:
+            response.answer.append(zone.ns)
+            response.additional.extend(zone.glue)
+        elif node.kind is NodeKind.GLUE and rdtype in (A, AAAA) and _glue(node, rdtype):
+            response.answer.append(dns.rrset.from_text_list(
+                node.name, zone.ttl, "IN", rdtype, list(_glue(node, rdtype))))
+        else:
+            response.authority.append(zone.negative_soa)
+        return _outcome(node), 0
+
+    def _service(self, node: Node, response: dns.message.Message, ecs: EcsSubnet | None,
+                 host: str, rdtype: int) -> tuple[Outcome, int]:
+        service = node.service
+        if service is None:  # SERVICE nodes always carry their service
+            raise TypeError(f"service node {node.name} without a service")
+        answered: Answered = self.decisions.answer(service, ecs, host)
+        decision = answered.decision
+        addresses = self.zone.addresses(decision.regions, rdtype)
+        if addresses:
+            response.answer.append(dns.rrset.from_text_list(
+                node.name, int(decision.ttl), "IN", rdtype, addresses))
+        else:
+            response.authority.append(self.zone.negative_soa)
+        outcome = Outcome(service.name, decision.regions, decision.reason,
+                          cacheable=self.decisions.cacheable(service))
+        return outcome, answered.scope
+
+    def _explain(self, node: Node, response: dns.message.Message, ecs: EcsSubnet | None,
+                 host: str, rdtype: int) -> tuple[Outcome, int]:
+        service = node.service
+        if service is None:
+            raise TypeError(f"explain node {node.name} without a service")
+        if not self.zone.is_admin(host):
+            response.set_rcode(dns.rcode.REFUSED)
+            return Outcome(service.name, cacheable=False), 0
+        response.flags |= dns.flags.AA
+        if rdtype not in (dns.rdatatype.TXT, dns.rdatatype.ANY):
+            response.authority.append(self.zone.negative_soa)
+            return Outcome(service.name, cacheable=False), 0
+        answered = self.decisions.explain(service, ecs, host)
+        response.answer.append(explain_rrset(node.name, answered.decision, answered.scope))
+        decision = answered.decision
+        return Outcome(service.name, decision.regions, decision.reason, cacheable=False), \
+            answered.scope
+
+
+def query_ecs(query: dns.message.Message) -> EcsSubnet | None:
+    """The query's ECS option, validated beyond what dnspython checks when parsing it
+    (family, prefix lengths, address length, padding bits): one option at most, scope 0."""
+    found = [option for option in query.options if option.otype == dns.edns.OptionType.ECS]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise MalformedQuery("more than one ECS option")
+    option = found[0]
+    if not isinstance(option, dns.edns.ECSOption) or option.scopelen != 0:
+        raise MalformedQuery("ECS scope prefix must be 0 in queries")
+    return EcsSubnet(option.family, option.srclen, option.addrdata)
+
+
+def error_response(query: dns.message.Message, rcode: dns.rcode.Rcode, *, edns: bool = True,
+                   ecs: EcsSubnet | None = None) -> dns.message.Message:
+    """A response with ``rcode``, the question echoed and nothing else (OPT if asked)."""
+    response = _response(query, edns=edns)
+    response.set_rcode(rcode)
+    if edns and ecs is not None:
+        _set_edns(query, response, ecs, 0)
+    return response
+
+
+def _response(query: dns.message.Message, edns: bool = True) -> dns.message.Message:
+    response = dns.message.QueryMessage(id=query.id)
+    response.flags = dns.flags.QR | (query.flags & _COPIED_FLAGS)
+    response.set_opcode(query.opcode())
+    response.question = list(query.question)
+    if edns and query.edns >= 0:
+        response.use_edns(0, query.ednsflags & dns.flags.DO, OUR_PAYLOAD)
+    return response
+
+
+def _set_edns(query: dns.message.Message, response: dns.message.Message,
+              ecs: EcsSubnet | None, scope: int) -> None:
+    if ecs is None or query.edns < 0:
+        return
+    address = dns.edns.ECSOption(_ecs_text(ecs), ecs.source, scope if ecs.source else 0)
+    response.use_edns(0, query.ednsflags & dns.flags.DO, OUR_PAYLOAD, options=[address])
+
+
+def _ecs_text(ecs: EcsSubnet) -> str:
+    return str(ipaddress.ip_address(ecs.packed()))
+
+
+def _glue(node: Node, rdtype: int) -> tuple[str, ...]:
+    return node.v4 if rdtype == A else node.v6
+
+
+def _hinfo(name: dns.name.Name, ttl: int) -> dns.rrset.RRset:
+    rrset = dns.rrset.RRset(name, dns.rdataclass.IN, dns.rdatatype.HINFO)
+    rrset.add(dns.rdtypes.ANY.HINFO.HINFO(dns.rdataclass.IN, dns.rdatatype.HINFO,
+                                          b"RFC8482", b""), ttl)
+    return rrset
+
+
+def _outcome(node: Node) -> Outcome:
+    return Outcome(node.service.name if node.service is not None else "")

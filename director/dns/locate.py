@@ -1,0 +1,72 @@
+"""Who asks: build the engine's ``Client`` from a query's ECS option or the resolver's address.
+
+- ECS with a source prefix above 0: the client is the ECS network, located by its address;
+- ECS with source prefix 0 (RFC 7871 section 7.1.2, opt-out): not located at all, so the
+  engine answers as for an unknown location, which is the same for every client (scope 0);
+- no ECS: the service's ``no-ecs`` rule: ``resolver`` locates the resolver's address,
+  ``unknown`` treats the client as of unknown location.
+
+GeoIP lookups are memoised per /24 (IPv4) or /56 (IPv6) when the database block holding the
+address covers that whole bucket, else per address, so the memo is exact.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from director.dns.types import EcsSubnet
+from director.engine.types import Client, ClientSource
+from director.geo import GeoLocator, IPAddress, Location
+from policies.model import NoEcs, Service
+
+_SPLIT = object()  # the bucket spans several database blocks: look up per address
+_MEMO_LIMIT = 500_000
+
+
+class ClientLocator:
+    """Builds clients and locates addresses through a per-bucket memo."""
+
+    def __init__(self, geo: GeoLocator) -> None:
+        self.geo = geo
+        self._memo: dict[bytes, object] = {}
+
+    def locate(self, address: IPAddress) -> Location:
+        """The location of ``address``, memoised per /24 or /56 where that is exact."""
+        packed = address.packed
+        bucket_bits = 24 if address.version == 4 else 56
+        key = packed[: bucket_bits // 8] + (b"4" if address.version == 4 else b"6")
+        hit = self._memo.get(key)
+        if hit is not None and hit is not _SPLIT:
+            return hit  # type: ignore[return-value]
+        location = self.geo.locate(address)
+        if hit is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            covers = location.network.prefixlen <= bucket_bits
+            self._memo[key] = location if covers else _SPLIT
+        return location
+
+    def client(self, service: Service, ecs: EcsSubnet | None, host: str) -> Client:
+        """The client of one query for ``service``: from ECS, or from the resolver ``host``."""
+        if ecs is not None:
+            return self.ecs_client(ecs)
+        address = resolver_address(host)
+        network = ipaddress.ip_network((address, address.max_prefixlen))
+        if service.no_ecs is NoEcs.UNKNOWN:
+            return Client(address, network, ClientSource.RESOLVER, None)
+        return Client(address, network, ClientSource.RESOLVER, self.locate(address))
+
+    def ecs_client(self, ecs: EcsSubnet) -> Client:
+        address = ipaddress.ip_address(ecs.packed())
+        network = ipaddress.ip_network((address, ecs.source))
+        if ecs.opted_out:
+            return Client(address, network, ClientSource.ECS, None)
+        return Client(address, network, ClientSource.ECS, self.locate(address))
+
+
+def resolver_address(host: str) -> IPAddress:
+    """The resolver's address from a socket peer name (zone index and v4-mapping removed)."""
+    address = ipaddress.ip_address(host.split("%", 1)[0])
+    if address.version == 6 and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address

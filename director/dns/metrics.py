@@ -1,0 +1,163 @@
+"""DNS metrics: plain counters on the hot path, exported through prometheus-client.
+
+Counting a Prometheus child per query costs more than answering it, so the server counts in
+plain dicts and ints (``DnsStats``) and a collector turns them into metric families at scrape
+time. With several worker processes each worker sends its ``DnsStats.snapshot()`` to the
+parent every second and the parent's collector adds them up.
+
+Families: ``director_dns_queries_total{service,qtype,rcode,region,reason}``,
+``director_dns_cache_hits_total`` / ``director_dns_cache_misses_total`` (the hit ratio is
+hits / (hits + misses)), ``director_dns_uncached_total``, ``director_dns_dropped_total``,
+``director_dns_rrl_total{action}`` and the histogram ``director_dns_decision_seconds``
+(engine decisions: cache misses only).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+QUERY_LABELS = ("service", "qtype", "rcode", "region", "reason")
+
+
+class DnsStats:
+    """Counters of one process; cheap to bump, read by a collector."""
+
+    def __init__(self) -> None:
+        # Answers counted per label tuple, by a small integer id: bumping a list slot is
+        # several times cheaper than hashing a 5-tuple on every query.
+        self.label_ids: dict[tuple[str, ...], int] = {}
+        self.labels: list[tuple[str, ...]] = []
+        self.counts: list[int] = []
+        self.cache_misses = 0
+        self.uncached = 0
+        self.dropped = 0
+        self.rrl: defaultdict[str, int] = defaultdict(int)
+        self.decision_counts = [0] * (len(DECISION_BUCKETS) + 1)
+        self.decision_sum = 0.0
+
+    def label_id(self, labels: tuple[str, ...]) -> int:
+        """The counter slot of ``labels`` (service, qtype, rcode, region, reason)."""
+        slot = self.label_ids.get(labels)
+        if slot is None:
+            slot = self.label_ids[labels] = len(self.labels)
+            self.labels.append(labels)
+            self.counts.append(0)
+        return slot
+
+    @property
+    def responses(self) -> dict[tuple[str, ...], int]:
+        return {labels: count for labels, count in zip(self.labels, self.counts, strict=False)
+                if count}
+
+    def observe_decision(self, seconds: float) -> None:
+        self.decision_counts[bisect.bisect_left(DECISION_BUCKETS, seconds)] += 1
+        self.decision_sum += seconds
+
+    def snapshot(self) -> dict:
+        """A picklable copy of every counter."""
+        return {"responses": self.responses, "cache_misses": self.cache_misses,
+                "uncached": self.uncached, "dropped": self.dropped, "rrl": dict(self.rrl),
+                "decision_counts": list(self.decision_counts),
+                "decision_sum": self.decision_sum}
+
+
+def merge(snapshots: Iterable[dict]) -> dict:
+    """The sum of several ``DnsStats.snapshot()`` dicts."""
+    total = DnsStats().snapshot()
+    for snap in snapshots:
+        for key, value in snap["responses"].items():
+            total["responses"][key] = total["responses"].get(key, 0) + value
+        for key, value in snap["rrl"].items():
+            total["rrl"][key] = total["rrl"].get(key, 0) + value
+        for name in ("cache_misses", "uncached", "dropped", "decision_sum"):
+            total[name] += snap[name]
+        total["decision_counts"] = [a + b for a, b in
+                                    zip(total["decision_counts"], snap["decision_counts"],
+                                        strict=True)]
+    return total
+
+
+class DnsCollector(Collector):
+    """Metric families from a function returning a (merged) stats snapshot."""
+
+    def __init__(self, read: Callable[[], dict]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.read()
+        queries = CounterMetricFamily("director_dns_queries", "DNS answers sent",
+                                      labels=QUERY_LABELS)
+        answered = 0
+        for key, value in sorted(snap["responses"].items()):
+            queries.add_metric(list(key), value)
+            answered += value
+        yield queries
+        hits = max(0, answered - snap["cache_misses"] - snap["uncached"])
+        yield CounterMetricFamily("director_dns_cache_hits", "answers served from the caches",
+                                  value=hits)
+        yield CounterMetricFamily("director_dns_cache_misses",
+                                  "cacheable answers built by the full path",
+                                  value=snap["cache_misses"])
+        yield CounterMetricFamily("director_dns_uncached",
+                                  "answers built by the full path and not cacheable "
+                                  "(unusual queries, explain, errors)", value=snap["uncached"])
+        yield CounterMetricFamily("director_dns_dropped",
+                                  "queries not answered (not a query, or unparseable header)",
+                                  value=snap["dropped"])
+        rrl = CounterMetricFamily("director_dns_rrl", "response rate limiting actions",
+                                  labels=("action",))
+        for action, value in sorted(snap["rrl"].items()):
+            rrl.add_metric([action], value)
+        yield rrl
+        buckets = []
+        running = 0
+        for bound, count in zip((*DECISION_BUCKETS, float("inf")), snap["decision_counts"],
+                                strict=True):
+            running += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        yield HistogramMetricFamily("director_dns_decision_seconds",
+                                    "time of one engine decision (memo misses)",
+                                    buckets=buckets, sum_value=snap["decision_sum"])
+
+
+class StatsHub:
+    """The parent's view of its workers' stats: the latest snapshot from each."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[int, dict] = {}
+
+    def put(self, worker: int, snapshot: dict) -> None:
+        with self._lock:
+            self._latest[worker] = snapshot
+
+    def read(self) -> dict:
+        with self._lock:
+            return merge(list(self._latest.values()))
+
+
+def serve_metrics(listen: str, read: Callable[[], dict]) -> tuple[str, int]:
+    """Serve the DNS metrics over HTTP at ``listen`` ('ADDR:PORT', port 0 allowed) in a
+    daemon thread; returns the bound address."""
+    host, port = split_host_port(listen)
+    registry = CollectorRegistry()
+    registry.register(DnsCollector(read))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    bound = server.server_address
+    return bound[0], bound[1]
+
+
+def split_host_port(listen: str) -> tuple[str, int]:
+    """'127.0.0.1:53' -> ('127.0.0.1', 53); '[::1]:53' -> ('::1', 53)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected ADDR:PORT, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)

@@ -1,0 +1,33 @@
+"""The ECS scope prefix an answer carries: the engine's, narrowed where it must be.
+
+The engine reports ``Decision.scope_prefix``: the network its answer depended on. The DNS
+layer never answers wider than that, and narrows it where the answer also depended on
+location data the decision did not report (a located client under a service steered by
+``geo`` whose location had no coordinates still got a location-dependent answer):
+
+    scope = decision.scope_prefix                          (unlocated client: always this)
+    scope = max(scope, database block prefix)              residency rules or geo steering
+    scope = max(scope, client source prefix)               latency steering with RTT data
+
+An answer that did not depend on the client at all keeps scope 0.
+"""
+
+from __future__ import annotations
+
+from director.engine.snapshot import Snapshot
+from director.engine.types import Client, Decision
+from policies.model import Service
+
+
+def answer_scope(decision: Decision, client: Client, service: Service,
+                 snapshot: Snapshot) -> int:
+    """The scope prefix to echo in the ECS option of an answer for ``client``."""
+    scope = decision.scope_prefix
+    location = client.location
+    if location is None:
+        return scope
+    if service.residency or "geo" in service.steer:
+        scope = max(scope, location.network.prefixlen)
+    if "latency" in service.steer and snapshot.latency:
+        scope = max(scope, client.network.prefixlen)
+    return scope

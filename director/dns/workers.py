@@ -1,0 +1,137 @@
+"""Several server processes sharing one port (``--workers N``), the way Python scales past
+one core: each worker has its own SO_REUSEPORT UDP and TCP sockets and the kernel spreads
+queries across them.
+
+The parent binds first (so port 0 resolves to one port for everyone), forks the workers
+(worker 0 takes over the parent's sockets, the others bind their own to the same address),
+then only supervises: it serves the merged metrics (each worker sends its counters every
+second over a pipe), forwards SIGTERM/SIGINT, and stops everything when a worker dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+
+from director.dns.metrics import DnsStats, StatsHub, serve_metrics
+from director.dns.server import BoundSockets, ServerConfig, bind_sockets
+
+log = logging.getLogger(__name__)
+
+WorkerMain = Callable[[list[BoundSockets], Callable[[DnsStats], Awaitable[None]]], int]
+
+
+def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
+                metrics_listen: str | None = None,
+                announce: Callable[[list[tuple[str, int]]], None] | None = None) -> int:
+    """Fork ``workers`` processes running ``worker_main(sockets, report)``; wait for them."""
+    first = [bind_sockets(host, port, reuse_port=True) for host, port in config.listen]
+    addresses = [b.address for b in first]
+    hub = StatsHub()
+    children: dict[int, int] = {}  # pid -> read end of its stats pipe
+    for index in range(workers):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            _die_with_parent()
+            os.close(read_fd)
+            for fd in children.values():
+                os.close(fd)
+            sockets = first if index == 0 else [
+                bind_sockets(host, port, reuse_port=True) for host, port in addresses]
+            if index != 0:
+                for bound in first:
+                    bound.udp.close()
+                    bound.tcp.close()
+            code = 1
+            try:
+                code = worker_main(sockets, _reporter(write_fd))
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        children[pid] = read_fd
+    for bound in first:
+        bound.udp.close()
+        bound.tcp.close()
+    for index, (_pid, fd) in enumerate(children.items()):
+        threading.Thread(target=_collect, args=(fd, index, hub), daemon=True).start()
+    if metrics_listen:
+        host, port = serve_metrics(metrics_listen, hub.read)
+        print(f"metrics {host}:{port}", flush=True)
+    if announce is not None:
+        announce(addresses)
+
+    def forward(signum: int, _frame: object) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    remaining = set(children)
+    while remaining:
+        try:
+            pid, code = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid not in remaining:
+            continue
+        remaining.discard(pid)
+        exit_code = os.waitstatus_to_exitcode(code)
+        if exit_code != 0 and remaining:
+            log.error("worker %d exited with %d: stopping the others", pid, exit_code)
+            status = exit_code if exit_code > 0 else 1
+            forward(signal.SIGTERM, None)
+    return status
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM to this worker if the parent dies first."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _reporter(fd: int) -> Callable[[DnsStats], Awaitable[None]]:
+    async def report(stats: DnsStats) -> None:
+        while True:
+            _send(fd, stats.snapshot())
+            await asyncio.sleep(1.0)
+
+    return report
+
+
+def _send(fd: int, snapshot: dict) -> None:
+    data = pickle.dumps(snapshot)
+    with contextlib.suppress(OSError):
+        os.write(fd, struct.pack("!I", len(data)) + data)
+
+
+def _collect(fd: int, index: int, hub: StatsHub) -> None:
+    with os.fdopen(fd, "rb") as pipe:
+        while True:
+            head = pipe.read(4)
+            if len(head) < 4:
+                return
+            (size,) = struct.unpack("!I", head)
+            body = pipe.read(size)
+            if len(body) < size:
+                return
+            try:
+                hub.put(index, pickle.loads(body))
+            except Exception:  # a torn message from a dying worker
+                print("bad stats message from worker", index, file=sys.stderr)

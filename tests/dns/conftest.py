@@ -1,0 +1,45 @@
+"""Fixtures for the DNS server tests: an app over the example policy and a real server on
+port 0 (UDP and TCP, IPv4 and IPv6) in a background thread."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from director.dns.app import DnsApp
+from director.dns.server import ServerConfig, ServerThread
+from director.dns.snapshot_source import StaticSnapshotSource
+from director.geo import GeoLocator
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quick_thread_switches() -> Iterator[None]:
+    """The server thread and the test's client share the GIL: switch often."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)
+    yield
+    sys.setswitchinterval(old)
+
+
+@pytest.fixture
+def snapshots() -> StaticSnapshotSource:
+    return StaticSnapshotSource()
+
+
+@pytest.fixture
+def app(example_policy, geolite2: GeoLocator, snapshots: StaticSnapshotSource) -> DnsApp:
+    return DnsApp(example_policy, geolite2, snapshots)
+
+
+@pytest.fixture
+def server(app: DnsApp) -> Iterator[ServerThread]:
+    config = ServerConfig(listen=(("127.0.0.1", 0), ("::1", 0)), tcp_idle_timeout=1.0)
+    with ServerThread(app, config) as running:
+        yield running
+
+
+@pytest.fixture
+def address(server: ServerThread) -> tuple[str, int]:
+    return server.addresses[0]

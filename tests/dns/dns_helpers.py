@@ -1,0 +1,145 @@
+"""Helpers for the DNS tests: building queries, asking a server, bulk UDP, golden text."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.query
+import dns.rdatatype
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+EU_ADDRESSES = {"127.0.2.1", "127.0.3.1"}
+
+
+def make_query(name: str, rdtype: str = "A", *, ecs: str | None = None, edns: bool = True,
+               payload: int = 1232, qid: int = 4660, **kwargs: object) -> dns.message.Message:
+    options = [dns.edns.ECSOption.from_text(ecs)] if ecs else []
+    query = dns.message.make_query(name, rdtype, use_edns=0 if edns else False,
+                                   payload=payload, options=options, **kwargs)
+    query.id = qid
+    return query
+
+
+def ask(address: tuple[str, int], query: dns.message.Message, *, tcp: bool = False,
+        timeout: float = 3.0) -> dns.message.Message:
+    host, port = address
+    if tcp:
+        return dns.query.tcp(query, host, port=port, timeout=timeout)
+    return dns.query.udp(query, host, port=port, timeout=timeout, ignore_trailing=False)
+
+
+def ask_wire(address: tuple[str, int], data: bytes, timeout: float = 2.0) -> bytes | None:
+    """Send raw bytes over UDP; the raw reply, or None on timeout."""
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(data, address)
+        try:
+            return sock.recv(65535)
+        except TimeoutError:
+            return None
+
+
+def bulk_udp(address: tuple[str, int], queries: list[bytes], window: int = 500,
+             timeout: float = 5.0) -> dict[int, bytes]:
+    """Send queries (distinct IDs) with up to ``window`` outstanding; replies by ID."""
+    replies: dict[int, bytes] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
+        sock.setblocking(False)
+        pending = list(reversed(queries))
+        outstanding: dict[int, float] = {}
+        deadline = time.monotonic() + timeout * max(1, len(queries) // 2000)
+        while (pending or outstanding) and time.monotonic() < deadline:
+            while pending and len(outstanding) < window:
+                data = pending.pop()
+                qid = int.from_bytes(data[:2], "big")
+                sock.sendto(data, address)
+                outstanding[qid] = time.monotonic()
+            ready, _, _ = select.select([sock], [], [], 0.5)
+            if not ready:
+                stale = [q for q, t in outstanding.items() if time.monotonic() - t > 1.0]
+                for q in stale:  # lost: give up on it
+                    del outstanding[q]
+                continue
+            while True:
+                try:
+                    data = sock.recv(65535)
+                except BlockingIOError:
+                    break
+                qid = int.from_bytes(data[:2], "big")
+                replies[qid] = data
+                outstanding.pop(qid, None)
+    return replies
+
+
+def golden_text(response: dns.message.Message) -> str:
+    """A response as text with the ID normalised, for golden files."""
+    response.id = 0
+    return response.to_text() + "\n"
+
+
+def a_addresses(response: dns.message.Message) -> set[str]:
+    return {rdata.address for rrset in response.answer
+            if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA) for rdata in rrset}
+
+
+def ecs_option(response: dns.message.Message) -> dns.edns.ECSOption | None:
+    for option in response.options:
+        if isinstance(option, dns.edns.ECSOption):
+            return option
+    return None
+
+
+class ServerProcess:
+    """``python -m director.dns`` in a subprocess on a free port."""
+
+    def __init__(self, *args: str, policy: Path | None = None) -> None:
+        self.args = ["--policy", str(policy or ROOT / "policies/examples/global.dp"),
+                     "--listen", "127.0.0.1:0", *args]
+        self.proc: subprocess.Popen[str] | None = None
+        self.address: tuple[str, int] = ("127.0.0.1", 0)
+        self.metrics: tuple[str, int] | None = None
+
+    def __enter__(self) -> ServerProcess:
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=path)
+        self.proc = subprocess.Popen([sys.executable, "-m", "director.dns", *self.args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, env=env, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("DNS server process exited before listening")
+            if line.startswith("metrics "):
+                host, port = line.split()[1].rsplit(":", 1)
+                self.metrics = (host, int(port))
+            if line.startswith("listening "):
+                host, port = line.split()[1].rsplit(":", 1)
+                self.address = (host.strip("[]"), int(port))
+                return self
+        raise RuntimeError("DNS server process did not start in time")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,71 @@
+"""Response rate limiting: token bucket per /24 and /56, slip 2, off / log-only / enforce."""
+
+from __future__ import annotations
+
+import pytest
+from dns_helpers import ServerProcess, bulk_udp, make_query
+
+from director.dns.metrics import DnsStats
+from director.dns.ratelimit import ResponseRateLimiter, RrlMode, network_key
+from director.dns.wire import truncated
+
+RESPONSE = make_query("chat.infer.example.com").to_wire()  # stands in for any response
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _limiter(mode: RrlMode, **kwargs: float) -> tuple[ResponseRateLimiter, Clock, DnsStats]:
+    clock, stats = Clock(), DnsStats()
+    return ResponseRateLimiter(mode, stats, clock=clock, **kwargs), clock, stats
+
+
+@pytest.mark.parametrize(("host", "key"), [
+    ("192.0.2.1", "192.0.2"), ("192.0.2.254", "192.0.2"), ("2001:db8:0:ff::1", "20010db8000000"),
+    ("2001:db8:0:ff:1::1", "20010db8000000"), ("::ffff:192.0.2.9", "192.0.2"),
+], ids=["v4", "v4-same-24", "v6", "v6-same-56", "v4-mapped"])
+def test_networks_are_slash_24_and_slash_56(host, key):
+    assert network_key(host) == key
+
+
+def test_enforce_passes_the_burst_then_slips_every_second_limited_response():
+    limiter, clock, stats = _limiter(RrlMode.ENFORCE, rate=5, burst=5)
+    out = [limiter.filter("192.0.2.1", RESPONSE) for _ in range(15)]
+    assert out[:5] == [RESPONSE] * 5
+    limited = out[5:]
+    assert limited == [None, truncated(RESPONSE)] * 5
+    assert stats.rrl == {"dropped": 5, "slipped": 5}
+    assert truncated(RESPONSE)[2] & 0x02  # TC
+    clock.now += 1.0  # a second later: 5 more tokens
+    assert [limiter.filter("192.0.2.77", RESPONSE) for _ in range(5)] == [RESPONSE] * 5
+    assert limiter.filter("198.51.100.1", RESPONSE) == RESPONSE  # another network
+
+
+def test_log_only_counts_but_sends():
+    limiter, _clock, stats = _limiter(RrlMode.LOG_ONLY, rate=2, burst=2)
+    assert all(limiter.filter("192.0.2.1", RESPONSE) == RESPONSE for _ in range(10))
+    assert stats.rrl == {"would-limit": 8}
+
+
+def test_enforced_over_the_wire():
+    with ServerProcess("--rrl", "enforce", "--rrl-rate", "5") as server:
+        queries = [make_query("chat.infer.example.com", ecs="8.8.8.0/24", qid=i).to_wire()
+                   for i in range(100)]
+        replies = bulk_udp(server.address, queries, window=100, timeout=2)
+        full = [r for r in replies.values() if not r[2] & 0x02]
+        slipped = [r for r in replies.values() if r[2] & 0x02]
+        assert 5 <= len(full) <= 15  # the burst (plus refill while sending)
+        assert 35 <= len(slipped) <= 55  # half of the limited ones, truncated
+        assert len(replies) < 70  # the other half were dropped
+
+
+def test_off_answers_everything():
+    with ServerProcess() as server:
+        queries = [make_query("chat.infer.example.com", qid=i).to_wire() for i in range(100)]
+        replies = bulk_udp(server.address, queries, window=100, timeout=2)
+        assert len(replies) == 100 and not any(r[2] & 0x02 for r in replies.values())
