@@ -1,0 +1,59 @@
+"""``director dns serve``: the authoritative GeoDNS server for a policy's zone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Run the authoritative GeoDNS server.", no_args_is_help=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def redis_snapshots(redis_url: str):
+    """A snapshot factory reading the shared state in Redis (one refresher per worker)."""
+
+    def factory(policy):
+        from director.state.aio import AsyncStateStore
+        from director.state.refresher import SnapshotRefresher
+
+        return SnapshotRefresher(AsyncStateStore.from_url(redis_url), policy)
+
+    return factory
+
+
+@app.command()
+def serve(
+    policy: Annotated[Path, typer.Option("--policy", help="Policy file whose zone to serve.")],
+    listen: Annotated[str, typer.Option(help="ADDR:PORT[,ADDR:PORT...]; IPv6 as [::1]:53.")]
+    = "127.0.0.1:5353",
+    geoip: Annotated[Path | None, typer.Option(help="MaxMind database (default: GeoLite2 "
+                                               "City 2018).")] = None,
+    workers: Annotated[int, typer.Option(help="Processes sharing the port "
+                                         "(SO_REUSEPORT).")] = 1,
+    metrics: Annotated[str | None, typer.Option(help="ADDR:PORT for Prometheus "
+                                                "metrics.")] = None,
+    rrl: Annotated[str, typer.Option(help="Response rate limiting: off, log-only or "
+                                     "enforce.")] = "off",
+    redis_url: Annotated[str | None, typer.Option("--redis", help="Shared state (health, "
+                                                  "load, latency) in Redis; without it every "
+                                                  "region counts as healthy.")] = None,
+) -> None:
+    """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
+    from director.dns.cli import serve as serve_dns
+    from director.geo import GeoDatabaseError
+    from policies import PolicyError
+
+    factory = redis_snapshots(redis_url) if redis_url else None
+    try:
+        status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
+                           metrics, rrl, snapshot_factory=factory)
+    except PolicyError as exc:
+        err.print(exc.render(), markup=False)
+        raise typer.Exit(1) from None
+    except (GeoDatabaseError, ValueError, OSError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    raise typer.Exit(status)
