@@ -50,8 +50,11 @@ class Engine:
         steps.append(step)
 
         # The answer depends on the client's location whenever residency rules exist (the
-        # client was classified by it) or a location-based scorer had data.
-        scope = client.location.network.prefixlen if client.location and service.residency else 0
+        # client was classified by it) or a location-based scorer is in the steering order,
+        # even when it had no data for this client (a client with data would rank otherwise).
+        located_steering = bool({"geo", "latency"} & set(service.steer))
+        depends = service.residency or located_steering
+        scope = client.location.network.prefixlen if client.location and depends else 0
         if not healthy:
             allowed_ranked = rank(ctx, candidates, self.scorers)[0]
             answer, step = all_down(ctx, allowed_ranked, allowed is None)

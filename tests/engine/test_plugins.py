@@ -109,3 +109,13 @@ def test_scope_is_zero_when_answer_does_not_depend_on_location():
 
 def test_great_circle_distance_dublin_frankfurt():
     assert great_circle_km(53.35, -6.26, 50.11, 8.68) == pytest.approx(1090, rel=0.02)
+
+
+def test_geo_steering_without_coordinates_still_depends_on_location():
+    ip = ipaddress.ip_address("198.51.100.7")
+    network = ipaddress.ip_network("198.51.100.0/22")
+    no_coordinates = Client(ip, ipaddress.ip_network((ip, 24), strict=False), ClientSource.ECS,
+                            Location("US", "NA", None, None, network))
+    decision = engine("geo").decide("svc.example.net", no_coordinates, Snapshot())
+    assert decision.location_dependent
+    assert decision.scope_prefix == 22
