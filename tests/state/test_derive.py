@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from state_policies import make_policy
+from policy_text import fleet_policy as make_policy
 
 from director.engine.snapshot import RegionState
 from director.state.derive import build_snapshot, same_state

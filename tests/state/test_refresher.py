@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from state_policies import make_policy
+from policy_text import fleet_policy as make_policy
 
 from director.engine.snapshot import RegionState
 from director.state import AsyncStateStore, EmbeddedValkey, StateStore

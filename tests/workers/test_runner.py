@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from worker_policies import make_policy, region
+from policy_text import make_policy, region
 
 from policies import PolicyError
 from workers.policy_source import PolicyFile

@@ -4,7 +4,7 @@ import datetime as dt
 import re
 
 import pytest
-from worker_policies import make_policy, region
+from policy_text import make_policy, region
 
 from policies.model import Failover
 from workers.app import create_app
@@ -118,7 +118,7 @@ def test_phases_spread_probes_across_the_interval() -> None:
 
 def test_batches_spread_servers_over_slots_and_regions_over_each_slot() -> None:
     regions = tuple(
-        region(f"r{r}", {f"g{n}": f"http://127.0.{r + 10}.{n % 250 + 2}:8000/{n}"
+        region(f"r{r}", {f"r{r}g{n}": f"http://127.0.{r + 10}.{n % 250 + 2}:8000/{n}"
                          for n in range(100)}, index=r + 10)
         for r in range(10)
     )  # fmt: skip

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_gpu import FIXTURES, FakeGpu
-from worker_policies import make_policy, region
+from policy_text import make_policy, region
 
 from director.engine.snapshot import RegionState
 from director.state import AsyncStateStore, EmbeddedValkey, HealthRecord, StateStore
