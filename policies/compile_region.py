@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from policies import values
+from policies.errors import did_you_mean, one_of
 from policies.grammar import ENGINES
 from policies.model import Capacity, GpuServer, Region
 from policies.reading import Args, Ref, Reporter, read_block
@@ -136,8 +137,6 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
 
 def _engine(text: str) -> str:
     if text not in ENGINES:
-        from policies.errors import did_you_mean, one_of
-
         raise values.ValueProblem(f"unknown engine '{text}'", expected=one_of(ENGINES),
                                   hint=did_you_mean(text, ENGINES))
     return text

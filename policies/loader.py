@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from policies.compiler import compile_file
 from policies.errors import Diagnostic, PolicyError
-from policies.model import Policy
+from policies.model import Policy, SourcePos
 from policies.parser import parse_text
 from policies.reading import Reporter
 from policies.residency import PathCheck, prove_residency
@@ -51,8 +51,6 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
     try:
         text = reader(path)
     except (OSError, ValueError) as exc:
-        from policies.model import SourcePos
-
         report.at(SourcePos(path, 0, 0), f"cannot read the policy: {_reason(exc)}")
         return CheckResult(None, report.diagnostics, sources=sources)
     sources[path] = text
