@@ -8,8 +8,9 @@ Symmetric names: ``to_fields()`` / ``from_fields()``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from director.state.errors import RecordError
 
@@ -191,20 +192,41 @@ class LatencySample:
 
 @dataclass(frozen=True)
 class PolicyRecord:
-    """The active policy's source text; ``version`` increases by one with every change."""
+    """The active policy's source text; ``version`` increases by one with every change.
+
+    ``name`` is the main file's name and ``files`` the files it includes, by the path its
+    ``include`` directives use, so a reader can ``load_policy_text(text, name, files)``.
+    """
 
     text: str
     version: int
     timestamp: float
+    name: str = "policy.dp"
+    files: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_fields(cls, raw: RawHash) -> PolicyRecord:
         fields = _text(raw)
+        try:
+            files = json.loads(fields.get("files") or "{}")
+        except ValueError as exc:
+            raise RecordError(f"policy files: not JSON ({exc})") from exc
+        if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+        ):
+            raise RecordError("policy files: expected an object of path -> text")
         return cls(
             text=fields.get("text", ""),
             version=int(_required(fields, "version")),
             timestamp=_required(fields, "timestamp"),
+            name=fields.get("name") or "policy.dp",
+            files=files,
         )
+
+    def fields(self) -> dict[str, str]:
+        """The hash fields to store (``version`` is incremented by the writer)."""
+        return {"text": self.text, "timestamp": repr(self.timestamp), "name": self.name,
+                "files": json.dumps(dict(self.files), sort_keys=True)}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ unreachable and :class:`~director.state.errors.StateError` for other server erro
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import redis
 
@@ -141,15 +142,15 @@ class StateStore:
 
     # policy and drains -------------------------------------------------------------------
 
-    def set_policy(self, text: str, now: float | None = None) -> int:
-        """Store the active policy's text; returns its new version (1, 2, ...)."""
+    def set_policy(self, text: str, now: float | None = None, *, name: str = "policy.dp",
+                   files: Mapping[str, str] | None = None) -> int:
+        """Store the active policy's text (and its included ``files``); returns its new
+        version (1, 2, ...)."""
+        record = PolicyRecord(text, 0, time.time() if now is None else now, name, files or {})
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=True)
             pipe.hincrby(self.keys.policy, "version", 1)
-            pipe.hset(
-                self.keys.policy,
-                mapping={"text": text, "timestamp": repr(time.time() if now is None else now)},
-            )
+            pipe.hset(self.keys.policy, mapping=record.fields())
             pipe.publish(self.keys.changes, self.keys.policy)
             version, _, _ = pipe.execute()
         return int(version)

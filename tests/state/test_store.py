@@ -82,6 +82,11 @@ def test_load_latency_policy_drain_round_trip(store: StateStore) -> None:
     assert store.set_policy("zone b {}", now=2.0) == 2
     record = store.policy()
     assert record is not None and (record.text, record.version) == ("zone b {}", 2)
+    assert (record.name, dict(record.files)) == ("policy.dp", {})
+    store.set_policy("include r.dp", now=3.0, name="global.dp", files={"r.dp": "region x {}"})
+    record = store.policy()
+    assert record is not None and record.version == 3
+    assert (record.name, dict(record.files)) == ("global.dp", {"r.dp": "region x {}"})
 
     store.set_drain("eu")
     store.set_drain("us", "g1")
