@@ -2,7 +2,14 @@
 residency proof and formatter. No I/O outside ``policies.loader``; no globals."""
 
 from policies.errors import Diagnostic, PolicyError
-from policies.loader import CheckResult, check_policy, load_policy, load_policy_text
+from policies.loader import (
+    CheckResult,
+    PolicySources,
+    check_policy,
+    load_policy,
+    load_policy_text,
+    read_sources,
+)
 from policies.model import Policy
 
 __all__ = [
@@ -10,7 +17,9 @@ __all__ = [
     "Diagnostic",
     "Policy",
     "PolicyError",
+    "PolicySources",
     "check_policy",
     "load_policy",
     "load_policy_text",
+    "read_sources",
 ]

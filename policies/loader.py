@@ -101,6 +101,28 @@ def load_policy_text(text: str, name: str = "policy.dp",
     return load_policy(name, reader=reader, prove=prove)
 
 
+@dataclass(frozen=True)
+class PolicySources:
+    """A policy's main file and the files it includes, by paths relative to its folder:
+    what ``load_policy_text(text, name, files)`` takes back."""
+
+    name: str
+    text: str
+    files: dict[str, str]
+
+
+def read_sources(path: str, *, reader: SourceReader = read_file) -> PolicySources:
+    """Read the policy at ``path`` with every file it includes; raises ``PolicyError`` when
+    it does not load (the residency proof included)."""
+    result = check_policy(path, reader=reader)
+    if result.policy is None:
+        raise result.error()
+    folder = os.path.dirname(path)
+    files = {os.path.relpath(name, folder or "."): text
+             for name, text in result.sources.items() if name != path}
+    return PolicySources(os.path.basename(path), result.sources[path], files)
+
+
 def _reason(exc: Exception) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()

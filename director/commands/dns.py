@@ -40,16 +40,23 @@ def serve(
     redis_url: Annotated[str | None, typer.Option("--redis", help="Shared state (health, "
                                                   "load, latency) in Redis; without it every "
                                                   "region counts as healthy.")] = None,
+    follow_policy: Annotated[bool, typer.Option(help="Follow the policy stored in Redis (set "
+                                                "by `director up` or PUT /api/v1/policy) "
+                                                "instead of only the file.")] = False,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
     from director.dns.cli import serve as serve_dns
     from director.geo import GeoDatabaseError
     from policies import PolicyError
 
+    if follow_policy and not redis_url:
+        err.print("error: --follow-policy needs --redis", markup=False)
+        raise typer.Exit(2)
     factory = redis_snapshots(redis_url) if redis_url else None
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
-                           metrics, rrl, snapshot_factory=factory)
+                           metrics, rrl, snapshot_factory=factory,
+                           follow_policy=redis_url if follow_policy else None)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

@@ -21,6 +21,9 @@ from director.dns.server import BoundSockets, DnsServer, ServerConfig, new_event
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.workers import run_workers
 from director.geo import GeoLocator
+from director.state.aio import AsyncStateStore
+from director.state.policy_follower import PolicyFollower
+from director.state.refresher import SnapshotRefresher
 from policies import load_policy
 from policies.model import Policy
 
@@ -32,7 +35,8 @@ SnapshotFactory = Callable[[Policy], SnapshotSource]
 def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
           workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "off", *,
           rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
-          snapshot_factory: SnapshotFactory | None = None) -> int:
+          snapshot_factory: SnapshotFactory | None = None,
+          follow_policy: str | None = None) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -42,6 +46,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
+    ``follow_policy``: a Redis URL whose stored policy each worker follows (a new version is
+    proven and swapped in; one that fails to load is logged and the last good one serves).
     """
     policy = load_policy(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
@@ -60,7 +66,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         try:
             return loop.run_until_complete(
                 _run(make_app, factory(policy), config, sockets, report,
-                     metrics_listen if sockets is None else None))
+                     metrics_listen if sockets is None else None, follow_policy))
         finally:
             loop.close()
 
@@ -72,7 +78,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSource,
                config: ServerConfig, sockets: list[BoundSockets] | None,
                report: Callable[[DnsStats], Awaitable[None]] | None,
-               metrics_listen: str | None) -> int:
+               metrics_listen: str | None, follow_policy: str | None = None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -81,6 +87,8 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         if hasattr(source, "__aenter__"):
             source = await stack.enter_async_context(source)  # type: ignore[arg-type]
         app = make_app(source)
+        if follow_policy:
+            await stack.enter_async_context(_policy_follower(follow_policy, app, source))
         server = DnsServer(app, config, sockets)
         await server.start()
         stack.push_async_callback(server.stop)
@@ -94,6 +102,15 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         for task in tasks:
             task.cancel()
     return 0
+
+
+def _policy_follower(redis_url: str, app: DnsApp, source: SnapshotSource) -> PolicyFollower:
+    def swap(policy: Policy, version: int) -> None:
+        if isinstance(source, SnapshotRefresher):
+            source.set_policy(policy)
+        app.set_policy(policy)
+
+    return PolicyFollower(AsyncStateStore.from_url(redis_url), swap)
 
 
 def _announce(addresses: list[tuple[str, int]]) -> None:

@@ -64,3 +64,30 @@ def test_drain_in_redis_moves_the_dns_answer():
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+def test_follow_policy_swaps_a_new_version_and_keeps_serving_on_a_broken_one():
+    from policies import read_sources
+
+    sources = read_sources(str(POLICY))
+    with EmbeddedValkey() as valkey:
+        store = StateStore.from_url(valkey.url)
+        store.set_policy(sources.text, name=sources.name, files=sources.files)
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
+             "--listen", f"127.0.0.1:{port}", "--redis", valkey.url, "--follow-policy"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            france = "2.2.2.0/24"
+            assert wait_for(lambda: answer(port, france) == ["127.0.3.1"], 30)
+            store.set_policy("zone {", name=sources.name, files=sources.files)
+            moved = sources.text.replace("endpoints 127.0.3.1", "endpoints 127.0.3.9")
+            time.sleep(1.5)  # the broken version is seen and rejected first
+            assert answer(port, france) == ["127.0.3.1"]
+            store.set_policy(moved, name=sources.name, files=sources.files)
+            assert wait_for(lambda: answer(port, france) == ["127.0.3.9"], 15)
+        finally:
+            store.close()
+            process.terminate()
+            process.wait(timeout=10)

@@ -1,0 +1,99 @@
+"""Follow the active policy stored in Redis: every instance answers from the same version.
+
+``PolicyFollower`` polls the policy record's version (one small HGET a second); when it
+changes it loads the new text with the residency proof, off the event loop, and hands the
+policy to ``on_policy``. A version that fails to load is logged and remembered, so it is not
+retried, and the last good policy keeps serving; so does an unreachable Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from types import TracebackType
+
+from director.state.aio import AsyncStateStore
+from director.state.errors import StateError
+from director.state.guard import describe, redis_errors
+from director.state.records import PolicyRecord
+from policies import PolicyError, load_policy_text
+from policies.model import Policy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 1.0
+
+
+def load_record(record: PolicyRecord, *, prove: bool = True) -> Policy:
+    """The policy a stored record holds (raises ``PolicyError`` when it does not load)."""
+    return load_policy_text(record.text, record.name, record.files, prove=prove)
+
+
+class PolicyFollower:
+    """Background poller of the stored policy; an async context manager."""
+
+    def __init__(
+        self,
+        store: AsyncStateStore,
+        on_policy: Callable[[Policy, int], None],
+        *,
+        version: int | None = None,
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        self.store = store
+        self.on_policy = on_policy
+        self.interval = interval
+        self.version = version  # the version now serving (None: the local file)
+        self.rejected: int | None = None  # the last version that failed to load
+        self._task: asyncio.Task[None] | None = None
+
+    async def check(self) -> int | None:
+        """Look once; returns the version swapped in, or None when nothing changed."""
+        try:
+            version = await self._stored_version()
+            if version is None or version in (self.version, self.rejected):
+                return None
+            record = await self.store.policy()
+        except StateError as exc:
+            log.debug("policy follower: state unavailable: %s", exc)
+            return None
+        if record is None or record.version in (self.version, self.rejected):
+            return None
+        try:
+            policy = await asyncio.to_thread(load_record, record)
+        except PolicyError as exc:
+            self.rejected = record.version
+            log.error("policy version %d rejected, keeping version %s:\n%s",
+                      record.version, self.version, exc.render())
+            return None
+        self.version = record.version
+        self.on_policy(policy, record.version)
+        log.info("policy version %d now active", record.version)
+        return record.version
+
+    async def _stored_version(self) -> int | None:
+        with redis_errors(describe(self.store.client)):
+            raw = await self.store.client.hget(self.store.keys.policy, "version")
+        return int(raw) if raw is not None else None
+
+    async def _run(self) -> None:
+        while True:
+            await self.check()
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> PolicyFollower:
+        self._task = asyncio.create_task(self._run(), name="policy-follower")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
