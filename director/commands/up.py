@@ -1,0 +1,64 @@
+"""``director up``: the whole system on one machine (see :mod:`director.up`)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from director.commands.region import parse_listen
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def up(
+    policy: Annotated[Path, typer.Option("--policy", help="Policy file (default: the example "
+                                         "policy).")] = DEFAULT_POLICY,
+    simulate: Annotated[bool, typer.Option("--simulate", help="Run simulated GPU servers at "
+                                           "the policy's GPU addresses.")] = False,
+    redis_url: Annotated[str | None, typer.Option("--redis", help="Redis URL (default: an "
+                                                  "embedded Valkey on loopback).")] = None,
+    dns: Annotated[str, typer.Option("--dns", help="DNS ADDR:PORT (UDP and TCP).")]
+    = "127.0.0.1:5353",
+    api: Annotated[str, typer.Option("--api", help="Admin API ADDR:PORT.")] = "127.0.0.1:8080",
+    dns_metrics: Annotated[str, typer.Option("--dns-metrics", help="ADDR:PORT of the DNS "
+                                             "server's Prometheus metrics.")]
+    = "127.0.0.1:9153",
+    balancer_port: Annotated[int, typer.Option(help="Port of every regional balancer, on "
+                                               "its region's address.")] = 8080,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs, tokens, control "
+                                                 "socket (default /tmp/director-UID).")] = None,
+    time_scale: Annotated[float, typer.Option(help="Simulated model seconds per wall "
+                                              "second.")] = 1.0,
+    geoip: Annotated[Path | None, typer.Option(help="MaxMind database (default: GeoLite2 "
+                                               "City 2018).")] = None,
+) -> None:
+    """Run DNS, admin API, one balancer per region, probe workers with beat, Valkey (unless
+    --redis) and, with --simulate, the GPU servers: supervised, restarted when they die,
+    stopped together on Ctrl-C."""
+    from director.up import rundir
+    from director.up.plan import UpOptions
+    from director.up.run import UpError, run_up
+    from policies import check_policy
+
+    result = check_policy(str(policy))
+    if result.policy is None:
+        err.print(result.error().render(), markup=False)
+        raise typer.Exit(1)
+    options = UpOptions(
+        policy_path=policy.resolve(), run_dir=(run_dir or rundir.default_run_dir()).resolve(),
+        redis_url=redis_url or "", simulate=simulate, dns=parse_listen(dns, 5353),
+        api=parse_listen(api, 8080), dns_metrics=parse_listen(dns_metrics, 9153),
+        balancer_port=balancer_port, time_scale=time_scale,
+        geoip=geoip.resolve() if geoip else None)
+    try:
+        status = asyncio.run(run_up(result.policy, options, Console(highlight=False),
+                                    embedded=redis_url is None))
+    except UpError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    raise typer.Exit(status)

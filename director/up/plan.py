@@ -1,0 +1,135 @@
+"""Which processes ``director up`` runs for a policy: names, commands, addresses, readiness."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from policies.model import GpuServer, Policy
+
+BALANCER_PORT = 8080
+# Relative speed of a simulated server by GPU kind when the policy gives no speed hint.
+KIND_SPEED = {"H100": 1.0, "H200": 1.2, "A100": 0.6, "L40S": 0.5, "A10G": 0.3}
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One process to run: ``name`` is unique (``balancer/eu-west``, ``gpu/eu-west/g1``)."""
+
+    name: str
+    role: str  # valkey | dns | api | workers | balancer | gpu
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    region: str | None = None
+    gpu: str | None = None
+    address: str | None = None  # what it serves, for the operator
+    ready_tcp: tuple[str, int] | None = None  # ready once this TCP port accepts
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """Where everything goes; the defaults are the issue's (DNS 5353, API 8080)."""
+
+    policy_path: Path
+    run_dir: Path
+    redis_url: str
+    simulate: bool = False
+    dns: tuple[str, int] = ("127.0.0.1", 5353)
+    api: tuple[str, int] = ("127.0.0.1", 8080)
+    dns_metrics: tuple[str, int] = ("127.0.0.1", 9153)
+    balancer_port: int = BALANCER_PORT
+    time_scale: float = 1.0
+    geoip: Path | None = None
+
+
+def hostport(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def director_command(*args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "director", *args)
+
+
+def log_name(name: str) -> str:
+    return name.replace("/", "_") + ".log"
+
+
+def gpu_listen(gpu: GpuServer) -> tuple[str, int]:
+    parts = urlsplit(gpu.url)
+    if not parts.hostname:
+        raise ValueError(f"GPU server {gpu.name}: no host in {gpu.url!r}")
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def gpu_speed(gpu: GpuServer) -> float:
+    if gpu.speed is not None:
+        return gpu.speed
+    return KIND_SPEED.get((gpu.kind or "").upper(), 1.0)
+
+
+def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec:
+    host, port = gpu_listen(gpu)
+    argv = [sys.executable, "-m", "regions.simulator", "--listen", hostport((host, port)),
+            "--name", gpu.name, "--speed", repr(gpu_speed(gpu)), "--time-scale", repr(time_scale)]
+    for model in gpu.models:
+        argv += ["--model", model]
+    return ChildSpec(f"gpu/{region}/{gpu.name}", "gpu", tuple(argv), region=region,
+                     gpu=gpu.name, address=gpu.url, ready_tcp=(host, port))
+
+
+def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOptions
+                   ) -> ChildSpec:
+    listen = (host, options.balancer_port)
+    argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
+                            region_name, "--listen", hostport(listen), "--redis",
+                            options.redis_url, *geoip_args(options))
+    return ChildSpec(f"balancer/{region_name}", "balancer", argv, region=region_name,
+                     address=f"http://{hostport(listen)}", ready_tcp=listen)
+
+
+def geoip_args(options: UpOptions) -> tuple[str, ...]:
+    return ("--geoip", str(options.geoip)) if options.geoip else ()
+
+
+def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None = None
+                  ) -> list[ChildSpec]:
+    """Every child in start order: Valkey, GPU simulators, balancers, workers, DNS, API."""
+    policy_path = options.policy_path
+    children: list[ChildSpec] = [valkey] if valkey is not None else []
+    if options.simulate:
+        for region in policy.regions:
+            children += [simulator_child(region.name, gpu, options.time_scale)
+                         for gpu in region.gpus]
+    for region in policy.regions:
+        if not region.endpoints_v4 and not region.endpoints_v6:
+            continue
+        host = (region.endpoints_v4 or region.endpoints_v6)[0]
+        children.append(balancer_child(policy_path, region.name, host, options))
+    children.append(ChildSpec(
+        "workers", "workers",
+        director_command("workers", "--policy", str(policy_path), "--redis", options.redis_url,
+                         "--loglevel", "WARNING"),
+        env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port)}))
+    children.append(ChildSpec(
+        "dns", "dns",
+        director_command("dns", "serve", "--policy", str(policy_path), "--listen",
+                         hostport(options.dns), "--redis", options.redis_url, "--follow-policy",
+                         "--metrics", hostport(options.dns_metrics), *geoip_args(options)),
+        address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns))
+    run = options.run_dir
+    children.append(ChildSpec(
+        "api", "api",
+        director_command("api", "serve", "--policy", str(policy_path), "--redis",
+                         options.redis_url, "--listen", hostport(options.api),
+                         "--tokens", str(run / "tokens.json"),
+                         "--audit-log", str(run / "audit.log"),
+                         "--control", str(run / "control.sock"),
+                         "--dns", hostport(options.dns),
+                         "--policy-store", str(run / "policy"),
+                         "--balancer-port", str(options.balancer_port),
+                         *geoip_args(options)),
+        address=f"http://{hostport(options.api)}", ready_tcp=options.api))
+    return children

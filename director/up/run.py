@@ -1,0 +1,108 @@
+"""``director up`` from options to a running system, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+from rich.console import Console
+
+from director.state.errors import StateError
+from director.state.store import StateStore
+from director.up import rundir
+from director.up.console import print_ready, tail
+from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
+from director.up.supervisor import Supervisor
+from policies import read_sources
+from policies.model import Policy
+
+
+class UpError(Exception):
+    """``director up`` cannot start (another one runs, Redis unreachable, ...)."""
+
+
+def publish_policy(redis_url: str, policy_path: Path) -> int:
+    """Make the policy file the active one in Redis, as every instance follows it there."""
+    sources = read_sources(str(policy_path))
+    store = StateStore.from_url(redis_url)
+    try:
+        return store.set_policy(sources.text, name=sources.name, files=sources.files)
+    finally:
+        store.close()
+
+
+def start_groups(specs: list[ChildSpec]) -> list[list[str]]:
+    """Names grouped by start order: Valkey, GPUs, balancers, workers, DNS and API."""
+    order = ("valkey", "gpu", "balancer", "workers", "dns", "api")
+    groups = [[s.name for s in specs if s.role == role] for role in order]
+    return [group for group in groups if group]
+
+
+async def run_up(policy: Policy, options: UpOptions, console: Console,
+                 embedded: bool) -> int:
+    """Start everything, print where it is, serve until a signal; returns the exit status."""
+    run_dir = options.run_dir
+    if (run_dir / "control.sock").exists() and await _answers(run_dir / "control.sock"):
+        raise UpError(f"another director up is running with run directory {run_dir}")
+    rundir.prepare(run_dir)
+    valkey = None
+    if embedded:
+        valkey, url = rundir.valkey_child(run_dir)
+        options = UpOptions(**{**options.__dict__, "redis_url": url})
+    tokens = rundir.issue_tokens(run_dir)
+    specs = plan_children(policy, options, valkey)
+    supervisor = Supervisor(specs, run_dir, lambda line: console.print(line, markup=False))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        if not embedded:
+            await _publish_and_control(supervisor, options)
+        for group in start_groups(specs):
+            if stop.is_set():
+                return 130
+            console.print(f"starting {', '.join(group)}", markup=False, highlight=False)
+            for name in await supervisor.start_group(group):
+                child = supervisor.child(name)
+                console.print(f"[yellow]{name} is not ready yet; its log "
+                              f"({child.log_path}) ends with:[/yellow]")
+                console.print(tail(child.log_path), markup=False)
+            if group == ["valkey"]:
+                await _publish_and_control(supervisor, options)
+        rundir.write_manifest(run_dir, {
+            "pid": os.getpid(), "api": f"http://{hostport(options.api)}",
+            "dns": hostport(options.dns), "redis": options.redis_url,
+            "admin_token_file": str(run_dir / "admin.token"),
+            "processes": [child.describe() for child in supervisor.children]})
+        print_ready(console, policy, options, specs,
+                    {c.spec.name: c.pid for c in supervisor.children}, tokens.read)
+        await stop.wait()
+        console.print("stopping ...")
+        return 0
+    except StateError as exc:
+        raise UpError(f"cannot store the policy in Redis at {options.redis_url}: {exc}") from exc
+    finally:
+        await supervisor.stop()
+        (run_dir / "up.json").unlink(missing_ok=True)
+        console.print("stopped")
+
+
+async def _publish_and_control(supervisor: Supervisor, options: UpOptions) -> None:
+    await asyncio.to_thread(publish_policy, options.redis_url, options.policy_path)
+    await supervisor.serve_control()
+
+
+async def _answers(path: Path) -> bool:
+    try:
+        _reader, writer = await asyncio.open_unix_connection(str(path))
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
