@@ -6,8 +6,8 @@ variable                   meaning                                     default
 ``DIRECTOR_REDIS_URL``     state server and Celery broker              redis://127.0.0.1:6379/0
 ``DIRECTOR_POLICY``        policy file the beat schedule follows       (required for beat)
 ``DIRECTOR_STATE_PREFIX``  key prefix of the shared state              director
-``DIRECTOR_VANTAGE``       client network (CIDR) latency is measured   0.0.0.0/0
-                           for from this worker
+``DIRECTOR_VANTAGE``       client network (CIDR) latency is measured   (none: no latency
+                           for from this worker                        samples written)
 ``DIRECTOR_BALANCER_PORT`` port of regional balancers on their         80
                            endpoint addresses
 ``DIRECTOR_BALANCER_URLS`` per-region balancer base URLs,              (none)
@@ -29,7 +29,7 @@ class WorkerSettings:
     redis_url: str = DEFAULT_REDIS_URL
     policy_path: str | None = None
     state_prefix: str = "director"
-    vantage: str = "0.0.0.0/0"
+    vantage: str = ""  # empty: this worker stands for no client network
     balancer_port: int = 80
     balancer_urls: Mapping[str, str] = field(default_factory=dict)
 
@@ -40,7 +40,7 @@ class WorkerSettings:
             redis_url=env.get("DIRECTOR_REDIS_URL") or DEFAULT_REDIS_URL,
             policy_path=env.get("DIRECTOR_POLICY") or None,
             state_prefix=env.get("DIRECTOR_STATE_PREFIX") or "director",
-            vantage=env.get("DIRECTOR_VANTAGE") or "0.0.0.0/0",
+            vantage=env.get("DIRECTOR_VANTAGE") or "",
             balancer_port=int(env.get("DIRECTOR_BALANCER_PORT") or 80),
             balancer_urls=parse_balancer_urls(env.get("DIRECTOR_BALANCER_URLS", "")),
         )

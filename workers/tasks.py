@@ -84,6 +84,10 @@ def balancer(self: ProbeTask, target: dict[str, Any]) -> None:
 
 @shared_task(name=LATENCY_TASK, **_OPTIONS)
 def latency(self: ProbeTask, target: dict[str, Any]) -> None:
+    # A worker that stands for no client network has no latency worth steering anyone by:
+    # from a data centre every region looks near, and 0.0.0.0/0 would apply it to everyone.
+    if not self.settings.vantage:
+        return
     measure_latency(self.store, LatencyTarget.from_dict(target), vantage=self.settings.vantage)
 
 

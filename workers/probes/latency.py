@@ -2,7 +2,8 @@
 
 A TCP handshake costs one round trip, so connect time is the RTT without any server work in
 it. The sample is stored under the worker's vantage (the client network it stands for, as a
-CIDR; ``0.0.0.0/0`` when the operator names none) and feeds the global tier's latency map.
+CIDR, ``DIRECTOR_VANTAGE``; a worker without one writes no samples) and feeds the global
+tier's latency map.
 """
 
 from __future__ import annotations
