@@ -64,7 +64,7 @@ def test_eu_all_down_answers_allowed_regions_not_us(example_policy, geolite2):
                                              client_from_address(geolite2, "2.2.2.2"), snapshot)
     assert decision.reason == "all-down"
     assert set(decision.regions) == EU
-    assert decision.ttl == 5.0  # degraded TTL while failing static
+    assert decision.ttl == example_policy.service("chat.infer.example.com").degraded_ttl == 2.0
 
 
 def test_unknown_location_gets_the_policy_unknown_regions(example_policy, geolite2):
