@@ -1,0 +1,199 @@
+"""``director up --simulate`` with the example policy, end to end: DNS answers by residency
+and location, a streaming completion through the answered address, a drain through the
+admin API that moves DNS answers within TTL plus one probe interval, and Ctrl-C that leaves
+no process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dns.edns
+import dns.exception
+import dns.message
+import dns.query
+import dns.rdatatype
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "policies" / "examples" / "global.dp"
+EU = {"127.0.2.1", "127.0.3.1"}
+FRANCE, US = "2.2.2.0/24", "8.8.8.0/24"  # located by the bundled GeoLite2 City 2018
+CHAT = "chat.infer.example.com"
+TTL, PROBE_INTERVAL = 5.0, 1.0  # the example policy's chat service
+
+
+def free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(dns.exception.DNSException, OSError, ValueError):
+            if predicate():
+                return True
+        time.sleep(0.1)
+    return False
+
+
+@dataclass
+class Up:
+    process: subprocess.Popen[str]
+    run_dir: Path
+    dns_port: int
+    api: str
+
+    def token(self, kind: str = "admin") -> str:
+        return (self.run_dir / f"{kind}.token").read_text().strip()
+
+    def answer(self, subnet: str, name: str = CHAT) -> list[str]:
+        query = dns.message.make_query(name, dns.rdatatype.A, use_edns=0,
+                                       options=[dns.edns.ECSOption.from_text(subnet)])
+        response = dns.query.udp(query, "127.0.0.1", port=self.dns_port, timeout=1)
+        return sorted(rr.address for rrset in response.answer for rr in rrset)
+
+    def call(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
+        request = urllib.request.Request(
+            self.api + path, method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token()}",
+                     "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    def log(self) -> str:
+        logs = sorted((self.run_dir / "logs").glob("*.log"))
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    run_dir = tmp_path_factory.mktemp("up")
+    dns_port, api_port = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
+    metrics_port = free_port(socket.SOCK_STREAM)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
+         "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",
+         "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{metrics_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}")
+    try:
+        ready = wait_for(lambda: (run_dir / "up.json").exists(), 120)
+        assert ready, process.stdout.read() if process.poll() is not None else system.log()
+        yield system
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def stream_completion(address: str, client_ip: str) -> tuple[str, list[str]]:
+    """POST a streaming chat completion; returns the serving region and the SSE data lines."""
+    body = {"model": "llama-3.1-8b-instruct", "stream": True, "max_tokens": 16,
+            "messages": [{"role": "user", "content": "Bonjour"}]}
+    request = urllib.request.Request(
+        f"http://{address}:8080/v1/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Director-Client-IP": client_ip})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        events = [line[len("data: "):].strip() for line in map(bytes.decode, response)
+                  if line.startswith("data: ")]
+        return response.headers["x-director-region"], events
+
+
+def test_eu_client_gets_an_eu_region_and_us_client_us_east(up: Up) -> None:
+    assert wait_for(lambda: up.answer(FRANCE) == ["127.0.3.1"], 30), up.log()
+    assert set(up.answer(FRANCE)) <= EU
+    assert wait_for(lambda: up.answer(US) == ["127.0.1.1"], 30), up.log()
+
+
+def test_streaming_completion_through_the_answered_address(up: Up) -> None:
+    (address,) = up.answer(FRANCE)
+    region, events = stream_completion(address, "2.2.2.2")
+    assert region in ("eu-west", "eu-central")
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert any(c["choices"][0]["delta"].get("content") for c in chunks)
+
+
+def test_drain_through_the_api_moves_answers_within_ttl_plus_a_probe_interval(up: Up) -> None:
+    assert wait_for(lambda: up.answer(FRANCE) == ["127.0.3.1"], 30)
+    status, body = up.call("POST", "/api/v1/regions/eu-central/drain")
+    assert status == 200, body
+    drained_at = time.monotonic()
+    try:
+        assert wait_for(lambda: up.answer(FRANCE) == ["127.0.2.1"], TTL + PROBE_INTERVAL)
+        assert time.monotonic() - drained_at <= TTL + PROBE_INTERVAL
+    finally:
+        status, body = up.call("POST", "/api/v1/regions/eu-central/undrain")
+        assert status == 200, body
+    assert wait_for(lambda: up.answer(FRANCE) == ["127.0.3.1"], TTL + PROBE_INTERVAL)
+
+
+def test_a_dead_child_is_restarted(up: Up) -> None:
+    status, body = up.call("GET", "/api/v1/processes")
+    assert status == 200, body
+    before = {p["name"]: p for p in body["processes"]}
+    victim = before["gpu/ap-south/aps1-a100-b"]
+    os.kill(victim["pid"], signal.SIGKILL)
+
+    def restarted() -> bool:
+        _, now = up.call("GET", "/api/v1/processes")
+        entry = {p["name"]: p for p in now["processes"]}["gpu/ap-south/aps1-a100-b"]
+        return entry["restarts"] == victim["restarts"] + 1 and entry["state"] == "running"
+
+    assert wait_for(restarted, 30)
+
+
+def processes_mentioning(*needles: str) -> list[str]:
+    """Command lines of live processes that contain any of ``needles`` (Celery's forked pool
+    and other grandchildren included)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if any(needle in cmdline for needle in needles):
+                found.append(cmdline)
+    return found
+
+
+def test_ctrl_c_leaves_no_process_behind(up: Up) -> None:
+    redis_url = json.loads((up.run_dir / "up.json").read_text())["redis"]
+    assert processes_mentioning(redis_url)  # the needle finds the running system
+    _, body = up.call("GET", "/api/v1/processes")
+    pids = [p["pid"] for p in body["processes"] if p["pid"]]
+    assert len(pids) == len(body["processes"])  # everything was running
+    up.process.send_signal(signal.SIGINT)
+    assert up.process.wait(60) == 0
+    time.sleep(0.5)
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 0)
+            alive.append(pid)
+    assert alive == []
+    assert processes_mentioning(redis_url, str(up.run_dir)) == []
+    assert not (up.run_dir / "control.sock").exists()
