@@ -19,6 +19,17 @@ from policies.residency import PathCheck, prove_residency
 from policies.syntax import File
 from policies.validate import validate
 
+# Test-only: with this set to 1 in the environment, policies load WITHOUT the residency
+# proof. It exists so that chaos drills can show that the runtime checks catch a leaky
+# policy; `director up --unsafe-skip-residency-proof` sets it for its children.
+UNSAFE_SKIP_PROOF_ENV = "DIRECTOR_UNSAFE_SKIP_RESIDENCY_PROOF"
+
+
+def proof_disabled() -> bool:
+    """Whether the test-only switch turned the residency proof off in this process."""
+    return os.environ.get(UNSAFE_SKIP_PROOF_ENV) == "1"
+
+
 # file name -> text, raising OSError when it cannot be read
 SourceReader = Callable[[str], str]
 
@@ -74,7 +85,7 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
     proof: list[PathCheck] = []
     if compiled.policy is not None:
         validate(compiled.policy, compiled.refs, report)
-        if prove and not report.diagnostics:
+        if prove and not report.diagnostics and not proof_disabled():
             proof = prove_residency(compiled.policy, report)
     policy = compiled.policy if not report.diagnostics else None
     return CheckResult(policy, _dedupe(report.diagnostics), proof, sources)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,10 @@ def up(
                                               "second.")] = 1.0,
     geoip: Annotated[Path | None, typer.Option(help="MaxMind database (default: GeoLite2 "
                                                "City 2018).")] = None,
+    unsafe_skip_residency_proof: Annotated[bool, typer.Option(
+        "--unsafe-skip-residency-proof", hidden=True,
+        help="TEST ONLY: load the policy without the residency proof, so drills can show "
+             "the runtime checks catching a leaky policy.")] = False,
 ) -> None:
     """Run DNS, admin API, one balancer per region, probe workers with beat, Valkey (unless
     --redis) and, with --simulate, the GPU servers: supervised, restarted when they die,
@@ -44,7 +49,11 @@ def up(
     from director.up.plan import UpOptions
     from director.up.run import UpError, run_up
     from policies import check_policy
+    from policies.loader import UNSAFE_SKIP_PROOF_ENV
 
+    if unsafe_skip_residency_proof:
+        os.environ[UNSAFE_SKIP_PROOF_ENV] = "1"  # inherited by every child
+        err.print("WARNING: residency proof disabled (test only)", markup=False)
     result = check_policy(str(policy))
     if result.policy is None:
         err.print(result.error().render(), markup=False)
