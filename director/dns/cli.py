@@ -24,7 +24,7 @@ from director.geo import GeoLocator
 from director.state.aio import AsyncStateStore
 from director.state.policy_follower import PolicyFollower
 from director.state.refresher import SnapshotRefresher
-from policies import load_policy
+from policies import PolicyError, load_policy
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
     ``follow_policy``: a Redis URL whose stored policy each worker follows (a new version is
     proven and swapped in; one that fails to load is logged and the last good one serves).
+    SIGHUP reloads the policy file the same way.
     """
     policy = load_policy(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
@@ -66,7 +67,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         try:
             return loop.run_until_complete(
                 _run(make_app, factory(policy), config, sockets, report,
-                     metrics_listen if sockets is None else None, follow_policy))
+                     metrics_listen if sockets is None else None, follow_policy,
+                     lambda: load_policy(policy_path)))
         finally:
             loop.close()
 
@@ -78,7 +80,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSource,
                config: ServerConfig, sockets: list[BoundSockets] | None,
                report: Callable[[DnsStats], Awaitable[None]] | None,
-               metrics_listen: str | None, follow_policy: str | None = None) -> int:
+               metrics_listen: str | None, follow_policy: str | None = None,
+               reload_policy: Callable[[], Policy] | None = None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -87,8 +90,19 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         if hasattr(source, "__aenter__"):
             source = await stack.enter_async_context(source)  # type: ignore[arg-type]
         app = make_app(source)
+        swap = _swapper(app, source)
         if follow_policy:
-            await stack.enter_async_context(_policy_follower(follow_policy, app, source))
+            follower = PolicyFollower(AsyncStateStore.from_url(follow_policy),
+                                      lambda policy, _version: swap(policy))
+            await stack.enter_async_context(follower)
+        reloads: set[asyncio.Task[None]] = set()
+        if reload_policy is not None:
+            def on_hangup() -> None:
+                task = asyncio.ensure_future(_reload(reload_policy, swap))
+                reloads.add(task)
+                task.add_done_callback(reloads.discard)
+
+            loop.add_signal_handler(signal.SIGHUP, on_hangup)
         server = DnsServer(app, config, sockets)
         await server.start()
         stack.push_async_callback(server.stop)
@@ -104,13 +118,27 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
     return 0
 
 
-def _policy_follower(redis_url: str, app: DnsApp, source: SnapshotSource) -> PolicyFollower:
-    def swap(policy: Policy, version: int) -> None:
+def _swapper(app: DnsApp, source: SnapshotSource) -> Callable[[Policy], None]:
+    """Answer from a new policy: the refresher follows its targets, the app its zone."""
+    def swap(policy: Policy) -> None:
         if isinstance(source, SnapshotRefresher):
             source.set_policy(policy)
         app.set_policy(policy)
 
-    return PolicyFollower(AsyncStateStore.from_url(redis_url), swap)
+    return swap
+
+
+async def _reload(reload_policy: Callable[[], Policy], swap: Callable[[Policy], None]) -> None:
+    """SIGHUP: reload the policy file; one that fails to load leaves the last good one."""
+    try:
+        policy = await asyncio.to_thread(reload_policy)
+    except PolicyError as exc:
+        log.error("SIGHUP: the policy file does not load; still serving the last good one:\n%s",
+                  exc.render())
+        print("reload failed: still serving the last good policy", flush=True)
+        return
+    swap(policy)
+    print("reloaded the policy file", flush=True)
 
 
 def _announce(addresses: list[tuple[str, int]]) -> None:

@@ -5,7 +5,7 @@ queries across them.
 The parent binds first (so port 0 resolves to one port for everyone), forks the workers
 (worker 0 takes over the parent's sockets, the others bind their own to the same address),
 then only supervises: it serves the merged metrics (each worker sends its counters every
-second over a pipe), forwards SIGTERM/SIGINT, and stops everything when a worker dies.
+second over a pipe), forwards SIGTERM/SIGINT/SIGHUP, and replaces a worker that dies.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 
 from director.dns.metrics import DnsStats, StatsHub, serve_metrics
@@ -32,23 +33,23 @@ WorkerMain = Callable[[list[BoundSockets], Callable[[DnsStats], Awaitable[None]]
 def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
                 metrics_listen: str | None = None,
                 announce: Callable[[list[tuple[str, int]]], None] | None = None) -> int:
-    """Fork ``workers`` processes running ``worker_main(sockets, report)``; wait for them."""
+    """Fork ``workers`` processes running ``worker_main(sockets, report)`` and keep them
+    running (a worker that dies is replaced, with backoff) until SIGTERM or SIGINT."""
     first = [bind_sockets(host, port, reuse_port=True) for host, port in config.listen]
     addresses = [b.address for b in first]
     hub = StatsHub()
-    children: dict[int, int] = {}  # pid -> read end of its stats pipe
-    for index in range(workers):
+    children: dict[int, int] = {}  # pid -> worker index
+
+    def spawn(index: int, sockets: list[BoundSockets] | None) -> None:
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # the worker
             _die_with_parent()
             os.close(read_fd)
-            for fd in children.values():
-                os.close(fd)
-            sockets = first if index == 0 else [
-                bind_sockets(host, port, reuse_port=True) for host, port in addresses]
-            if index != 0:
-                for bound in first:
+            if sockets is None:
+                sockets = [bind_sockets(host, port, reuse_port=True) for host, port in addresses]
+            for bound in first:
+                if sockets is not first:
                     bound.udp.close()
                     bound.tcp.close()
             code = 1
@@ -57,43 +58,65 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
             finally:
                 os._exit(code)
         os.close(write_fd)
-        children[pid] = read_fd
+        children[pid] = index
+        threading.Thread(target=_collect, args=(read_fd, index, hub), daemon=True).start()
+
+    for index in range(workers):
+        spawn(index, first if index == 0 else None)
     for bound in first:
         bound.udp.close()
         bound.tcp.close()
-    for index, (_pid, fd) in enumerate(children.items()):
-        threading.Thread(target=_collect, args=(fd, index, hub), daemon=True).start()
     if metrics_listen:
         host, port = serve_metrics(metrics_listen, hub.read)
         print(f"metrics {host}:{port}", flush=True)
     if announce is not None:
         announce(addresses)
 
+    stopping = False
+
     def forward(signum: int, _frame: object) -> None:
-        for pid in children:
+        nonlocal stopping
+        stopping = stopping or signum != signal.SIGHUP
+        for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    status = 0
-    remaining = set(children)
-    while remaining:
+    signal.signal(signal.SIGHUP, forward)
+    backoff = _Backoff()
+    while children:
         try:
             pid, code = os.wait()
         except ChildProcessError:
             break
         except InterruptedError:
             continue
-        if pid not in remaining:
+        index = children.pop(pid, None)
+        if index is None or stopping:
             continue
-        remaining.discard(pid)
         exit_code = os.waitstatus_to_exitcode(code)
-        if exit_code != 0 and remaining:
-            log.error("worker %d exited with %d: stopping the others", pid, exit_code)
-            status = exit_code if exit_code > 0 else 1
-            forward(signal.SIGTERM, None)
-    return status
+        delay = backoff.next()
+        log.error("DNS worker %d (pid %d) exited with %d; replacing it in %.1f s",
+                  index, pid, exit_code, delay)
+        time.sleep(delay)
+        if not stopping:
+            spawn(index, None)
+    return 0
+
+
+class _Backoff:
+    """0.5 s doubling to 10 s between replacements; back to 0.5 s after a quiet minute."""
+
+    def __init__(self) -> None:
+        self.delay = 0.25
+        self.last = 0.0
+
+    def next(self) -> float:
+        now = time.monotonic()
+        self.delay = 0.5 if now - self.last > 60 else min(self.delay * 2, 10.0)
+        self.last = now
+        return self.delay
 
 
 def _die_with_parent() -> None:

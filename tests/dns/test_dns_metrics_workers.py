@@ -58,3 +58,65 @@ def test_two_workers_answer_udp_and_tcp():
         pid = server.proc.pid
         with open(f"/proc/{pid}/task/{pid}/children") as children:
             assert len(children.read().split()) == 2
+
+
+def test_a_dead_worker_is_replaced():
+    import os
+    import signal
+    import time
+
+    with ServerProcess("--workers", "2") as server:
+        assert server.proc is not None
+        pid = server.proc.pid
+
+        def workers() -> list[int]:
+            with open(f"/proc/{pid}/task/{pid}/children") as children:
+                return [int(p) for p in children.read().split()]
+
+        first = workers()
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = workers()
+            if len(now) == 2 and first[0] not in now:
+                break
+            time.sleep(0.1)
+        assert len(workers()) == 2 and first[0] not in workers()
+        query = make_query("chat.infer.example.com", ecs="2.2.2.0/24")
+        for _ in range(20):  # both sockets of the port answer
+            assert a_addresses(ask(server.address, query)) == {"127.0.3.1"}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sighup_reloads_the_policy_file_and_keeps_the_last_good_one(tmp_path, workers):
+    import shutil
+    import signal
+    import time
+
+    from dns_helpers import ROOT
+
+    shutil.copytree(ROOT / "policies" / "examples", tmp_path / "policy")
+    path = tmp_path / "policy" / "global.dp"
+    original = path.read_text()
+    query = make_query("chat.infer.example.com", ecs="2.2.2.0/24")
+
+    def answer_becomes(expected: set[str]) -> bool:
+        """True once 20 answers in a row (so every worker's) are ``expected``."""
+        deadline, streak = time.monotonic() + 30, 0
+        while time.monotonic() < deadline and streak < 20:
+            answered = a_addresses(ask(server.address, query, timeout=10))
+            streak = streak + 1 if answered == expected else 0
+            time.sleep(0.02)
+        return streak >= 20
+
+    with ServerProcess("--workers", workers, policy=path) as server:
+        assert a_addresses(ask(server.address, query, timeout=10)) == {"127.0.3.1"}
+        path.write_text(original.replace("endpoints 127.0.3.1", "endpoints 127.0.3.9"))
+        server.proc.send_signal(signal.SIGHUP)
+        assert answer_becomes({"127.0.3.9"})
+        path.write_text("zone {")
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)  # let the failed reload happen; the last good policy keeps serving
+        for _ in range(20):
+            assert a_addresses(ask(server.address, query, timeout=10)) == {"127.0.3.9"}
+        assert server.alive()
