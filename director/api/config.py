@@ -1,0 +1,73 @@
+"""What one admin API instance is configured with, and where it may listen."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from policies import Policy, check_policy, load_policy_text
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_BALANCER_PORT = 8080
+
+
+@dataclass(frozen=True)
+class PolicyDocument:
+    """A policy's source: the main file's name and text, and its included files by path."""
+
+    name: str
+    text: str
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def load(self) -> Policy:
+        """Parse, validate and prove residency; raises ``policies.PolicyError``."""
+        return load_policy_text(self.text, self.name, self.files, prove=True)
+
+    @classmethod
+    def from_file(cls, path: str) -> tuple[PolicyDocument, Policy]:
+        """Read ``path`` and its includes; raises ``policies.PolicyError`` listing problems."""
+        result = check_policy(path)
+        if result.policy is None:
+            raise result.error()
+        files = {name: text for name, text in result.sources.items() if name != path}
+        return cls(path, result.sources[path], files), result.policy
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Everything ``build_api`` needs; the CLI fills it from ``director api serve``."""
+
+    policy: PolicyDocument
+    redis_url: str
+    tokens_path: Path | None = None
+    audit_path: Path | None = None
+    control_socket: Path | None = None
+    dns_listen: tuple[str, ...] = ()
+    policy_store: Path | None = None
+    geoip_path: str | None = None
+    balancer_port: int = DEFAULT_BALANCER_PORT
+    max_body: int = DEFAULT_MAX_BODY
+    prefix: str = "director"
+    follow_interval: float = 1.0  # how often the Redis policy version is polled (seconds)
+    state_timeout: float = 1.0  # Redis socket timeouts (seconds)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``"127.0.0.1:8080"`` or ``"[::1]:8080"`` -> host and port; raises ``ValueError``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen: expected ADDR:PORT (IPv6 as [::1]:8080), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """True for loopback addresses (127.0.0.0/8, ::1) and the name ``localhost``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

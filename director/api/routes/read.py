@@ -1,0 +1,48 @@
+"""Read-scope routes: status, services, explain and the active policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from director.api.deps import Reader, Runtime
+from director.api.explain import explain, make_client
+from director.api.services import describe_services
+
+router = APIRouter(prefix="/api/v1", tags=["read"])
+
+
+@router.get("/status", summary="Regions, health, load, traffic share and sample answers")
+async def get_status(runtime: Runtime, _who: Reader) -> dict[str, Any]:
+    """What DNS answers now: per region its health, drain, load and share of the sample
+    answers, and per sample location and service the regions answered."""
+    return await runtime.status()
+
+
+@router.get("/services", summary="Services of the active policy and their steering")
+async def get_services(runtime: Runtime, _who: Reader) -> dict[str, Any]:
+    """The zone and, per service, its steering chain and residency rules."""
+    return describe_services(runtime.active.policy)
+
+
+@router.get("/explain", summary="The decision for one client and name, step by step")
+async def get_explain(
+    runtime: Runtime, _who: Reader,
+    name: str = Query(description="Service host name, e.g. chat.infer.example.com"),
+    client: str | None = Query(None, description="Client (or resolver) address"),
+    ecs: str | None = Query(None, description="EDNS Client Subnet, e.g. 81.2.69.0/24"),
+) -> dict[str, Any]:
+    """The engine's decision on the current snapshot, with every step's kept and dropped
+    regions and why."""
+    active = runtime.active
+    who = make_client(runtime.locator, client, ecs)
+    return explain(active.policy, active.engine, runtime.refresher.current, who, name)
+
+
+@router.get("/policy", summary="The active policy's source and version")
+async def get_policy(runtime: Runtime, _who: Reader) -> dict[str, Any]:
+    active = runtime.active
+    document = active.document
+    return {"version": active.version, "name": document.name, "text": document.text,
+            "files": dict(document.files)}

@@ -1,0 +1,110 @@
+"""Everything one API instance runs: state store clients, the snapshot refresher, the policy
+holder and its follower, drains, chaos, tokens, audit log and metrics.
+
+Built from an ``ApiConfig``; ``start()`` and ``stop()`` run inside the server's event loop
+(the app's lifespan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+
+from director.api.audit import AuditLog
+from director.api.auth import TokenStore
+from director.api.chaos import GpuChaos
+from director.api.config import ApiConfig
+from director.api.control import ControlClient
+from director.api.deadman import Deadman
+from director.api.drains import Drains
+from director.api.metrics import ApiMetrics
+from director.api.policy_disk import PolicyDisk
+from director.api.policy_follow import follow, sync_once
+from director.api.policy_store import ActivePolicy, PolicyHolder
+from director.api.samples import sample_decisions
+from director.api.status import StatusInputs, build_status, read_gpu_facts
+from director.geo import GeoLocator
+from director.state import AsyncStateStore, SnapshotRefresher, StateError, StateStore
+from director.state.metrics import RefresherMetrics
+
+log = logging.getLogger(__name__)
+
+
+class ApiRuntime:
+    def __init__(self, config: ApiConfig) -> None:
+        self.config = config
+        self.metrics = ApiMetrics()
+        self.tokens = TokenStore(config.tokens_path)
+        self.audit = AuditLog(config.audit_path)
+        self.locator = GeoLocator(config.geoip_path)
+        self.store = AsyncStateStore.from_url(config.redis_url, prefix=config.prefix,
+                                              timeout=config.state_timeout)
+        self.sync_store = StateStore.from_url(config.redis_url, prefix=config.prefix,
+                                              timeout=config.state_timeout)
+        policy = config.policy.load()
+        disk = PolicyDisk(config.policy_store) if config.policy_store else None
+        self.holder = PolicyHolder(config.policy, policy, self.sync_store, disk)
+        self.refresher = SnapshotRefresher(
+            self.store, policy, metrics=RefresherMetrics(self.metrics.registry))
+        self.holder.on_swap(lambda active: self.refresher.set_policy(active.policy))
+        self.metrics.policy_version.set_function(lambda: self.holder.current.version)
+        self.metrics.policy_reload_failures.set_function(lambda: self.holder.reload_failures)
+        self.drain_timers = Deadman()
+        self.fault_timers = Deadman()
+        self.drains = Drains(self.store, self.drain_timers, self.audit)
+        self.control = ControlClient(config.control_socket) if config.control_socket else None
+        self._http: aiohttp.ClientSession | None = None
+        self._chaos: GpuChaos | None = None
+        self._follower: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> ActivePolicy:
+        return self.holder.current
+
+    @property
+    def chaos(self) -> GpuChaos:
+        if self._chaos is None:
+            raise RuntimeError("runtime not started")
+        return self._chaos
+
+    async def start(self) -> None:
+        """Read the state once, take the policy Redis holds, then follow both."""
+        self._http = aiohttp.ClientSession()
+        self._chaos = GpuChaos(self._http, self.fault_timers)
+        with contextlib.suppress(StateError):
+            await sync_once(self.holder, self.store)
+        await self.refresher.start()
+        self._follower = asyncio.create_task(
+            follow(self.holder, self.store, self.config.follow_interval), name="policy-follow")
+
+    async def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+        await self.fault_timers.close(run_pending=True)  # no drill outlives its API
+        await self.drain_timers.close(run_pending=False)
+        await self.refresher.stop()
+        if self._http is not None:
+            await self._http.close()
+        await self.store.close()
+        self.sync_store.close()
+        self.locator.close()
+
+    async def status(self) -> dict[str, Any]:
+        """The status document; answers from the last known snapshot when Redis is down."""
+        active = self.active
+        try:
+            facts = await read_gpu_facts(self.store, active.policy)
+        except StateError as exc:
+            log.debug("api: status without fresh GPU state: %s", exc)
+            facts = None
+        snapshot = self.refresher.current
+        samples = sample_decisions(active.policy, active.engine, snapshot, self.locator)
+        inputs = StatusInputs(active.policy, active.version, active.document.name, snapshot,
+                              facts, self.config.dns_listen, self.config.balancer_port)
+        return build_status(inputs, samples)

@@ -1,0 +1,225 @@
+// director status page: polls /api/v1/status with the token from the URL fragment
+// (#token=...), kept in sessionStorage, and renders the regions, the map and the samples.
+"use strict";
+(function () {
+  const POLL_MS = 1500;
+  const KEY = "director.token";
+  const SVG = "http://www.w3.org/2000/svg";
+  let timer = null;
+
+  function takeToken() {
+    const match = /(?:^|&)token=([^&]+)/.exec(location.hash.replace(/^#/, ""));
+    if (match) {
+      sessionStorage.setItem(KEY, decodeURIComponent(match[1]));
+      history.replaceState(null, "", location.pathname + location.search);  // out of the URL
+    }
+    return sessionStorage.getItem(KEY);
+  }
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v; else node.setAttribute(k, v);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    return node;
+  }
+
+  function pct(x) { return x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`; }
+
+  function bar(fraction, kind) {
+    const width = Math.max(0, Math.min(1, fraction || 0)) * 100;
+    let cls = `bar ${kind}`;
+    if (kind === "load" && fraction >= 1) cls += " over";
+    else if (kind === "load" && fraction >= 0.85) cls += " hot";
+    const inner = el("span");
+    inner.style.width = `${width}%`;
+    return el("span", { class: cls }, inner);
+  }
+
+  function health(region) {  // the region's own health
+    if (region.healthy === false) return "down";
+    if (region.healthy === null || region.healthy === undefined) return "unknown";
+    return region.degraded ? "degraded" : "healthy";
+  }
+
+  function mapState(region) {  // on the map a draining region shows amber
+    const state = health(region);
+    return state === "healthy" && region.draining ? "degraded" : state;
+  }
+
+  function healthPill(region) {
+    const state = health(region);
+    const text = { down: "down", unknown: "not probed", degraded: "degraded",
+                   healthy: "healthy" }[state];
+    const pill = el("span", { class: `pill ${state}` }, text);
+    return region.stale ? el("span", {}, pill, " ", el("span", { class: "pill stale" }, "stale"))
+                        : pill;
+  }
+
+  function renderRegions(regions) {
+    const body = document.querySelector("#regions tbody");
+    body.replaceChildren(...regions.map((r) => {
+      const gpus = r.gpus.map((g) => {
+        const cls = ["gpu", g.healthy === false ? "down" : g.healthy ? "healthy" : "",
+                     g.draining ? "draining" : ""].join(" ");
+        const title = `${g.url} · ${g.kind || ""} · ${g.healthy === null ? "not probed" :
+          g.healthy ? "healthy" : "down"}${g.draining ? " · draining" : ""}` +
+          (g.utilization === null ? "" : ` · KV cache ${pct(g.utilization)}`);
+        return el("span", { class: cls, title }, g.name);
+      });
+      const probed = r.gpus.filter((g) => g.healthy !== null).length;
+      const up = r.gpus.filter((g) => g.healthy).length;
+      const summary = probed ? `${up}/${r.gpus.length} up ` : "not probed ";
+      return el("tr", { "data-region": r.name },
+        el("td", { class: "name" }, r.name),
+        el("td", {}, r.jurisdiction),
+        el("td", { class: "health" }, healthPill(r)),
+        el("td", { class: "drain" }, r.draining ? el("span", { class: "pill draining" }, "draining")
+                                                : el("span", { class: "pill serving" }, "serving")),
+        el("td", { class: "load" }, bar(r.utilization, "load"),
+           el("span", { class: "value" }, pct(r.utilization))),
+        el("td", { class: "share" }, bar(r.share, "share"),
+           el("span", { class: "value" }, pct(r.share))),
+        el("td", { class: "gpus" }, el("span", { class: "muted" }, summary),
+           ...gpus),
+        el("td", { class: "mono" }, r.balancer || "–"));
+    }));
+  }
+
+  function renderSamples(samples) {
+    const services = [...new Set(samples.map((s) => s.service))];
+    const head = document.querySelector("#samples thead tr");
+    head.replaceChildren(el("th", {}, "Client"), ...services.map((s) => el("th", {}, s)));
+    const byLabel = new Map();
+    for (const s of samples) {
+      if (!byLabel.has(s.label)) byLabel.set(s.label, { subnet: s.subnet, answers: {} });
+      byLabel.get(s.label).answers[s.service] = s;
+    }
+    const body = document.querySelector("#samples tbody");
+    body.replaceChildren(...[...byLabel].map(([label, row]) => el("tr", { "data-label": label },
+      el("td", {}, label, el("br"), el("code", { class: "muted" }, row.subnet)),
+      ...services.map((service) => {
+        const s = row.answers[service];
+        if (!s) return el("td", {}, "–");
+        const answer = s.regions.length ? s.regions.join(", ")
+                                        : el("span", { class: "none" }, "nothing");
+        const reason = s.reason !== "primary" ? el("span", { class: "reason" }, s.reason) : null;
+        return el("td", { class: "answer", "data-service": service }, answer, reason);
+      }))));
+  }
+
+  function renderMap(status) {
+    const map = document.getElementById("map");
+    const nodes = [];
+    for (let lon = -150; lon <= 150; lon += 30) {
+      nodes.push(svg("line", { class: "grid", x1: lon, y1: -90, x2: lon, y2: 90 }));
+    }
+    for (let lat = -60; lat <= 60; lat += 30) {
+      nodes.push(svg("line", { class: "grid", x1: -180, y1: -lat, x2: 180, y2: -lat }));
+    }
+    for (const ring of window.DIRECTOR_WORLD || []) {
+      nodes.push(svg("polygon", { class: "land",
+                                  points: ring.map(([x, y]) => `${x},${-y}`).join(" ") }));
+    }
+    const regions = new Map(status.regions.map((r) => [r.name, r]));
+    const firstService = status.samples.length ? status.samples[0].service : null;
+    for (const s of status.samples) {
+      if (s.service !== firstService || s.longitude === null) continue;
+      const target = regions.get(s.regions[0]);
+      if (target) {
+        nodes.push(svg("line", { class: "route", x1: s.longitude, y1: -s.latitude,
+                                 x2: target.longitude, y2: -target.latitude }));
+      }
+      nodes.push(svg("circle", { class: "client", cx: s.longitude, cy: -s.latitude, r: 1.6 }));
+    }
+    for (const r of status.regions) {
+      const radius = 2.5 + 6 * (r.share || 0);
+      const dot = svg("circle", { class: `region ${mapState(r)}`, cx: r.longitude,
+                                  cy: -r.latitude, r: radius, "data-region": r.name });
+      const title = svg("title", {});
+      title.textContent = `${r.name}: ${health(r)}${r.draining ? ", draining" : ""}, ` +
+                          `load ${pct(r.utilization)}, share ${pct(r.share)}`;
+      dot.append(title);
+      const label = svg("text", { class: "label", x: r.longitude + radius + 1,
+                                  y: -r.latitude + 1.5 });
+      label.textContent = r.name;
+      nodes.push(dot, label);
+    }
+    map.replaceChildren(...nodes);
+  }
+
+  function render(status) {
+    const p = status.policy;
+    const policy = document.getElementById("policy");
+    policy.title = p.name;
+    policy.textContent = `${p.zone} · policy ${p.name.split("/").pop()} v${p.version}` +
+      (status.dns.listen.length ? ` · DNS ${status.dns.listen.join(", ")}` : "");
+    const state = document.getElementById("state");
+    const reachable = status.state.reachable;
+    state.className = `pill ${reachable ? (status.state.stale ? "stale" : "reachable")
+                                        : "unreachable"}`;
+    state.textContent = reachable ? (status.state.stale ? "state stale" : "state live")
+                                  : "state unreachable: last known";
+    document.getElementById("updated").textContent =
+      `updated ${new Date(status.generated_at * 1000).toLocaleTimeString()} · ` +
+      `snapshot ${status.state.snapshot_version}`;
+    renderRegions(status.regions);
+    renderSamples(status.samples);
+    renderMap(status);
+  }
+
+  function showLogin(message) {
+    document.getElementById("login").hidden = false;
+    document.getElementById("main").hidden = true;
+    document.getElementById("login-error").textContent = message || "";
+  }
+
+  async function poll() {
+    const token = sessionStorage.getItem(KEY);
+    if (!token) { showLogin(""); return; }
+    const error = document.getElementById("error");
+    try {
+      const resp = await fetch("/api/v1/status", {
+        headers: { Authorization: `Bearer ${token}` }, cache: "no-store" });
+      if (resp.status === 401 || resp.status === 403) {
+        sessionStorage.removeItem(KEY);
+        showLogin((await resp.json()).error || "token refused");
+        return;
+      }
+      if (!resp.ok) throw new Error(`status ${resp.status}`);
+      render(await resp.json());
+      error.hidden = true;
+      document.body.dataset.updated = String(Date.now());
+    } catch (exc) {
+      error.textContent = `cannot reach the API: ${exc.message}`;
+      error.hidden = false;
+    }
+    timer = setTimeout(poll, POLL_MS);
+  }
+
+  function start() {
+    clearTimeout(timer);
+    document.getElementById("login").hidden = true;
+    document.getElementById("main").hidden = false;
+    poll();
+  }
+
+  document.getElementById("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = document.getElementById("token").value.trim();
+    if (value) { sessionStorage.setItem(KEY, value); start(); }
+  });
+  window.addEventListener("hashchange", () => { if (takeToken()) start(); });
+  takeToken();
+  start();
+})();

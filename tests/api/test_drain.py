@@ -1,0 +1,96 @@
+"""Drain and undrain through the API: the state store has the flag, /status shows it, a
+ttl undoes it, and every change is in the audit log."""
+
+from __future__ import annotations
+
+from api_helpers import eventually, running_api
+
+from director.state import StateStore
+
+
+def region(status: dict, name: str) -> dict:
+    return next(r for r in status["regions"] if r["name"] == name)
+
+
+async def test_drain_and_undrain_a_region(tmp_path, valkey, prefix):
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.post("/api/v1/regions/eu-central/drain")
+        assert status == 200, body
+        assert body == {"region": "eu-central", "gpu": None, "draining": True, "until": None}
+        assert store.drains().regions == {"eu-central"}
+
+        async def shows(draining: bool) -> bool:
+            _, now = await api.get("/api/v1/status", token="read")
+            return region(now, "eu-central")["draining"] is draining
+
+        await eventually(lambda: shows(True), timeout=5)
+        # Paris is answered by eu-west while eu-central drains (residency keeps it in the EU).
+        _, now = await api.get("/api/v1/status", token="read")
+        paris = next(s for s in now["samples"] if s["label"] == "Paris, FR"
+                     and s["service"] == "chat")
+        assert paris["regions"] == ["eu-west"]
+
+        status, body = await api.post("/api/v1/regions/eu-central/undrain")
+        assert status == 200 and body["draining"] is False
+        assert store.drains().regions == frozenset()
+        await eventually(lambda: shows(False), timeout=5)
+
+        _, metrics = await api.get("/metrics", token=None)
+        assert ('director_api_requests_total{method="POST",route="/api/v1/regions/{region}/drain",'
+                'status="200"} 1.0') in metrics
+        assert 'director_api_changes_total{action="drain",outcome="ok"} 1.0' in metrics
+
+        lines = [(a["who"], a["action"], a["target"], a["outcome"]) for a in api.audit_lines()]
+        assert lines[-2:] == [("admin", "drain", "region eu-central", "ok"),
+                              ("admin", "undrain", "region eu-central", "ok")]
+    store.close()
+
+
+async def test_drain_with_ttl_is_undone_by_itself(tmp_path, valkey, prefix):
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.post("/api/v1/regions/eu-west/drain", json_body={"ttl": 0.5})
+        assert status == 200 and body["until"] is not None
+        assert store.drains().regions == {"eu-west"}
+
+        async def undrained() -> bool:
+            return store.drains().regions == frozenset()
+
+        await eventually(undrained, timeout=5)
+        last = api.audit_lines()[-1]
+        assert (last["who"], last["action"], last["target"], last["detail"]) == (
+            "deadman", "undrain", "region eu-west", {"reason": "ttl"})
+
+        for bad in ({"ttl": -1}, {"ttl": "soon"}, [1]):
+            status, body = await api.post("/api/v1/regions/eu-west/drain", json_body=bad)
+            assert status == 422, body
+        assert store.drains().regions == frozenset()
+    store.close()
+
+
+async def test_drain_and_undrain_a_gpu_server(tmp_path, valkey, prefix):
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.post("/api/v1/regions/eu-west/gpus/euw1-a100-a/drain")
+        assert status == 200, body
+        assert store.drains().gpus == {("eu-west", "euw1-a100-a")}
+        _, now = await api.get("/api/v1/status")
+        gpus = {g["name"]: g["draining"] for g in region(now, "eu-west")["gpus"]}
+        assert gpus == {"euw1-h100-a": False, "euw1-a100-a": True}
+        assert region(now, "eu-west")["draining"] is False
+
+        status, _ = await api.post("/api/v1/regions/eu-west/gpus/euw1-a100-a/undrain")
+        assert status == 200 and store.drains().gpus == frozenset()
+    store.close()
+
+
+async def test_unknown_targets_are_404_and_audited_as_rejected(tmp_path, valkey, prefix):
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.post("/api/v1/regions/eu-wst/drain")
+        assert status == 404
+        assert body["error"] == ("no region 'eu-wst' in the policy (regions: us-east, eu-west, "
+                                 "eu-central, ap-south)")
+        status, body = await api.post("/api/v1/regions/eu-west/gpus/nope/drain")
+        assert status == 404 and "GPU servers: euw1-h100-a, euw1-a100-a" in body["error"]
+        assert api.audit_lines()[-1]["outcome"].startswith("rejected: no GPU server 'nope'")

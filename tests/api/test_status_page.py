@@ -1,0 +1,96 @@
+"""The status page in a real headless Chromium against a real API and Valkey: the regions
+table renders live values, follows a drain made through the API, and is screenshotted to
+tests/artifacts/status-page.png."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from api_helpers import running_api
+
+from director.state import RegionLoad, StateStore
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    return path
+
+
+async def test_status_page_shows_live_regions_and_follows_a_drain(tmp_path, valkey, prefix):
+    browser_path = chromium()
+    playwright_api = pytest.importorskip("playwright.async_api")
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    now = time.time()
+    loads = {"us-east": 0.42, "eu-west": 0.91, "eu-central": 0.35, "ap-south": 0.12}
+    for name, utilization in loads.items():
+        store.write_region_load(name, RegionLoad(2, 4, 3.0, 24, utilization, now))
+        store.record_probe(name, None, ok=True, rise=1, fall=1)
+    store.record_probe("eu-west", "euw1-a100-a", ok=False, rise=1, fall=1)
+
+    async with running_api(tmp_path, valkey.url, prefix) as api, \
+            playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=browser_path,
+                                                   args=["--no-sandbox"])
+        try:
+            page = await browser.new_page(viewport={"width": 1440, "height": 1000})
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.on("console", lambda msg: problems.append(msg.text)
+                    if msg.type == "error" else None)
+            requests: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+
+            await page.goto(f"{api.url}/#token={api.reader}")
+            rows = page.locator("#regions tbody tr")
+            await rows.nth(3).wait_for(timeout=10_000)
+            assert await rows.count() == 4
+            assert "#token" not in page.url  # taken out of the address bar
+            assert await page.evaluate("sessionStorage.getItem('director.token')") == api.reader
+
+            us = page.locator('tr[data-region="us-east"]')
+            await page.wait_for_function(
+                """() => document.querySelector('tr[data-region="us-east"] td.load')
+                         ?.textContent.includes('42%')""", timeout=10_000)
+            assert await us.locator("td.health").inner_text() == "healthy"
+            assert await page.locator('tr[data-region="eu-west"] td.health').inner_text() \
+                == "degraded"
+            assert await page.locator('tr[data-region="eu-west"] td.load').inner_text() \
+                == "91%"
+            assert await page.locator('tr[data-region="eu-central"] td.drain').inner_text() \
+                == "serving"
+            paris = page.locator('#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
+            assert await paris.inner_text() == "eu-central"
+            assert await page.locator("#map circle.region").count() == 4
+
+            # A drain through the API shows on the page within a few seconds.
+            status, _ = await api.post("/api/v1/regions/eu-central/drain")
+            assert status == 200
+            await page.locator('tr[data-region="eu-central"] td.drain .pill.draining') \
+                .wait_for(timeout=5_000)
+            await page.wait_for_function(
+                """() => document.querySelector(
+                    '#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
+                    ?.textContent.startsWith('eu-west')""", timeout=5_000)
+            await page.wait_for_timeout(300)  # let the map settle for the picture
+
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
+            assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000
+
+            assert problems == []
+            assert all(url.startswith(api.url) for url in requests), requests  # offline
+
+            # A refused token brings the login form back.
+            await page.goto(f"{api.url}/#token=wrong")
+            await page.locator("#login").wait_for(state="visible", timeout=5_000)
+            assert "unknown token" in await page.locator("#login-error").inner_text()
+        finally:
+            await browser.close()
+    store.close()
