@@ -12,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from director.state.errors import StateError
+from director.state.policy_follower import load_record
+from director.state.store import StateStore
+from policies import PolicyError
 from policies.model import Policy
 from workers.errors import PolicySourceError
 
@@ -102,3 +106,34 @@ class PolicyFile:
         from policies import load_policy  # the parser lands separately; imported when needed
 
         return load_policy(path)
+
+
+class StoredPolicy:
+    """Follow the policy stored in Redis (``director up``, ``PUT /api/v1/policy``), starting
+    from ``initial``: the stored version wins once there is one, and a stored version that
+    does not load never replaces the running policy. Redis errors keep the running one."""
+
+    def __init__(self, store: StateStore, initial: PolicySource) -> None:
+        self.store = store
+        self.initial = initial
+        self.version: int | None = None
+        self.rejected: int | None = None
+
+    def poll(self) -> Policy | None:
+        first = self.initial.poll() if self.version is None else None
+        try:
+            record = self.store.policy()
+        except StateError as exc:
+            log.warning("stored policy unreadable, keeping the running one: %s", exc)
+            return first
+        if record is None or record.version in (self.version, self.rejected):
+            return first
+        try:
+            policy = load_record(record)
+        except PolicyError as exc:
+            self.rejected = record.version
+            log.error("stored policy version %d does not load, keeping the running one:\n%s",
+                      record.version, exc.render())
+            return first
+        self.version = record.version
+        return policy

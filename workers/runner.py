@@ -6,10 +6,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
+from director.state.store import StateStore
 from policies.model import Policy
 from workers.app import create_app
 from workers.config import WorkerSettings
-from workers.policy_source import PolicyFile, StaticPolicy
+from workers.policy_source import PolicyFile, PolicySource, StaticPolicy, StoredPolicy
 from workers.schedule import queues as policy_queues
 from workers.schedule import region_queue
 
@@ -61,15 +62,18 @@ def run_worker(
     concurrency: int = DEFAULT_CONCURRENCY,
     loglevel: str = "INFO",
     beat: bool = True,
+    follow_policy: bool = False,
 ) -> None:
     """Run a Celery worker (and beat) probing ``policy_path`` (or ``policy``); blocks until
     the worker shuts down (SIGTERM/SIGINT: warm shutdown), then returns.
 
     The policy file is loaded before the worker starts: a missing or invalid file raises
     :class:`policies.PolicyError` (``render()`` gives the diagnostics); beat then reloads it
-    when it changes. The worker serves the ``probes.<region>`` queue of every region in the
-    policy unless ``queues`` narrows it (see :func:`resolve_queues`; an unknown queue or a
-    call with neither path nor policy raises ValueError). Other settings (state prefix,
+    when it changes (with ``follow_policy``, the version stored in Redis wins once there is
+    one: see :class:`workers.policy_source.StoredPolicy`). The worker serves the
+    ``probes.<region>`` queue of every region in the policy unless ``queues`` narrows it
+    (see :func:`resolve_queues`; an unknown queue or a call with neither path nor policy
+    raises ValueError). Other settings (state prefix,
     vantage, balancer URLs) come from ``settings``, else the ``DIRECTOR_*`` environment.
     Equivalent to ``celery -A workers.app worker --beat -Q ...`` with ``DIRECTOR_POLICY`` and
     ``DIRECTOR_REDIS_URL`` set.
@@ -80,7 +84,7 @@ def run_worker(
         redis_url=redis_url,
         policy_path=str(policy_path) if policy_path is not None else base.policy_path,
     )
-    source: PolicyFile | StaticPolicy
+    source: PolicySource
     if policy is None:
         if settings.policy_path is None:
             raise ValueError("run_worker needs a policy path or a policy")
@@ -89,6 +93,9 @@ def run_worker(
         policy = source.policy
     else:
         source = StaticPolicy(policy)
+    if follow_policy:
+        source = StoredPolicy(StateStore.from_url(redis_url, prefix=settings.state_prefix),
+                              source)
     serve = resolve_queues(policy, queues)
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 (got {concurrency})")

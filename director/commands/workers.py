@@ -21,6 +21,9 @@ def workers(
     concurrency: Annotated[int, typer.Option(help="Worker threads.")] = 16,
     beat: Annotated[bool, typer.Option(help="Also run the beat schedule in this process.")] = True,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
+    follow_policy: Annotated[bool, typer.Option(help="Probe what the policy stored in Redis "
+                                                "names (set by `director up` or PUT "
+                                                "/api/v1/policy) once there is one.")] = False,
 ) -> None:
     """Run a probe worker (and beat) for POLICY; the same as `celery -A workers.app worker
     --beat` with DIRECTOR_POLICY and DIRECTOR_REDIS_URL set."""
@@ -40,7 +43,7 @@ def workers(
             err.print(f"embedded Valkey at {redis_url}", markup=False)
         try:
             run_worker(str(policy), redis_url, queues=queues or None, concurrency=concurrency,
-                       beat=beat, loglevel=loglevel)
+                       beat=beat, loglevel=loglevel, follow_policy=follow_policy)
         except PolicyError as exc:
             err.print(exc.render(), markup=False)
             raise typer.Exit(1) from None

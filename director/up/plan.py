@@ -111,7 +111,7 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
     children.append(ChildSpec(
         "workers", "workers",
         director_command("workers", "--policy", str(policy_path), "--redis", options.redis_url,
-                         "--loglevel", "WARNING"),
+                         "--loglevel", "WARNING", "--follow-policy"),
         env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port)}))
     children.append(ChildSpec(
         "dns", "dns",
