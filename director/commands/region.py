@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -37,10 +38,19 @@ def serve(
     trusted: Annotated[list[str] | None, typer.Option(
         "--trusted-network", help="Edge network whose X-Director-Client-IP / -Country headers "
         "are believed (repeatable; default: loopback).")] = None,
+    redis_url: Annotated[str | None, typer.Option(
+        "--redis", help="Shared state (redis://HOST:PORT/DB): publish the region's load every "
+        "second, follow GPU drains and probe health; serving goes on if it fails.")] = None,
+    state_prefix: Annotated[str, typer.Option(
+        "--state-prefix", help="Key prefix of the deployment in the shared state.")]
+    = "director",
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
+    import uvloop
+
     from director.geo import GeoDatabaseError, GeoLocator
     from policies import check_policy
+    from regions.balancer import SharedStateConfig
     from regions.balancer import serve as serve_balancer
     from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
 
@@ -73,10 +83,23 @@ def serve(
         err.print(f"error: --trusted-network: {exc}", markup=False)
         raise typer.Exit(2) from None
 
-    def ready(balancer) -> None:
-        err.print(f"region {region}: balancer on {balancer.url} in front of "
-                  f"{len(spec.gpus)} GPU servers", markup=False)
+    shared = None
+    if redis_url:
+        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            err.print(f"error: --redis: expected redis://HOST:PORT/DB, got '{redis_url}'",
+                      markup=False)
+            raise typer.Exit(2)
+        shared = SharedStateConfig(redis_url, prefix=state_prefix,
+                                   stale_after_s=result.policy.stale_after)
 
+    def ready(balancer) -> None:
+        state = f", shared state {redis_url}" if redis_url else ""
+        err.print(f"region {region}: balancer on {balancer.url} in front of "
+                  f"{len(spec.gpus)} GPU servers{state}", markup=False)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_balancer(region, spec.gpus, address, spec.jurisdiction, ready=ready,
-                                   residency=residency))
+        uvloop.run(serve_balancer(region, spec.gpus, address, spec.jurisdiction, ready=ready,
+                                   residency=residency, shared_state=shared,
+                                   capacity_rps=spec.capacity.rps))

@@ -16,6 +16,7 @@ from regions.balancer.app import (
     serve,
 )
 from regions.balancer.backends import BackendSpec, OutlierConfig
+from regions.balancer.shared_state import SharedStateConfig
 
 __all__ = [
     "AdmissionConfig",
@@ -23,6 +24,7 @@ __all__ = [
     "Balancer",
     "BalancerConfig",
     "OutlierConfig",
+    "SharedStateConfig",
     "backends_from_region",
     "build_balancer",
     "serve",

@@ -15,6 +15,10 @@ loopback only: ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAM
 ``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``),
 ``GET /_admin/state``.
 
+With ``shared_state`` (a ``SharedStateConfig``: the Redis URL) the balancer publishes its
+region's load about once a second and follows the GPU drain flags and probe health in the
+shared state (``shared_state.StateLink``); state errors never stop serving.
+
 ::
 
     balancer = build_balancer("eu-west", [BackendSpec("gpu0", "http://10.0.0.5:8000",
@@ -39,9 +43,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from director.state.aio import AsyncStateStore
+from director.state.records import RegionLoad
 from regions.balancer.admission import AdmissionConfig, Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.errors import BalancerConfigError, RequestRejected
+from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics
 from regions.balancer.proxy import Proxy, ProxySettings, error_response
 from regions.balancer.registry import (
@@ -54,6 +61,7 @@ from regions.balancer.registry import (
 )
 from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
 
 SHUTDOWN_TIMEOUT_S = 2.0
@@ -62,7 +70,13 @@ MODELS_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True)
 class BalancerConfig:
-    """Settings of one balancer (defaults suit a vLLM fleet)."""
+    """Settings of one balancer (defaults suit a vLLM fleet).
+
+    ``max_concurrency``: sequences a backend runs at once (vLLM's ``--max-num-seqs``);
+    ``prefetch``: requests allowed to wait at a backend beyond that, so its batch refills
+    without waiting for the balancer's round trip (everything beyond waits in the region
+    queue, late bound).
+    """
 
     max_body_bytes: int = 8 * 1024 * 1024
     max_retries: int = 2
@@ -71,6 +85,7 @@ class BalancerConfig:
     prefill_ratio: float = 150.0
     default_tokens_per_s: float = 50.0
     max_concurrency: int = 16
+    prefetch: int = 1
     filters: tuple[str, ...] = DEFAULT_FILTERS
     scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
     picker: str = DEFAULT_PICKER
@@ -92,6 +107,8 @@ class Balancer:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         residency: ResidencyCheck | None = None,
+        shared_state: SharedStateConfig | None = None,
+        capacity_rps: float | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -104,6 +121,7 @@ class Balancer:
             outliers=cfg.outliers,
             default_tokens_per_s=cfg.default_tokens_per_s,
             clock=clock,
+            prefetch=cfg.prefetch,
         )
         self.registry = register_builtin_plugins(Registry())
         self.profile = build_profile(
@@ -130,6 +148,10 @@ class Balancer:
             self.sessions,
             clock,
         )
+        self.shared_state = shared_state
+        self.capacity_rps = capacity_rps
+        self.arrivals = ArrivalRate()
+        self.link: StateLink | None = None
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -153,6 +175,7 @@ class Balancer:
 
     def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
+            self.arrivals.arrived()
             if self.residency is not None:
                 verdict = self.residency.check(request.remote, request.host, request.headers)
                 if not verdict.allowed:
@@ -196,8 +219,16 @@ class Balancer:
         return f"http://{host}:{self._port}"
 
     async def start(self) -> None:
+        """Follow the shared state (if any: flags read once before the first request),
+        then listen."""
         if self.runner is not None:
             return
+        if self.shared_state is not None and self.link is None:
+            cfg = self.shared_state
+            store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
+            self.link = StateLink(store, self.region, self.pool, self.measure_load, cfg,
+                                  self.metrics)
+            await self.link.start()
         runner = web.AppRunner(
             self.app,
             handler_cancellation=True,
@@ -214,6 +245,10 @@ class Balancer:
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
+        if self.link is not None:
+            link, self.link = self.link, None
+            await link.stop()
+            await link.store.close()
 
     async def __aenter__(self) -> Balancer:
         await self.start()
@@ -231,10 +266,22 @@ class Balancer:
 
     def drain(self, backend: str) -> None:
         """No new requests to ``backend``; its in-flight requests and streams finish."""
-        self.pool.set_draining(backend, True)
+        self.pool.set_draining(backend, True, ADMIN)
 
     def undrain(self, backend: str) -> None:
-        self.pool.set_draining(backend, False)
+        """Lift the admin drain (a drain set in the shared state stays until lifted there)."""
+        self.pool.set_draining(backend, False, ADMIN)
+
+    def measure_load(self) -> RegionLoad:
+        """The region's load now (what is published); ticks the arrival rate."""
+        return region_load(
+            self.pool.snapshot(),
+            queued=self.dispatcher.queued,
+            queued_cost_tokens=self.dispatcher.queued_cost(),
+            rate=self.arrivals.tick(),
+            capacity_rps=self.capacity_rps,
+            now=time.time(),
+        )
 
     def set_healthy(self, backend: str, healthy: bool) -> None:
         """Probe result (from the workers / state store); a return starts slow start."""
@@ -278,18 +325,29 @@ class Balancer:
 
     def state(self) -> dict[str, Any]:
         snap = self.pool.snapshot()
+        link = self.link
         return {
             "region": self.region,
             "queued": self.dispatcher.queued,
             "retry_after": self.dispatcher.retry_after(),
+            "shared_state": None if link is None else {
+                "reachable": link.reachable,
+                "published": None if link.published is None else {
+                    "utilization": round(link.published.utilization, 4),
+                    "capacity": round(link.published.capacity, 3),
+                    "timestamp": link.published.timestamp,
+                },
+            },
             "backends": [
                 {
                     "name": b.name,
                     "healthy": b.healthy,
                     "ejected": b.ejected,
                     "draining": b.draining,
+                    "drained_by": sorted(self.pool[b.name].drains),
                     "in_flight": b.in_flight,
                     "cap": b.cap,
+                    "limit": b.limit,
                     "work_tokens": round(b.work_tokens, 3),
                     "tokens_per_s": round(b.tokens_per_s, 3),
                     "rate_learned": b.rate_learned,
@@ -353,13 +411,14 @@ class Balancer:
             name = body.get("backend") or request.query.get("backend")
             if not isinstance(name, str):
                 raise RequestRejected(400, "admin: backend: required")
-            self.pool.set_draining(name, draining)
+            self.pool.set_draining(name, draining, ADMIN)
         except RequestRejected as exc:
             return error_response(exc.status, exc.message, "invalid_request_error")
         except BalancerConfigError as exc:
             return error_response(404, str(exc), "not_found")
         b = self.pool[name]
-        return web.json_response({"backend": name, "draining": draining, "in_flight": b.in_flight})
+        return web.json_response({"backend": name, "draining": b.draining,
+                                  "drained_by": sorted(b.drains), "in_flight": b.in_flight})
 
     async def _drain(self, request: web.Request) -> web.Response:
         return await self._set_drain(request, True)
@@ -411,13 +470,17 @@ def build_balancer(
     config: BalancerConfig | None = None,
     rng: random.Random | None = None,
     residency: ResidencyCheck | None = None,
+    shared_state: SharedStateConfig | None = None,
+    capacity_rps: float | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
-    creates ``balancer.runner`` and listens. ``residency`` re-checks every client."""
+    creates ``balancer.runner`` and listens. ``residency`` re-checks every client;
+    ``shared_state`` publishes load and follows drains in Redis; ``capacity_rps`` (the
+    policy's region capacity) is what the published utilization is relative to."""
     return Balancer(
         region_name, backends, listen=listen, jurisdiction=jurisdiction, config=config, rng=rng,
-        residency=residency,
+        residency=residency, shared_state=shared_state, capacity_rps=capacity_rps,
     )
 
 
@@ -430,10 +493,13 @@ async def serve(
     config: BalancerConfig | None = None,
     ready: Callable[[Balancer], None] | None = None,
     residency: ResidencyCheck | None = None,
+    shared_state: SharedStateConfig | None = None,
+    capacity_rps: float | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
     balancer = build_balancer(region_name, backends, listen, jurisdiction, config=config,
-                              residency=residency)
+                              residency=residency, shared_state=shared_state,
+                              capacity_rps=capacity_rps)
     async with balancer:
         if ready is not None:
             ready(balancer)

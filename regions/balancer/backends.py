@@ -3,8 +3,10 @@
 turns that state into frozen ``RegionSnapshot`` values for the pipeline.
 
 State changes (a lease taken or released, an error, a drain, a learned rate) invalidate
-the cached snapshot; the next ``snapshot()`` rebuilds it. Time-driven changes (end of an
-ejection, slow-start ramp) are honoured by the snapshot's ``valid_until``.
+the cached snapshot; the next ``snapshot()`` rebuilds it. A lease or a learned rate touches
+one backend, so only that backend's view is rebuilt (the others are reused: a pick costs
+the same with 6 backends or 1,000); anything else rebuilds every view. Time-driven changes
+(end of an ejection, slow-start ramp) are honoured by the snapshot's ``valid_until``.
 
 In-flight accounting: ``lease()`` increments a backend's count and predicted work; the
 returned ``Lease`` decrements them exactly once, from ``release()`` or its ``with`` exit,
@@ -15,6 +17,11 @@ Outlier ejection: after ``consecutive_errors`` errors in a row a backend is ejec
 never more than ``max_ejected_fraction`` of the region at once (at least one backend may
 be). When it returns, its effective cap ramps linearly from 1 to its cap over
 ``slow_start_s`` (slow start).
+
+Drain: a backend is draining while any source holds a drain on it: ``"admin"`` (the
+loopback admin endpoint, ``Balancer.drain``) or ``"state"`` (the flag an operator set in
+the shared state, followed by ``shared_state.StateLink``). Undraining one source never
+lifts the other's drain.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from typing import Any
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.speed import Ewma
 from regions.balancer.types import BackendSnapshot, RegionSnapshot
+
+ADMIN = "admin"
+STATE = "state"
 
 
 @dataclass(frozen=True)
@@ -78,7 +88,7 @@ class Backend:
     in_flight: int = 0
     work_tokens: float = 0.0
     healthy: bool = True
-    draining: bool = False
+    drains: set[str] = field(default_factory=set)
     consecutive_errors: int = 0
     ejections: int = 0
     ejected_until: float | None = None
@@ -86,10 +96,18 @@ class Backend:
     rate: Ewma = field(default_factory=Ewma)
     requests: int = 0
     errors: int = 0
+    models: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.models = frozenset(self.spec.models)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def draining(self) -> bool:
+        return bool(self.drains)
 
 
 class Lease:
@@ -126,11 +144,14 @@ class BackendPool:
         default_tokens_per_s: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[], None] | None = None,
+        prefetch: int = 0,
     ) -> None:
         self.backends: list[Backend] = []
+        names: set[str] = set()
         for i, spec in enumerate(specs):
-            if any(b.name == spec.name for b in self.backends):
+            if spec.name in names:
                 raise BalancerConfigError(f"backend {spec.name}: duplicate name")
+            names.add(spec.name)
             self.backends.append(Backend(spec, i))
         if not self.backends:
             raise BalancerConfigError("backends: at least one backend is required")
@@ -139,7 +160,11 @@ class BackendPool:
         self.default_tokens_per_s = default_tokens_per_s
         self.clock = clock
         self.on_change = on_change
+        self.prefetch = prefetch
         self._snapshot: RegionSnapshot | None = None
+        self._views: list[BackendSnapshot] | None = None  # None: rebuild every view
+        self._touched: set[int] = set()
+        self._unlearned = len(self.backends)
         self._valid_until = math.inf
         self._version = 0
 
@@ -151,12 +176,17 @@ class BackendPool:
 
     # -- snapshot ------------------------------------------------------------------------
 
-    def invalidate(self) -> None:
+    def invalidate(self, index: int | None = None) -> None:
+        """Drop the cached snapshot: only backend ``index``'s view, or every view."""
         self._snapshot = None
+        if index is None:
+            self._views = None
+        else:
+            self._touched.add(index)
 
-    def changed(self) -> None:
+    def changed(self, index: int | None = None) -> None:
         """Invalidate and tell the owner (the dispatcher pumps its queue)."""
-        self._snapshot = None
+        self.invalidate(index)
         if self.on_change is not None:
             self.on_change()
 
@@ -169,43 +199,72 @@ class BackendPool:
         if self._snapshot is not None and now < self._valid_until:
             return self._snapshot
         self._version += 1
+        views = self._views
+        if views is None or now >= self._valid_until or any(
+            self._timed(self.backends[i]) for i in self._touched
+        ):
+            views = self._rebuild_all(now)
+        else:
+            for i in self._touched:
+                views[i] = self._view(self.backends[i], now, 0.0)[0]
+        self._touched.clear()
+        self._snapshot = RegionSnapshot(tuple(views), self._version)
+        return self._snapshot
+
+    @staticmethod
+    def _timed(b: Backend) -> bool:
+        """A view that depends on time or on the fleet's prior rate: rebuild them all."""
+        return b.ejected_until is not None or b.slow_start_from is not None \
+            or b.rate.value is None
+
+    def _rebuild_all(self, now: float) -> list[BackendSnapshot]:
         prior = self.prior_tokens_per_s()
         valid_until = math.inf
         views = []
-        ramp = self.outliers.slow_start_s
         for b in self.backends:
-            ejected = b.ejected_until is not None and now < b.ejected_until
-            if ejected:
-                valid_until = min(valid_until, b.ejected_until or math.inf)
-            elif b.ejected_until is not None:  # ejection over: start the ramp
-                b.ejected_until = None
-                b.slow_start_from = b.slow_start_from or now
-            cap = b.spec.max_concurrency
-            if b.slow_start_from is not None:
-                elapsed = now - b.slow_start_from
-                if ramp <= 0 or elapsed >= ramp:
-                    b.slow_start_from = None
-                else:
-                    cap = max(1, math.ceil(cap * elapsed / ramp))
-                    valid_until = min(valid_until, now + ramp / 16)
-            views.append(
-                BackendSnapshot(
-                    index=b.index,
-                    name=b.name,
-                    models=frozenset(b.spec.models),
-                    healthy=b.healthy,
-                    ejected=ejected,
-                    draining=b.draining,
-                    in_flight=b.in_flight,
-                    cap=cap,
-                    work_tokens=b.work_tokens,
-                    tokens_per_s=b.rate.value if b.rate.value is not None else prior,
-                    rate_learned=b.rate.value is not None,
-                )
-            )
-        self._snapshot = RegionSnapshot(tuple(views), self._version)
+            view, until = self._view(b, now, prior)
+            views.append(view)
+            valid_until = min(valid_until, until)
+        self._views = views
         self._valid_until = valid_until
-        return self._snapshot
+        self._unlearned = sum(1 for b in self.backends if b.rate.value is None)
+        return views
+
+    def _view(self, b: Backend, now: float, prior: float) -> tuple[BackendSnapshot, float]:
+        """One backend's frozen view, and until when it holds (ejection, slow start)."""
+        valid_until = math.inf
+        ejected = b.ejected_until is not None and now < b.ejected_until
+        if ejected:
+            valid_until = b.ejected_until or math.inf
+        elif b.ejected_until is not None:  # ejection over: start the ramp
+            b.ejected_until = None
+            b.slow_start_from = b.slow_start_from or now
+        cap = b.spec.max_concurrency
+        prefetch = self.prefetch
+        ramp = self.outliers.slow_start_s
+        if b.slow_start_from is not None:
+            elapsed = now - b.slow_start_from
+            if ramp <= 0 or elapsed >= ramp:
+                b.slow_start_from = None
+            else:
+                cap = max(1, math.ceil(cap * elapsed / ramp))
+                prefetch = 0  # a returning backend ramps carefully
+                valid_until = min(valid_until, now + ramp / 16)
+        view = BackendSnapshot(
+            index=b.index,
+            name=b.name,
+            models=b.models,
+            healthy=b.healthy,
+            ejected=ejected,
+            draining=b.draining,
+            in_flight=b.in_flight,
+            cap=cap,
+            work_tokens=b.work_tokens,
+            tokens_per_s=b.rate.value if b.rate.value is not None else prior,
+            rate_learned=b.rate.value is not None,
+            prefetch=prefetch,
+        )
+        return view, valid_until
 
     def next_transition(self) -> float:
         """Clock time at which the current snapshot expires (inf if never)."""
@@ -219,7 +278,7 @@ class BackendPool:
         b.in_flight += 1
         b.work_tokens += cost_tokens
         b.requests += 1
-        self._snapshot = None
+        self.invalidate(index)
         return Lease(self, b, cost_tokens)
 
     def _release(self, lease: Lease) -> None:
@@ -228,7 +287,7 @@ class BackendPool:
         b.work_tokens -= lease.cost_tokens
         if b.in_flight == 0:
             b.work_tokens = 0.0  # no float drift
-        self.changed()
+        self.changed(b.index)
 
     def in_flight(self) -> int:
         return sum(b.in_flight for b in self.backends)
@@ -261,16 +320,28 @@ class BackendPool:
         return True
 
     def record_rate(self, backend: Backend, tokens_per_s: float) -> None:
+        """Fold a decode-rate sample in. While some backend has no rate yet, the fleet's
+        prior (the mean learned rate) moves with it: every view is rebuilt."""
+        first = backend.rate.value is None
         backend.rate.update(tokens_per_s)
-        self.invalidate()
+        self.invalidate(None if first or self._unlearned else backend.index)
 
-    def set_draining(self, name: str, draining: bool) -> None:
-        self._lookup(name).draining = draining
-        self.changed()
+    def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
+        """Hold (or lift) ``source``'s drain on backend ``name``."""
+        drains = self._lookup(name).drains
+        before = bool(drains)
+        if draining:
+            drains.add(source)
+        else:
+            drains.discard(source)
+        if bool(drains) != before:
+            self.changed()
 
     def set_healthy(self, name: str, healthy: bool) -> None:
         b = self._lookup(name)
-        if healthy and not b.healthy:
+        if healthy == b.healthy:
+            return
+        if healthy:
             b.slow_start_from = self.clock()
         b.healthy = healthy
         self.changed()

@@ -7,7 +7,9 @@
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``;
-- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``.
+- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
+- ``director_balancer_state_reachable`` (1/0, shared state server),
+  ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -94,6 +96,18 @@ class BalancerMetrics:
             "Request latency through the balancer",
             ["backend"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+        self.state_reachable = Gauge(
+            "director_balancer_state_reachable",
+            "1 while the shared state server answers, 0 while it does not",
+            registry=r,
+        )
+        self.state_errors = Counter(
+            "director_balancer_state_errors",
+            "Failed exchanges with the shared state server (serving goes on)",
+            ["op"],
             registry=r,
         )
 

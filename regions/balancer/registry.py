@@ -6,7 +6,8 @@ side effects); ``freeze()`` forbids later writes. ``build_profile`` turns names 
 policy file would spell them) into a ``Profile``.
 
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
-``outstanding-work``, ``queue-depth``; pickers ``max-score``, ``power-of-two``.
+``outstanding-work``, ``queue-depth``, ``completion-time``; pickers ``max-score``, ``power-of-two``,
+``round-robin``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from regions.balancer.filters.model import ModelFilter
 from regions.balancer.filters.not_tried import NotTriedFilter
 from regions.balancer.pickers.max_score import MaxScorePicker
 from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
+from regions.balancer.pickers.round_robin import RoundRobinPicker
 from regions.balancer.pipeline import Profile, WeightedScorer
+from regions.balancer.scorers.completion_time import CompletionTimeScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
 
@@ -32,6 +35,7 @@ Factory = Callable[..., Any]
 DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
 DEFAULT_SCORERS = (("outstanding-work", 2.0), ("queue-depth", 1.0))
 DEFAULT_PICKER = "max-score"
+DEFAULT_SAMPLE = 8
 
 
 class Registry:
@@ -73,8 +77,10 @@ def register_builtin_plugins(registry: Registry) -> Registry:
     registry.register("filter", "capacity", CapacityFilter)
     registry.register("scorer", "outstanding-work", OutstandingWorkScorer)
     registry.register("scorer", "queue-depth", QueueDepthScorer)
+    registry.register("scorer", "completion-time", CompletionTimeScorer)
     registry.register("picker", "max-score", MaxScorePicker)
     registry.register("picker", "power-of-two", PowerOfTwoPicker)
+    registry.register("picker", "round-robin", RoundRobinPicker)
     registry.freeze()
     return registry
 
@@ -87,11 +93,16 @@ def build_profile(
     scorers: Sequence[tuple[str, float]] = DEFAULT_SCORERS,
     picker: str = DEFAULT_PICKER,
     rng: random.Random | None = None,
+    sample: int = DEFAULT_SAMPLE,
 ) -> Profile:
-    """A ``Profile`` from plugin names; the picker gets the injected ``rng``."""
+    """A ``Profile`` from plugin names; the picker and the sampling share the injected
+    ``rng``; ``sample``: see ``pipeline`` (0: always every backend)."""
+    rng = rng or random.Random(0)
     return Profile(
         name=name,
         filters=tuple(registry.create("filter", f) for f in filters),
         scorers=tuple(WeightedScorer(registry.create("scorer", s), float(w)) for s, w in scorers),
-        picker=registry.create("picker", picker, rng=rng or random.Random(0)),
+        picker=registry.create("picker", picker, rng=rng),
+        sample=sample,
+        rng=rng,
     )

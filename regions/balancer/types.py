@@ -46,9 +46,11 @@ class RequestInfo:
 class BackendSnapshot:
     """A frozen view of one backend at the time the region snapshot was built.
 
-    ``cap`` is the effective concurrency cap (reduced during slow start);
-    ``work_tokens`` the predicted work of its in-flight requests in decode-token
-    equivalents; ``tokens_per_s`` its learned decode rate (or the fleet's prior).
+    ``cap`` is the effective concurrency cap (reduced during slow start); ``prefetch``
+    how many requests beyond it may wait at the server itself (``limit = cap + prefetch``
+    is what admission allows); ``work_tokens`` the predicted work of its in-flight requests
+    in decode-token equivalents; ``tokens_per_s`` its learned decode rate (or the fleet's
+    prior).
     """
 
     index: int
@@ -62,10 +64,15 @@ class BackendSnapshot:
     work_tokens: float
     tokens_per_s: float
     rate_learned: bool
+    prefetch: int = 0
+
+    @property
+    def limit(self) -> int:
+        return self.cap + self.prefetch
 
     @property
     def free_slots(self) -> int:
-        return max(0, self.cap - self.in_flight)
+        return max(0, self.limit - self.in_flight)
 
     @property
     def outstanding_s(self) -> float:

@@ -12,7 +12,13 @@ from typing import Any
 
 import aiohttp
 
-from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
+from regions.balancer import (
+    BackendSpec,
+    Balancer,
+    BalancerConfig,
+    SharedStateConfig,
+    build_balancer,
+)
 from regions.balancer.types import BackendSnapshot, Endpoint, RequestInfo
 from regions.simulator import Fleet, ServerSpec
 
@@ -68,12 +74,15 @@ async def stack(
     time_scale: float = 20.0,
     cap: int = 16,
     config: BalancerConfig | None = None,
+    shared_state: SharedStateConfig | None = None,
+    capacity_rps: float | None = None,
 ) -> AsyncIterator[tuple[Fleet, Balancer, aiohttp.ClientSession]]:
     """A simulated fleet (``gpu0``, ``gpu1``, ...), a balancer in front, a client session."""
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=s) for i, s in enumerate(speeds)]
     async with Fleet(specs, time_scale=time_scale) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), cap) for s in fleet]
-        balancer = build_balancer("test-region", backends, config=config)
+        balancer = build_balancer("test-region", backends, config=config,
+                                  shared_state=shared_state, capacity_rps=capacity_rps)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             yield fleet, balancer, client
 

@@ -95,6 +95,16 @@ def test_drain_and_health_flags_reach_the_snapshot() -> None:
         p.set_draining("nope", True)
 
 
+def test_drains_by_source_are_independent() -> None:
+    p = pool()
+    p.set_draining("b0", True, "state")
+    p.set_draining("b0", True, "admin")
+    p.set_draining("b0", False, "admin")
+    assert p.snapshot().backends[0].draining and p["b0"].drains == {"state"}
+    p.set_draining("b0", False, "state")
+    assert not p.snapshot().backends[0].draining
+
+
 def test_unlearned_backends_use_the_fleet_mean_rate() -> None:
     p = pool(3)
     assert p.snapshot().backends[0].tokens_per_s == 50.0

@@ -13,6 +13,8 @@ from regions.balancer.filters.model import ModelFilter
 from regions.balancer.filters.not_tried import NotTriedFilter
 from regions.balancer.pickers.max_score import MaxScorePicker
 from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
+from regions.balancer.pickers.round_robin import RoundRobinPicker
+from regions.balancer.scorers.completion_time import CompletionTimeScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
 from tests.balancer.helpers import req, snap
@@ -47,6 +49,14 @@ FILTER_CASES = [
     ),
     ("capacity-free", CapacityFilter(), req(), snap(in_flight=3, cap=4), None),
     ("capacity-full", CapacityFilter(), req(), snap(in_flight=4, cap=4), "full (4/4 in flight)"),
+    ("capacity-prefetch", CapacityFilter(), req(), snap(in_flight=4, cap=4, prefetch=1), None),
+    (
+        "capacity-prefetch-full",
+        CapacityFilter(),
+        req(),
+        snap(in_flight=5, cap=4, prefetch=1),
+        "full (5/5 in flight)",
+    ),
     (
         "capacity-slow-start-cap",
         CapacityFilter(),
@@ -101,6 +111,34 @@ SCORER_CASES = [
         [0.75, 0.0],
     ),
     ("queue-over-cap-clamped", QueueDepthScorer(), req(), [snap(in_flight=6, cap=4)], [0.0]),
+    # free slots: only the request's own decode time counts, 10/100 vs 10/40
+    (
+        "completion-free-slots",
+        CompletionTimeScorer(),
+        req(cost_tokens=10.0),
+        [snap("a", tokens_per_s=100.0, in_flight=3, work_tokens=300.0),
+         snap("b", 1, tokens_per_s=40.0)],
+        [1.0, 0.4],
+    ),
+    # full fast GPU (4/4 + 1 waiting): wait 2 * (400/5/100)/4 = 0.4 s + 0.1 s = 0.5 s,
+    # against 10/40 = 0.25 s on the idle slow one
+    (
+        "completion-full-fast-vs-free-slow",
+        CompletionTimeScorer(),
+        req(cost_tokens=10.0),
+        [snap("a", tokens_per_s=100.0, in_flight=5, work_tokens=400.0, prefetch=1),
+         snap("b", 1, tokens_per_s=40.0)],
+        [0.5, 1.0],
+    ),
+    # a long request still prefers the fast GPU: 0.4 + 2 = 2.4 s against 200/40 = 5 s
+    (
+        "completion-long-waits-for-fast",
+        CompletionTimeScorer(),
+        req(cost_tokens=200.0),
+        [snap("a", tokens_per_s=100.0, in_flight=5, work_tokens=400.0, prefetch=1),
+         snap("b", 1, tokens_per_s=40.0)],
+        [1.0, 0.48],
+    ),
 ]
 
 
@@ -141,3 +179,25 @@ def test_power_of_two_is_deterministic_with_seed() -> None:
     a = [PowerOfTwoPicker(rng=random.Random(3)).pick(candidates, scores) for _ in range(1)]
     b = [PowerOfTwoPicker(rng=random.Random(3)).pick(candidates, scores) for _ in range(1)]
     assert a == b
+
+
+ROUND_ROBIN_CASES = [
+    # (indices of the candidates at each pick, expected picked backend indices)
+    ("rr-all", [[0, 1, 2]] * 5, [0, 1, 2, 0, 1]),
+    ("rr-skips-dropped", [[0, 1, 2], [0, 2], [0, 2], [0, 1, 2]], [0, 2, 0, 1]),
+    ("rr-single", [[1], [1], [0, 1]], [1, 1, 0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("rounds", "expected"),
+    [c[1:] for c in ROUND_ROBIN_CASES],
+    ids=[c[0] for c in ROUND_ROBIN_CASES],
+)
+def test_round_robin_picker(rounds, expected) -> None:
+    picker = RoundRobinPicker()
+    picked = []
+    for indices in rounds:
+        candidates = [snap(f"b{i}", i) for i in indices]
+        picked.append(candidates[picker.pick(candidates, [0.0] * len(candidates))].index)
+    assert picked == expected

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``capacity`` filter: keep backends with a free concurrency slot (late binding).
+"""``capacity`` filter: keep backends that may take one more request (late binding).
 
-A backend is full when ``in_flight >= cap`` (``cap`` already reduced by slow start).
-When this filter drops the last candidate the request waits in the region queue, in the
-balancer, until a slot frees: it is bound to a backend only when that backend can start
-it, rather than queued behind a slow GPU. No parameters.
+A backend is full when ``in_flight >= limit``, ``limit = cap + prefetch``: its slots
+(``cap``, already reduced by slow start) plus the few requests allowed to wait at the
+server so that its batch refills the moment a sequence ends, without waiting for the
+balancer's round trip. When this filter drops the last candidate the request waits in the
+region queue, in the balancer, until a slot frees: it is bound to a backend only when that
+backend can start it soon, rather than queued behind a slow GPU. No parameters.
 """
 
 from __future__ import annotations
@@ -21,6 +23,6 @@ class CapacityFilter:
     name: str = NAME
 
     def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:
-        if backend.in_flight < backend.cap:
+        if backend.in_flight < backend.limit:
             return None
-        return f"full ({backend.in_flight}/{backend.cap} in flight)"
+        return f"full ({backend.in_flight}/{backend.limit} in flight)"

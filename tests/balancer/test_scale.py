@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Large regions: incremental snapshots and sampled picks stay exact."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regions.balancer.backends import BackendPool, BackendSpec
+from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.types import RegionSnapshot
+from tests.balancer.helpers import MODEL, req, snap
+
+
+def pool(n: int, models=lambda i: (MODEL,)) -> BackendPool:
+    return BackendPool([BackendSpec(f"b{i}", f"http://127.0.0.1:{1000 + i}", models(i), 4)
+                        for i in range(n)])
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["lease", "release", "rate", "drain", "fail"]),
+                         st.integers(0, 7), st.floats(1.0, 500.0)), max_size=80)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=OPS)
+def test_incremental_snapshot_equals_a_full_rebuild(ops) -> None:
+    p = pool(8)
+    leases = []
+    for op, i, x in ops:
+        if op == "lease":
+            leases.append(p.lease(i, x))
+        elif op == "release" and leases:
+            leases.pop(i % len(leases)).release()
+        elif op == "rate":
+            p.record_rate(p.backends[i], x)
+        elif op == "drain":
+            p.set_draining(f"b{i}", x > 250)
+        elif op == "fail":
+            p.record_failure(p.backends[i])
+        incremental = p.snapshot().backends
+        p.invalidate()
+        assert p.snapshot().backends == incremental
+
+
+def profile(sample: int):
+    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(3),
+                         sample=sample)
+
+
+def test_a_sampled_pick_considers_a_bounded_subset_and_says_so() -> None:
+    region = RegionSnapshot(tuple(snap(f"b{i}", i) for i in range(200)), 1)
+    decision = profile(16).run(region, req(), explain=True)
+    first = decision.steps[0]
+    assert first["stage"] == "sample" and first["of"] == 200
+    assert 8 <= len(first["kept"]) <= 16  # drawn with replacement
+    assert decision.chosen is not None and decision.chosen.name in first["kept"]
+    assert decision.steps[1]["kept"] == first["kept"]  # the model filter saw only the sample
+
+
+def test_sampling_falls_back_to_every_backend_when_the_sample_cannot_serve() -> None:
+    # one backend of 500 serves the model, one has a free slot: always found
+    backends = [snap(f"b{i}", i, models=frozenset({"other"})) for i in range(500)]
+    backends[317] = snap("b317", 317)
+    region = RegionSnapshot(tuple(backends), 1)
+    p = profile(16)
+    assert {p.run(region, req()).chosen.name for _ in range(20)} == {"b317"}
+    full = [snap(f"b{i}", i, in_flight=4) for i in range(500)]
+    full[42] = snap("b42", 42, in_flight=3)
+    assert profile(16).run(RegionSnapshot(tuple(full), 1), req()).chosen.name == "b42"
+
+
+def test_small_regions_are_never_sampled() -> None:
+    region = RegionSnapshot(tuple(snap(f"b{i}", i) for i in range(16)), 1)
+    assert profile(16).run(region, req(), explain=True).steps[0]["stage"] == "filter"
