@@ -1,0 +1,370 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Routing benchmark: the Azure conversation trace through our balancer and its peers.
+
+Replays the Azure LLM inference 2023 conversation trace (CC BY 4.0; Patel et al.,
+"Splitwise", ISCA 2024) open-loop, streaming and time-compressed against 6 simulated GPU
+servers of mixed speed (2 x 1.0, 2 x 0.6, 2 x 0.4, each its own process; no balancer is
+told the speeds), at 70% and 90% of the fleet's capacity (12.1 req/s: 3.02 / 1.82 / 1.22
+req/s per server of speed 1.0 / 0.6 / 0.4, see ``regions/simulator/engine.py``), through:
+
+- ``ours``: our balancer, default profile (learned speeds, size-aware outstanding work,
+  late binding in the region queue);
+- ``round-robin``: our balancer with the round-robin picker and no cap (plain round robin);
+- ``nginx``: nginx ``least_conn``, ``proxy_buffering off``;
+- ``haproxy``: HAProxy ``leastconn``, ``option http-no-delay``.
+
+Every setup of a repeat replays the same slice of the trace (a seeded offset per repeat),
+setups interleaved, each proxy started fresh; requests arriving in the first ``--warmup``
+model seconds are replayed but not counted. Times are model seconds (wall seconds times the
+time scale). Per setup it prints median and p99 TTFT, median and p99 end-to-end latency,
+completed req/s and output tokens/s, 429s and errors, the proxy's CPU use, each GPU's
+utilization (mean share of its 16 sequence slots in use over the counted window), and
+the ratios ours/peer;
+figures are medians over the repeats (``--repeats``, default 1). Goals (issue 5) at 90%:
+p99 E2E <= 0.6x HAProxy's and p99 TTFT <= 0.8x; at 70% no worse than leastconn; no
+rejections below capacity.
+
+Bounds: counted requests still running 90 model seconds after the last counted arrival are
+cut and counted as errors; the machine is shared, so a run whose simulators lost more than
+1% of their model time to CPU starvation (``lost``) is replayed once and the better attempt
+kept. Every process binds to 127.0.0.1.
+
+::
+
+    .venv/bin/python bench/routing.py            # ~4 min: 70% and 90% x 4 setups, time scale 3
+    .venv/bin/python bench/routing.py --quick    # < 60 s: 90% only, shorter, time scale 5
+    .venv/bin/python bench/routing.py --loads 0.9 --setups ours,ours-ct,haproxy --repeats 3
+
+Measured 2026-11-22 (default run, one repeat, 2 shared cores, no simulator time lost;
+model seconds; ours: default profile, prefetch 1)::
+
+    load 70% (8.46 req/s)  TTFT p50  TTFT p99  E2E p50  E2E p99  req/s  429  err  cpu
+    ours                      0.197     0.703     8.09    20.74   7.92    0    0  32%
+    round-robin               0.371    16.231     9.88    46.17   6.86    0    0  33%
+    nginx least_conn          0.123     0.651     7.59    22.02   8.06    0    0  12%
+    haproxy leastconn         0.110     0.686     7.81    22.89   8.08    0    0  13%
+      ours/haproxy: TTFT p50 1.79x  TTFT p99 1.02x  E2E p50 1.04x  E2E p99 0.91x
+      ours/nginx:   TTFT p50 1.61x  TTFT p99 1.08x  E2E p50 1.07x  E2E p99 0.94x
+
+    load 90% (10.87 req/s)
+    ours                      0.708     3.211     9.69    33.45   9.39    0    0  38%
+    round-robin               5.629    32.202    15.52    56.32   7.89    0    0  38%
+    nginx least_conn          0.923     4.445     9.46    31.07   9.22    0    0  14%
+    haproxy leastconn         0.872     5.251     9.71    28.12   9.39    0    0  15%
+      ours/haproxy: TTFT p50 0.81x  TTFT p99 0.61x  E2E p50 1.00x  E2E p99 1.19x
+      ours/nginx:   TTFT p50 0.77x  TTFT p99 0.72x  E2E p50 1.02x  E2E p99 1.08x
+      ours/round-robin: TTFT p99 0.10x  E2E p99 0.59x  req/s 1.19x
+
+So at 90% the TTFT goal holds (0.61x HAProxy) and the E2E goal does not (1.19x; a second
+run gave 1.03x, and 0.98x with the ``completion-time`` scorer): without the output length,
+long answers still land on the slow GPUs. At 70% ours matches leastconn on p99 TTFT and
+beats it on p99 E2E; its p50 TTFT is ~80 ms (model) higher, which is the Python proxy's
+own latency times the time scale (3). Our proxy uses 2.5x the CPU of nginx or HAProxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aiohttp
+import uvloop
+from routing_client import Outcome, run_load
+from routing_procs import (
+    Proc,
+    have,
+    start_haproxy,
+    start_nginx,
+    start_ours,
+    start_simulator,
+)
+from routing_trace import load_trace, replay
+
+FLEET = (("gpu0", 1.0), ("gpu1", 1.0), ("gpu2", 0.6), ("gpu3", 0.6), ("gpu4", 0.4),
+         ("gpu5", 0.4))
+REQ_PER_S_AT_SPEED_1 = 3.02  # model req/s on this trace (bench/simulator_check.py)
+MAX_NUM_SEQS = 16  # the simulator's default batch
+CAPACITY = sum(REQ_PER_S_AT_SPEED_1 * s for _, s in FLEET)
+TAIL_LOAD_S = 60.0  # model seconds of arrivals after the counted ones, to keep the load up
+MAX_LOST_SHARE = 0.01  # replay a run whose simulators lost more model time than this
+SETUPS = ("ours", "round-robin", "nginx", "haproxy")
+PEERS = ("round-robin", "nginx", "haproxy")
+
+@dataclass(frozen=True)
+class RunStats:
+    ttft_p50: float
+    ttft_p99: float
+    e2e_p50: float
+    e2e_p99: float
+    req_per_s: float
+    tok_per_s: float
+    shed: int
+    errors: int
+    counted: int
+    cpu: float  # proxy CPU seconds per wall second
+    utilization: dict[str, float]
+    lost: float  # model seconds the simulators could not keep up with (CPU starved)
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in [0, 100]); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summarise(outcomes: list[Outcome], window: tuple[float, float], cpu: float,
+              utilization: dict[str, float], lost: float) -> RunStats:
+    """Latencies over the requests arriving in ``window`` (model seconds); throughput over
+    the completions (of any request) in it."""
+    start, end = window
+    counted = [o for o in outcomes if start <= o.at < end]
+    ok = [o for o in counted if o.status == 200 and o.e2e is not None]
+    shed = sum(1 for o in counted if o.status == 429)
+    ttft = [o.ttft for o in ok if o.ttft is not None]
+    e2e = [o.e2e for o in ok if o.e2e is not None]
+    done = [o for o in outcomes if o.finished_at is not None and start <= o.finished_at < end]
+    length = end - start
+    return RunStats(
+        ttft_p50=pct(ttft, 50), ttft_p99=pct(ttft, 99),
+        e2e_p50=pct(e2e, 50), e2e_p99=pct(e2e, 99),
+        req_per_s=len(done) / length,
+        tok_per_s=sum(o.output_tokens for o in done) / length,
+        shed=shed, errors=len(counted) - len(ok) - shed, counted=len(counted), cpu=cpu,
+        utilization=utilization, lost=lost,
+    )
+
+
+async def sim_states(sims: list[Proc]) -> dict[str, dict]:
+    async with aiohttp.ClientSession() as session:
+        async def one(p: Proc) -> dict:
+            async with session.get(p.url + "/_sim/state") as resp:
+                return await resp.json()
+
+        states = await asyncio.gather(*(one(p) for p in sims))
+    return {p.name: s for p, s in zip(sims, states, strict=True)}
+
+
+async def sample_running(sims: list[Proc], period: float, stop: asyncio.Event
+                         ) -> dict[str, list[int]]:
+    """Sequences running on each GPU, sampled every ``period`` wall seconds until ``stop``."""
+    samples: dict[str, list[int]] = {p.name: [] for p in sims}
+    while not stop.is_set():
+        for name, state in (await sim_states(sims)).items():
+            samples[name].append(state["running"])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), period)
+    return samples
+
+
+async def replay_and_sample(url: str, arrivals, sims: list[Proc], args, counted_until: float
+                            ) -> tuple[list[Outcome], dict[str, float]]:
+    """Replay, and sample the GPUs' batches over the counted window: utilization is the mean
+    share of each GPU's sequence slots in use (``max_num_seqs`` 16)."""
+    stop = asyncio.Event()
+
+    async def sampler() -> dict[str, list[int]]:
+        await asyncio.sleep(args.warmup / args.time_scale)
+        return await sample_running(sims, 0.5, stop)
+
+    task = asyncio.create_task(sampler())
+    loop = asyncio.get_running_loop()
+    loop.call_later(counted_until / args.time_scale, stop.set)
+    try:
+        outcomes = await run_load(url, arrivals, args.time_scale, counted_until=counted_until,
+                                  timeout=args.timeout)
+    finally:
+        stop.set()
+    samples = await task
+    util = {n: (statistics.mean(v) / MAX_NUM_SEQS if v else float("nan"))
+            for n, v in samples.items()}
+    return outcomes, util
+
+
+async def wait_idle(sims: list[Proc], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = await sim_states(sims)
+        if all(s["running"] + s["waiting"] == 0 for s in states.values()):
+            return
+        await asyncio.sleep(0.1)
+
+
+def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str) -> Proc:
+    upstreams = [(p.name, "127.0.0.1", int(p.url.rsplit(":", 1)[1])) for p in sims]
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{setup}-", dir=workdir))
+    if setup == "ours":
+        return start_ours(run_dir, "default", upstreams, loop)
+    if setup == "round-robin":
+        return start_ours(run_dir, "round-robin", upstreams, loop)
+    if setup == "ours-ct":
+        return start_ours(run_dir, "completion-time", upstreams, loop)
+    if setup == "nginx":
+        return start_nginx(run_dir, upstreams)
+    if setup == "haproxy":
+        return start_haproxy(run_dir, upstreams)
+    raise ValueError(setup)
+
+
+def run_one(setup: str, workdir: Path, sims: list[Proc], arrivals, args) -> RunStats:
+    """One replay through one setup; replayed again (at most ``--retries`` times) while the
+    simulators lose more than ``MAX_LOST_SHARE`` of their model time to CPU starvation (the
+    machine is shared), keeping the attempt that lost least."""
+    best: RunStats | None = None
+    for attempt in range(args.retries + 1):
+        stats = _run_one(setup, workdir, sims, arrivals, args)
+        if best is None or stats.lost < best.lost:
+            best = stats
+        span = (args.warmup + args.measure + TAIL_LOAD_S) * len(sims)
+        if stats.lost <= MAX_LOST_SHARE * span:
+            break
+        if attempt < args.retries:
+            print(f"  {setup}: simulators starved of CPU ({stats.lost:.1f} model s lost): "
+                  "replaying", file=sys.stderr)
+    assert best is not None
+    return best
+
+
+def _run_one(setup: str, workdir: Path, sims: list[Proc], arrivals, args) -> RunStats:
+    proxy = start_proxy(setup, workdir, sims, args.loop)
+    try:
+        before = asyncio.run(sim_states(sims))
+        cpu0, wall0 = proxy.cpu_seconds(), time.monotonic()
+        window = (args.warmup, args.warmup + args.measure)
+        outcomes, util = uvloop.run(replay_and_sample(proxy.url + "/v1/completions", arrivals,
+                                                      sims, args, window[1]))
+        cpu = (proxy.cpu_seconds() - cpu0) / max(time.monotonic() - wall0, 1e-9)
+        after = asyncio.run(sim_states(sims))
+    finally:
+        proxy.stop()
+    asyncio.run(wait_idle(sims))
+    lost = sum(after[n]["lost_model_seconds"] - before[n]["lost_model_seconds"] for n in after)
+    return summarise(outcomes, window, cpu, util, lost)
+
+
+def median_stats(runs: list[RunStats]) -> RunStats:
+    def med(attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in runs)
+
+    return RunStats(
+        ttft_p50=med("ttft_p50"), ttft_p99=med("ttft_p99"), e2e_p50=med("e2e_p50"),
+        e2e_p99=med("e2e_p99"), req_per_s=med("req_per_s"), tok_per_s=med("tok_per_s"),
+        shed=round(med("shed")), errors=round(med("errors")), counted=round(med("counted")),
+        cpu=med("cpu"),
+        utilization={n: statistics.median(r.utilization[n] for r in runs)
+                     for n in runs[0].utilization},
+        lost=med("lost"),
+    )
+
+
+def print_table(load: float, offered: float, results: dict[str, RunStats], args) -> None:
+    print(f"\n== load {load:.0%} of capacity: {offered:.2f} req/s offered "
+          f"(arrivals in {args.measure:g} model s counted after a {args.warmup:g} s warm-up, "
+          f"{args.repeats} repeat(s), time scale {args.time_scale:g}) ==")
+    print(f"{'setup':<12} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
+          f"{'req/s':>6} {'tok/s':>6} {'429':>4} {'err':>4} {'cpu':>5} {'lost':>5}  "
+          + " ".join(f"{n:>5}" for n, _ in FLEET))
+    for setup, r in results.items():
+        util = " ".join(f"{r.utilization[n]:>5.0%}" for n, _ in FLEET)
+        print(f"{setup:<12} {r.ttft_p50:>9.3f} {r.ttft_p99:>9.3f} {r.e2e_p50:>8.2f} "
+              f"{r.e2e_p99:>8.2f} {r.req_per_s:>6.2f} {r.tok_per_s:>6.0f} {r.shed:>4} "
+              f"{r.errors:>4} {r.cpu:>5.0%} {r.lost:>5.1f}  {util}")
+    ours = results.get("ours")
+    if ours is None:
+        return
+    for peer in PEERS:
+        p = results.get(peer)
+        if p is None:
+            continue
+        print(f"  ours/{peer:<12} TTFT p50 {ours.ttft_p50 / p.ttft_p50:5.2f}x   "
+              f"TTFT p99 {ours.ttft_p99 / p.ttft_p99:5.2f}x   "
+              f"E2E p50 {ours.e2e_p50 / p.e2e_p50:5.2f}x   "
+              f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
+              f"req/s {ours.req_per_s / p.req_per_s:5.2f}x")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Routing benchmark (see the module docstring).")
+    parser.add_argument("--quick", action="store_true", help="a short run, under a minute")
+    parser.add_argument("--loads", default=None, help="shares of fleet capacity "
+                        "(default 0.7,0.9; --quick: 0.9)")
+    parser.add_argument("--setups", default=",".join(SETUPS),
+                        help=f"comma-separated, of {', '.join(SETUPS)}, ours-ct")
+    parser.add_argument("--measure", type=float, default=None,
+                        help="model seconds of arrivals counted, after the warm-up")
+    parser.add_argument("--warmup", type=float, default=None, help="model seconds not counted")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="model seconds per wall second")
+    parser.add_argument("--timeout", type=float, default=180.0, help="per request, model s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--retries", type=int, default=1,
+                        help="replays of a run whose simulators were starved of CPU")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="event loop of our balancer")
+    args = parser.parse_args()
+    quick = args.quick
+    defaults = {"measure": 15.0 if quick else 36.0, "repeats": 1,
+                "time_scale": 5.0 if quick else 3.0, "warmup": 8.0 if quick else 15.0,
+                "loads": "0.9" if quick else "0.7,0.9"}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    setups = [s for s in args.setups.split(",") if s]
+    for setup, binary in (("nginx", "nginx"), ("haproxy", "haproxy")):
+        if setup in setups and not have(binary):
+            print(f"{binary} not found: skipping it (apt-get install {binary})", file=sys.stderr)
+            setups.remove(setup)
+    loads = [float(x) for x in args.loads.split(",")]
+    trace = load_trace()
+    rng = random.Random(args.seed)
+    offsets = [rng.randrange(len(trace)) for _ in range(args.repeats)]
+    runs: dict[tuple[float, str], list[RunStats]] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="director-routing-") as tmp:
+        workdir = Path(tmp)
+        sims = [start_simulator(workdir, name, speed, args.time_scale) for name, speed in FLEET]
+        try:
+            for repeat, offset in enumerate(offsets):
+                for load in loads:
+                    rate = load * CAPACITY
+                    count = round(rate * (args.warmup + args.measure + TAIL_LOAD_S))
+                    arrivals = replay(trace, offset, count, rate)
+                    for setup in setups:
+                        stats = run_one(setup, workdir, sims, arrivals, args)
+                        runs.setdefault((load, setup), []).append(stats)
+                        print(f"[{time.monotonic() - started:5.0f}s] repeat {repeat + 1} "
+                              f"load {load:.0%} {setup:<12} TTFT p99 {stats.ttft_p99:7.3f}  "
+                              f"E2E p99 {stats.e2e_p99:6.2f}  ok {stats.req_per_s:5.2f} req/s"
+                              f"  429 {stats.shed} err {stats.errors}  cpu {stats.cpu:.0%}"
+                              f"  sim lost {stats.lost:.1f}s", file=sys.stderr)
+        finally:
+            for p in sims:
+                p.stop()
+    for load in loads:
+        results = {s: median_stats(runs[(load, s)]) for s in setups if (load, s) in runs}
+        print_table(load, load * CAPACITY, results, args)
+    print(f"\n(wall time {time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

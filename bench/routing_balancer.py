@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Our balancer in its own process, for the routing benchmark (same code path as
+``director region serve``, on uvloop as it runs; ``--loop asyncio`` for the stock loop).
+
+    python bench/routing_balancer.py --listen 127.0.0.1:8080 --profile default \\
+        --backend gpu0=http://127.0.0.1:8001 --backend gpu1=http://127.0.0.1:8002
+
+Profiles: ``default`` (the balancer's default pipeline; speeds are learned, not told),
+``round-robin`` (filters model/health/not-tried, no scorer, the round-robin picker, and a
+cap high enough that the balancer never holds a request: plain round robin) and
+``completion-time`` (the default with the ``completion-time`` scorer instead of
+``outstanding-work``, to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from regions.balancer import BackendSpec, BalancerConfig, serve
+
+MODEL = "sim-model"
+PROFILES = {
+    "default": BalancerConfig(),
+    "round-robin": BalancerConfig(filters=("model", "health", "not-tried"), scorers=(),
+                                  picker="round-robin", max_concurrency=100_000),
+    "completion-time": BalancerConfig(scorers=(("completion-time", 2.0), ("queue-depth", 1.0))),
+}
+
+
+async def run(listen: tuple[str, int], backends: list[BackendSpec], config: BalancerConfig
+              ) -> None:
+    task = asyncio.create_task(serve("bench", backends, listen, config=config))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--listen", required=True, help="HOST:PORT")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    parser.add_argument("--backend", action="append", required=True, help="NAME=URL")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    parser.add_argument("--cap", type=int, default=None, help="per-backend concurrency cap")
+    args = parser.parse_args()
+    config = PROFILES[args.profile]
+    if args.cap is not None:
+        config = dataclasses.replace(config, max_concurrency=args.cap)
+    backends = []
+    for item in args.backend:
+        name, _, url = item.partition("=")
+        backends.append(BackendSpec(name, url, (MODEL,), config.max_concurrency))
+    host, _, port = args.listen.rpartition(":")
+    if args.loop == "uvloop":
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    asyncio.run(run((host, int(port)), backends, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Processes of the routing benchmark: simulated GPU servers, our balancer, nginx, HAProxy.
+
+Every process binds to 127.0.0.1, is started by this module and stopped by it (SIGTERM, then
+SIGKILL after a grace period), by its own pid. Each simulated server is its own process, as
+in ``director up --simulate``, so servers do not steal each other's event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from routing_configs import Upstream, render_haproxy, render_nginx
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Proc:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process (and of nginx's worker) so far."""
+        total = 0.0
+        for pid in (self.pid, *_children(self.pid)):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return total
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(grace)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _spawn(command: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(list(command), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def _wait_port(port: int, process: subprocess.Popen[bytes], name: str, log: Path,
+               timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            out = log.read_text(errors="replace")[-800:]
+            raise RuntimeError(f"{name} exited with {process.returncode}: {out}")
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            if sock.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{name} did not listen on {HOST}:{port} within {timeout}s")
+
+
+def start_simulator(workdir: Path, name: str, speed: float, time_scale: float) -> Proc:
+    port = free_port()
+    log = workdir / f"sim-{name}.log"
+    process = _spawn(
+        [PYTHON, str(ROOT / "bench" / "routing_sim.py"), "--listen", f"{HOST}:{port}",
+         "--name", name, "--speed", str(speed), "--time-scale", str(time_scale),
+         "--model", "sim-model"], log)
+    _wait_port(port, process, name, log, 30)
+    return Proc(name, process, f"http://{HOST}:{port}", log)
+
+
+def start_ours(workdir: Path, profile: str, upstreams: Sequence[Upstream],
+               loop: str = "uvloop", extra: Sequence[str] = ()) -> Proc:
+    port = free_port()
+    log = workdir / f"ours-{profile}.log"
+    backends = [f"{name}=http://{host}:{p}" for name, host, p in upstreams]
+    process = _spawn(
+        [PYTHON, str(ROOT / "bench" / "routing_balancer.py"), "--listen", f"{HOST}:{port}",
+         "--profile", profile, "--loop", loop, *extra,
+         *(a for b in backends for a in ("--backend", b))], log)
+    _wait_port(port, process, f"ours/{profile}", log, 30)
+    return Proc(f"ours/{profile}", process, f"http://{HOST}:{port}", log)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def start_nginx(workdir: Path, upstreams: Sequence[Upstream]) -> Proc:
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    port = free_port()
+    conf = workdir / "nginx.conf"
+    conf.write_text(render_nginx(workdir, (HOST, port), upstreams))
+    log = workdir / "nginx.log"
+    process = _spawn([binary, "-p", str(workdir), "-c", str(conf)], log)
+    _wait_port(port, process, "nginx", log, 15)
+    return Proc("nginx", process, f"http://{HOST}:{port}", log)
+
+
+def start_haproxy(workdir: Path, upstreams: Sequence[Upstream]) -> Proc:
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    port = free_port()
+    conf = workdir / "haproxy.cfg"
+    conf.write_text(render_haproxy(workdir, (HOST, port), upstreams))
+    log = workdir / "haproxy.log"
+    process = _spawn([binary, "-db", "-f", str(conf)], log)
+    _wait_port(port, process, "haproxy", log, 15)
+    return Proc("haproxy", process, f"http://{HOST}:{port}", log)
+
+
+def have(binary: str) -> bool:
+    return shutil.which(binary) is not None or Path(f"/usr/sbin/{binary}").exists()

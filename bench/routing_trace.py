@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Azure LLM inference 2023 conversation trace, sliced and time-compressed for replay.
+
+A slice is ``count`` consecutive requests from ``offset``; its arrival gaps are scaled so
+that its mean rate is the target rate (in model requests per second), which keeps the
+trace's own burstiness. Token counts are used as they are (prompt capped so that prompt +
+output fits the simulator's ``max_model_len``). Trace: CC BY 4.0, Patel et al., "Splitwise",
+ISCA 2024 (see the trace's README).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+TRACE = (Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure-llm-2023"
+         / "AzureLLMInferenceTrace_conv.csv.gz")
+MAX_MODEL_LEN = 16_384
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    arrival: float  # seconds since the first request of the trace
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # model seconds after the start of the replay
+    prompt_tokens: int
+    output_tokens: int
+
+
+def load_trace(path: Path = TRACE) -> list[TraceRequest]:
+    """Every request of the trace, in arrival order."""
+    rows: list[TraceRequest] = []
+    first: datetime | None = None
+    with gzip.open(path, "rt", newline="") as f:
+        for row in csv.DictReader(f):
+            stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])  # 100 ns ticks -> us
+            first = first or stamp
+            output = int(row["GeneratedTokens"])
+            prompt = min(int(row["ContextTokens"]), MAX_MODEL_LEN - output)
+            rows.append(TraceRequest((stamp - first).total_seconds(), prompt, output))
+    return rows
+
+
+def replay(trace: list[TraceRequest], offset: int, count: int, rate: float) -> list[Arrival]:
+    """``count`` requests from ``offset`` (wrapping), compressed to ``rate`` requests/s."""
+    if count < 2 or rate <= 0:
+        raise ValueError("replay: need at least 2 requests and a positive rate")
+    picked = [trace[(offset + i) % len(trace)] for i in range(count)]
+    gaps = [0.0] + [
+        max(0.0, b.arrival - a.arrival) for a, b in itertools.pairwise(picked)
+    ]
+    span = sum(gaps)
+    # the slice's n-1 gaps cover count-1 inter-arrival intervals at the target rate
+    scale = (count - 1) / rate / span if span > 0 else 0.0
+    out: list[Arrival] = []
+    at = 0.0
+    for gap, r in zip(gaps, picked, strict=True):
+        at += gap * scale
+        out.append(Arrival(at, r.prompt_tokens, r.output_tokens))
+    return out
