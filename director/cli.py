@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from director.commands import api, dns, policy, region, up, workers
+from director.commands import api, dns, drill, policy, region, up, workers
 
 app = typer.Typer(
     help="director: a multi-region traffic director for AI inference.",
@@ -15,6 +15,7 @@ app.add_typer(policy.app, name="policy")
 app.command(name="workers")(workers.workers)
 app.add_typer(region.app, name="region")
 app.add_typer(dns.app, name="dns")
+app.add_typer(drill.app, name="drill")
 app.add_typer(api.app, name="api")
 app.command(name="up")(up.up)
 

@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``director up --simulate`` as a subprocess for the end-to-end drill tests: loopback
+only, free ports for DNS, the admin API, metrics and the balancers, a temporary run dir."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "policies" / "examples" / "global.dp"
+START_TIMEOUT_S = 120.0
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class UpSystem:
+    process: subprocess.Popen[str]
+    run_dir: Path
+    api: str
+
+    @property
+    def token(self) -> str:
+        return (self.run_dir / "admin.token").read_text().strip()
+
+    def log(self) -> str:
+        logs = sorted((self.run_dir / "logs").glob("*.log"))
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
+
+    def drill(self, path: Path, report_dir: Path, *args: str,
+              timeout: float = 150) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "director", "drill", "run", str(path), "--target",
+             self.api, "--token", self.token, "--report-dir", str(report_dir), "--no-live",
+             *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _healthy(system: UpSystem) -> bool:
+    import urllib.request
+
+    request = urllib.request.Request(system.api + "/api/v1/status",
+                                     headers={"Authorization": f"Bearer {system.token}"})
+    with urllib.request.urlopen(request, timeout=2) as response:
+        status = json.loads(response.read())
+    return all(r.get("healthy") is True for r in status["regions"])
+
+
+@contextlib.contextmanager
+def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[UpSystem]:
+    api = free_port()
+    command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
+               "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+               "--api", f"127.0.0.1:{api}", "--dns-metrics", f"127.0.0.1:{free_port()}",
+               "--balancer-port", str(free_port()), *extra]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    system = UpSystem(process, run_dir, f"http://127.0.0.1:{api}")
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if (run_dir / "up.json").exists() and _healthy(system):
+                    break
+            time.sleep(0.5)
+        else:
+            output = process.stdout.read() if process.poll() is not None else system.log()
+            raise RuntimeError(f"director up did not become healthy:\n{output}")
+        yield system
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
