@@ -50,6 +50,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     proven and swapped in; one that fails to load is logged and the last good one serves).
     SIGHUP reloads the policy file the same way.
     """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     policy = load_policy(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
     mode = RrlMode(rrl_mode)
@@ -103,6 +104,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
                 task.add_done_callback(reloads.discard)
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         server = DnsServer(app, config, sockets)
         await server.start()
         stack.push_async_callback(server.stop)

@@ -45,6 +45,11 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
         pid = os.fork()
         if pid == 0:  # the worker
             _die_with_parent()
+            # Not the parent's handlers: default TERM/INT, and SIGHUP held until the worker
+            # has its reload handler (a reload asked for during start-up is not lost).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
             os.close(read_fd)
             if sockets is None:
                 sockets = [bind_sockets(host, port, reuse_port=True) for host, port in addresses]
@@ -84,6 +89,7 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGHUP, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # serve() held it until now
     backoff = _Backoff()
     while children:
         try:

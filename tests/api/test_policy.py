@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from api_helpers import eventually, example_document, running_api
 
@@ -102,8 +103,10 @@ async def test_good_policy_is_versioned_persisted_and_audited(tmp_path, valkey, 
 async def test_json_body_with_name_and_files(tmp_path, valkey, prefix):
     document = example_document()
     async with running_api(tmp_path, valkey.url, prefix) as api:
-        files = {name.replace("/work", "/srv", 1): text for name, text in document.files.items()}
-        body = {"text": document.text, "name": document.name.replace("/work", "/srv", 1),
+        here = str(Path(document.name).parent)  # wherever the checkout is
+        files = {name.replace(here, "/srv/policy", 1): text
+                 for name, text in document.files.items()}
+        body = {"text": document.text, "name": document.name.replace(here, "/srv/policy", 1),
                 "files": files}
         status, answer = await api.put("/api/v1/policy", json_body=body)
         assert status == 200, answer
