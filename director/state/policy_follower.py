@@ -9,7 +9,6 @@ retried, and the last good policy keeps serving; so does an unreachable Redis.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -18,6 +17,7 @@ from director.state.aio import AsyncStateStore
 from director.state.errors import StateError
 from director.state.guard import describe, redis_errors
 from director.state.records import PolicyRecord
+from director.tasks import cancel_and_wait
 from policies import PolicyError, load_policy_text
 from policies.model import Policy
 
@@ -93,7 +93,4 @@ class PolicyFollower:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait([self._task])

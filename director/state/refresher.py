@@ -34,6 +34,7 @@ from director.state.derive import build_snapshot, same_state
 from director.state.errors import StateError
 from director.state.metrics import RefresherMetrics
 from director.state.view import StateView, snapshot_keys
+from director.tasks import cancel_and_wait
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -97,11 +98,7 @@ class SnapshotRefresher:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
 
     async def __aenter__(self) -> SnapshotRefresher:
         return await self.start()

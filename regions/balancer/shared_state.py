@@ -37,6 +37,7 @@ from director.state.aio import AsyncStateStore
 from director.state.errors import RecordError, StateError
 from director.state.keys import DEFAULT_PREFIX
 from director.state.records import DrainFlags, HealthRecord, RegionLoad
+from director.tasks import cancel_and_wait
 from regions.balancer.backends import STATE, BackendPool
 from regions.balancer.metrics import BalancerMetrics
 
@@ -104,11 +105,7 @@ class StateLink:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
 
     # -- one round each ------------------------------------------------------------------
 
