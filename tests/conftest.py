@@ -1,12 +1,17 @@
-"""Fixtures shared by every test package: example policies and GeoIP databases."""
+"""Fixtures shared by every test package: example policies, GeoIP databases, and one real
+Valkey server for the whole session (each test gets a key prefix, and a state store on it)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from director.state import EmbeddedValkey, StateStore
 
 ASYNC_TEST_TIMEOUT_S = 30.0
 
@@ -14,6 +19,27 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "policies" / "examples"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 MAXMIND_TEST_CITY = SHARED_DATA / "geoip" / "maxmind-test" / "GeoIP2-City-Test.mmdb"
+
+
+@pytest.fixture(scope="session")
+def valkey() -> Iterator[EmbeddedValkey]:
+    """A real Valkey on loopback, shared by the session."""
+    with EmbeddedValkey() as server:
+        yield server
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of its own for each test, so tests share one server safely."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def store(valkey: EmbeddedValkey, prefix: str) -> Iterator[StateStore]:
+    """The shared state on the session's Valkey, under this test's prefix."""
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="session")
