@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from director.state.errors import StateError
-from director.state.policy_follower import load_record
+from director.state.policy_follower import StoredVersions
 from director.state.store import StateStore
-from policies import PolicyError
 from policies.model import Policy
 from workers.errors import PolicySourceError
 
@@ -116,24 +115,22 @@ class StoredPolicy:
     def __init__(self, store: StateStore, initial: PolicySource) -> None:
         self.store = store
         self.initial = initial
-        self.version: int | None = None
-        self.rejected: int | None = None
+        self.versions = StoredVersions()
+
+    @property
+    def version(self) -> int | None:
+        return self.versions.version
+
+    @property
+    def rejected(self) -> int | None:
+        return self.versions.rejected
 
     def poll(self) -> Policy | None:
-        first = self.initial.poll() if self.version is None else None
+        first = self.initial.poll() if self.versions.version is None else None
         try:
             record = self.store.policy()
         except StateError as exc:
             log.warning("stored policy unreadable, keeping the running one: %s", exc)
             return first
-        if record is None or record.version in (self.version, self.rejected):
-            return first
-        try:
-            policy = load_record(record)
-        except PolicyError as exc:
-            self.rejected = record.version
-            log.error("stored policy version %d does not load, keeping the running one:\n%s",
-                      record.version, exc.render())
-            return first
-        self.version = record.version
-        return policy
+        policy = self.versions.adopt(record) if record is not None else None
+        return policy if policy is not None else first

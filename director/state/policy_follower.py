@@ -31,6 +31,34 @@ def load_record(record: PolicyRecord, *, prove: bool = True) -> Policy:
     return load_policy_text(record.text, record.name, record.files, prove=prove)
 
 
+class StoredVersions:
+    """Which stored policy version is in use and which one was refused, so that each stored
+    version is loaded at most once (with the residency proof)."""
+
+    def __init__(self, version: int | None = None) -> None:
+        self.version = version  # the version now serving (None: the local file)
+        self.rejected: int | None = None  # the last version that failed to load
+
+    def wanted(self, version: int | None) -> bool:
+        return version is not None and version not in (self.version, self.rejected)
+
+    def adopt(self, record: PolicyRecord) -> Policy | None:
+        """The record's policy when its version is new and loads; else None (a failure is
+        logged and remembered)."""
+        if not self.wanted(record.version):
+            return None
+        try:
+            policy = load_record(record)
+        except PolicyError as exc:
+            self.rejected = record.version
+            log.error("stored policy version %d rejected, keeping version %s:\n%s",
+                      record.version, self.version, exc.render())
+            return None
+        self.version = record.version
+        log.info("stored policy version %d now active", record.version)
+        return policy
+
+
 class PolicyFollower:
     """Background poller of the stored policy; an async context manager."""
 
@@ -45,32 +73,32 @@ class PolicyFollower:
         self.store = store
         self.on_policy = on_policy
         self.interval = interval
-        self.version = version  # the version now serving (None: the local file)
-        self.rejected: int | None = None  # the last version that failed to load
+        self.versions = StoredVersions(version)
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def version(self) -> int | None:
+        return self.versions.version
+
+    @property
+    def rejected(self) -> int | None:
+        return self.versions.rejected
 
     async def check(self) -> int | None:
         """Look once; returns the version swapped in, or None when nothing changed."""
         try:
-            version = await self._stored_version()
-            if version is None or version in (self.version, self.rejected):
+            if not self.versions.wanted(await self._stored_version()):
                 return None
             record = await self.store.policy()
         except StateError as exc:
             log.debug("policy follower: state unavailable: %s", exc)
             return None
-        if record is None or record.version in (self.version, self.rejected):
+        if record is None:
             return None
-        try:
-            policy = await asyncio.to_thread(load_record, record)
-        except PolicyError as exc:
-            self.rejected = record.version
-            log.error("policy version %d rejected, keeping version %s:\n%s",
-                      record.version, self.version, exc.render())
+        policy = await asyncio.to_thread(self.versions.adopt, record)
+        if policy is None:
             return None
-        self.version = record.version
         self.on_policy(policy, record.version)
-        log.info("policy version %d now active", record.version)
         return record.version
 
     async def _stored_version(self) -> int | None:
