@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -51,7 +52,7 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
     valkey = None
     if embedded:
         valkey, url = rundir.valkey_child(run_dir)
-        options = UpOptions(**{**options.__dict__, "redis_url": url})
+        options = dataclasses.replace(options, redis_url=url)
     tokens = rundir.issue_tokens(run_dir)
     specs = plan_children(policy, options, valkey)
     supervisor = Supervisor(specs, run_dir, lambda line: console.print(line, markup=False))

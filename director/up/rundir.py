@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from director.api.auth import add_token, write_private
 from director.state.embedded import find_server_binary, free_port
 from director.up.plan import ChildSpec
 
@@ -35,25 +34,15 @@ def prepare(run_dir: Path) -> None:
     (run_dir / "control.sock").unlink(missing_ok=True)
 
 
-def write_secret(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-
-
 def issue_tokens(run_dir: Path) -> Tokens:
     """Fresh admin and read tokens: plaintext in ``admin.token`` / ``read.token`` (0600),
     only their SHA-256 in ``tokens.json`` (what the API reads)."""
-    tokens = Tokens(admin=secrets.token_urlsafe(32), read=secrets.token_urlsafe(32))
-    entries = [
-        {"name": "up-admin", "scopes": ["read", "admin"],
-         "sha256": hashlib.sha256(tokens.admin.encode()).hexdigest()},
-        {"name": "up-read", "scopes": ["read"],
-         "sha256": hashlib.sha256(tokens.read.encode()).hexdigest()},
-    ]
-    write_secret(run_dir / "tokens.json", json.dumps({"tokens": entries}, indent=2) + "\n")
-    write_secret(run_dir / "admin.token", tokens.admin + "\n")
-    write_secret(run_dir / "read.token", tokens.read + "\n")
+    tokens_file = run_dir / "tokens.json"
+    tokens_file.unlink(missing_ok=True)
+    tokens = Tokens(admin=add_token(tokens_file, "up-admin", "admin"),
+                    read=add_token(tokens_file, "up-read", "read"))
+    write_private(run_dir / "admin.token", tokens.admin + "\n")
+    write_private(run_dir / "read.token", tokens.read + "\n")
     return tokens
 
 
