@@ -12,6 +12,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import maxminddb
 
@@ -40,6 +41,23 @@ class Location:
         return self.latitude is not None and self.longitude is not None
 
 
+class RecordFields(NamedTuple):
+    """What a decision may read from a database record."""
+
+    country: str | None
+    continent: str | None
+    latitude: float | None
+    longitude: float | None
+
+
+def record_fields(record: dict[str, Any]) -> RecordFields:
+    """The country (else the registered country), continent and coordinates of a record."""
+    country = (record.get("country") or record.get("registered_country") or {}).get("iso_code")
+    continent = (record.get("continent") or {}).get("code")
+    location = record.get("location") or {}
+    return RecordFields(country, continent, location.get("latitude"), location.get("longitude"))
+
+
 def default_database_path() -> str:
     """The GeoLite2 City (2018-07-03) database shipped by the maxminddb-geolite2 package."""
     import _maxminddb_geolite2
@@ -59,6 +77,10 @@ class GeoLocator:
         self.database_type = self._reader.metadata().database_type
         self._lookup = lru_cache(maxsize=cache_size)(self._lookup_uncached)
 
+    def metadata(self) -> maxminddb.extension.Metadata:
+        """The database's metadata (node count, record size, IP version, type)."""
+        return self._reader.metadata()
+
     def locate(self, address: IPAddress) -> Location:
         """Where ``address`` is, as far as the database knows."""
         return self._lookup(address)
@@ -71,11 +93,7 @@ class GeoLocator:
         network = ipaddress.ip_network((address, prefix), strict=False)
         if not isinstance(record, dict):
             return Location(None, None, None, None, network)
-        country = (record.get("country") or record.get("registered_country") or {}).get("iso_code")
-        continent = (record.get("continent") or {}).get("code")
-        location = record.get("location") or {}
-        return Location(country, continent, location.get("latitude"), location.get("longitude"),
-                        network)
+        return Location(*record_fields(record), network)
 
     def close(self) -> None:
         self._reader.close()

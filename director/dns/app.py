@@ -24,7 +24,9 @@ from director.dns.responder import Responder
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.zone import ZoneData
 from director.engine import Engine
+from director.engine.location_class import location_classifier
 from director.geo import GeoLocator
+from director.geo_merge import MergedNetworks
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,6 @@ class DnsApp:
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
         self.rng = rng or random.Random()
-        self.locator = ClientLocator(geo)
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
@@ -49,6 +50,8 @@ class DnsApp:
     def set_policy(self, policy: Policy) -> None:
         """Answer from ``policy`` from now on (new zone, engine and caches)."""
         zone = ZoneData(policy)
+        self.locator = ClientLocator(geo=self.geo,
+                                     merged=MergedNetworks(self.geo, location_classifier(policy)))
         decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
                               observe=self.stats.observe_decision)
         handler = Handler(zone, decisions)

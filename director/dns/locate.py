@@ -6,17 +6,21 @@
 - no ECS: the service's ``no-ecs`` rule: ``resolver`` locates the resolver's address,
   ``unknown`` treats the client as of unknown location.
 
-GeoIP lookups are memoised per /24 (IPv4) or /56 (IPv6) when the database block holding the
-address covers that whole bucket, else per address, so the memo is exact.
+With ``merged`` networks, a location's network is widened from the database block to the
+widest network whose records all decide alike under the policy (``director.geo_merge``), so
+ECS scopes are as wide as is correct. GeoIP lookups are memoised per /24 (IPv4) or /56
+(IPv6) when that network covers the whole bucket, else per address, so the memo is exact.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 from director.dns.types import EcsSubnet
 from director.engine.types import Client, ClientSource
 from director.geo import GeoLocator, IPAddress, Location
+from director.geo_merge import MergedNetworks
 from policies.model import NoEcs, Service
 
 _SPLIT = object()  # the bucket spans several database blocks: look up per address
@@ -26,8 +30,9 @@ _MEMO_LIMIT = 500_000
 class ClientLocator:
     """Builds clients and locates addresses through a per-bucket memo."""
 
-    def __init__(self, geo: GeoLocator) -> None:
+    def __init__(self, geo: GeoLocator, merged: MergedNetworks | None = None) -> None:
         self.geo = geo
+        self.merged = merged
         self._memo: dict[bytes, object] = {}
 
     def locate(self, address: IPAddress) -> Location:
@@ -39,6 +44,10 @@ class ClientLocator:
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
         location = self.geo.locate(address)
+        if self.merged is not None:
+            network = self.merged.widest(address)
+            if network.prefixlen < location.network.prefixlen:
+                location = dataclasses.replace(location, network=network)
         if hit is None:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()

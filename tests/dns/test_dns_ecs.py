@@ -5,6 +5,8 @@ for answers that do not depend on the client; opt-out (source 0); FORMERR when m
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import random
 
 import dns.edns
 import dns.message
@@ -15,16 +17,17 @@ from dns_helpers import a_addresses, ask, ask_wire, ecs_option, make_query
 from director.dns.app import DnsApp
 from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
+from director.engine import RegionState
 
 
 @pytest.mark.parametrize(("subnet", "scope", "answer"), [
-    ("2.2.2.0/24", 23, "127.0.3.1"),  # FR: GeoLite2 block 2.2.2.0/23, residency EU
-    ("8.8.8.0/24", 19, "127.0.1.1"),  # US: block 8.8.0.0/19
-    ("81.2.69.0/24", 23, "127.0.2.1"),  # GB: block 81.2.68.0/23, nearest eu-west
+    ("2.2.2.0/24", 23, "127.0.3.1"),  # FR: block 2.2.2.0/23; its neighbours rank regions apart
+    ("8.8.8.0/24", 13, "127.0.1.1"),  # US: block 8.8.0.0/19, merged to /13 (as gdnsd does)
+    ("81.2.69.0/24", 18, "127.0.2.1"),  # GB: block 81.2.68.0/23 merged to /18 (gdnsd: /18)
     ("2.2.0.0/16", 24, "127.0.2.1"),  # /16 source: the block of 2.2.0.0 (/24, Brittany)
-    ("8.8.8.8/32", 19, "127.0.1.1"),
+    ("8.8.8.8/32", 13, "127.0.1.1"),
 ], ids=["fr-24", "us-24", "gb-24", "fr-16", "us-32"])
-def test_scope_is_the_database_block_the_decision_used(address, subnet, scope, answer):
+def test_scope_is_the_merged_network_the_decision_used(address, subnet, scope, answer):
     response = ask(address, make_query("chat.infer.example.com", ecs=subnet))
     option = ecs_option(response)
     sent = dns.edns.ECSOption.from_text(subnet)
@@ -33,6 +36,43 @@ def test_scope_is_the_database_block_the_decision_used(address, subnet, scope, a
                                                                 sent.addrdata)
     assert option.scopelen == scope
     assert a_addresses(response) == {answer}
+
+
+SCOPE_STATES = {
+    "healthy": {},
+    "eu-west-down": {"eu-west": RegionState(healthy=False)},
+    "us-east-and-eu-central-down": {"us-east": RegionState(healthy=False),
+                                    "eu-central": RegionState(healthy=False)},
+}
+
+
+@pytest.mark.parametrize("state", SCOPE_STATES, ids=list(SCOPE_STATES))
+def test_every_subnet_inside_an_answered_scope_gets_the_same_answer(example_policy, geolite2,
+                                                                    state):
+    """A resolver caches an answer for the whole scope: any /24 in it, asked afresh, must get
+    the same addresses, in any health state (the scope comes from the merged network)."""
+    snapshots = StaticSnapshotSource()
+    snapshots.update(SCOPE_STATES[state])
+    app = DnsApp(example_policy, geolite2, snapshots)
+    rng = random.Random(11)
+    subnets = ["81.2.69.0/24", "8.8.8.0/24", "1.0.16.0/24", "2.2.2.0/24"] + [
+        f"{ipaddress.IPv4Address(rng.getrandbits(24) << 8)}/24" for _ in range(40)]
+    widened = 0
+    with ServerThread(app, ServerConfig(listen=(("127.0.0.1", 0),))) as server:
+        for service in ("chat.infer.example.com", "sovereign.infer.example.com"):
+            for subnet in subnets:
+                response = ask(server.addresses[0], make_query(service, ecs=subnet))
+                scope = ecs_option(response).scopelen
+                widened += 0 < scope < 24
+                if scope == 0 or scope >= 24:
+                    continue
+                wide = ipaddress.ip_network(subnet).supernet(new_prefix=scope)
+                for _ in range(4):
+                    inner = wide.network_address + (rng.randrange(wide.num_addresses) & ~0xFF)
+                    again = ask(server.addresses[0], make_query(service, ecs=f"{inner}/24"))
+                    assert a_addresses(again) == a_addresses(response), (service, subnet,
+                                                                         scope, inner)
+    assert widened > 10
 
 
 def test_ipv6_subnet_is_echoed(address):

@@ -1,0 +1,59 @@
+"""Which GeoIP records a policy's decisions cannot tell apart.
+
+The engine reads a client's location in three places only: whether it was found (unknown
+location rules, all-down), its country and continent (through the residency rules each
+service's clients fall under), and, for services steered by ``geo``, its coordinates, which
+the geo scorer turns into scores that ranking only ever compares. So two records decide
+alike, under every health and load state, when they agree on::
+
+    (found, per service: the indices of its residency rules covering the record,
+     coordinates known, regions of geo-steered services grouped and ordered by score)
+
+``director.geo_merge`` merges database blocks of one class into the widest network, which
+becomes the ECS scope of answers that depended on location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from director.engine.scorers.geo_distance import HALF_CIRCUMFERENCE_KM, great_circle_km
+from director.geo import RecordFields
+from policies.model import Policy
+from policies.residency import rules_for
+
+_UNLOCATED = ("unlocated",)
+
+
+def location_classifier(policy: Policy) -> Callable[[RecordFields], Hashable]:
+    """A function from a record's fields to its decision class under ``policy``."""
+    geo_regions = sorted({name for service in policy.services if "geo" in service.steer
+                          for name in service.regions})
+    places = [(name, policy.region(name).latitude, policy.region(name).longitude)
+              for name in geo_regions]
+    ruled = [service for service in policy.services if service.residency]
+
+    def classify(fields: RecordFields) -> Hashable:
+        if fields.country is None and fields.continent is None:
+            return _UNLOCATED
+        rules = tuple(tuple(index for index, rule in enumerate(service.residency)
+                            if rule in rules_for(policy, service, fields.country,
+                                                 fields.continent))
+                      for service in ruled)
+        if not places:
+            return rules, ()
+        if fields.latitude is None or fields.longitude is None:
+            return rules, None
+        return rules, _ranking(fields.latitude, fields.longitude, places)
+
+    return classify
+
+
+def _ranking(latitude: float, longitude: float,
+             places: list[tuple[str, float, float]]) -> tuple[tuple[str, ...], ...]:
+    """Region names grouped by equal geo score, best group first (the scorer's formula)."""
+    scores: dict[float, list[str]] = {}
+    for name, region_lat, region_lon in places:
+        km = great_circle_km(latitude, longitude, region_lat, region_lon)
+        scores.setdefault(max(0.0, 1.0 - km / HALF_CIRCUMFERENCE_KM), []).append(name)
+    return tuple(tuple(scores[score]) for score in sorted(scores, reverse=True))

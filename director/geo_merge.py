@@ -1,0 +1,151 @@
+"""Widen a GeoIP block to the largest network over which every answer would be the same.
+
+A MaxMind database splits the address space into many small blocks (a /24 here, a /19
+there) by city. Most neighbouring blocks decide alike: same country, same residency rules,
+same ranking of regions by distance. gdnsd merges such blocks at load time so the ECS scope
+it returns is as wide as is correct (/13 to /20 for typical client subnets, instead of the
+database block), and resolvers keep far fewer cache entries. ``MergedNetworks`` does the
+same lazily, over the database's own search tree:
+
+- ``classify(fields)`` maps a record's decision-relevant fields (``RecordFields``) to a
+  hashable class; two addresses whose records have equal classes get the same answer;
+- ``widest(address)`` walks down the tree to the address's block, then back up while the
+  sibling subtree holds only records of the block's class (and no empty space, unless the
+  block is empty too); the network where the walk stops is the answer.
+
+Subtree classes are memoised per tree node, and the class of a record per data offset (its
+fields are those ``GeoLocator.locate`` finds at an address inside the block), so after a few
+queries per area the walk costs a few microseconds. A widening that would visit more than
+``budget`` nodes stops where it is: the scope is then narrower than it could be, never
+wider than is correct.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import mmap
+from collections.abc import Callable, Hashable
+
+from director.geo import GeoLocator, IPAddress, IPNetwork, RecordFields
+
+_NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
+DEFAULT_BUDGET = 20_000
+
+
+Classifier = Callable[[RecordFields], Hashable]
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class MergedNetworks:
+    """Lazily merged view of one MaxMind database under one classifier."""
+
+    def __init__(self, geo: GeoLocator, classify: Classifier,
+                 budget: int = DEFAULT_BUDGET) -> None:
+        self._geo = geo
+        metadata = geo.metadata()
+        self._nodes = metadata.node_count
+        self._record_size = metadata.record_size
+        self._node_bytes = metadata.record_size // 4
+        self._ipv6_tree = metadata.ip_version == 6
+        with open(geo.path, "rb") as handle:
+            self._buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        self._classify = classify
+        self._budget = budget
+        self._node_class: dict[int, object] = {}
+        self._record_class: dict[int, Hashable] = {}
+        self._ipv4_start = self._follow_zeros(96) if self._ipv6_tree else 0
+
+    def widest(self, address: IPAddress) -> IPNetwork:
+        """The widest network holding ``address`` whose addresses all classify alike."""
+        bits = address.max_prefixlen
+        if address.version == 6 and not self._ipv6_tree:
+            return ipaddress.ip_network((address, bits))
+        value = int(address)
+        node = self._ipv4_start if address.version == 4 else 0
+        path: list[int] = []
+        record = node
+        depth = 0
+        while depth < bits and record < self._nodes:
+            path.append(record)
+            bit = (value >> (bits - 1 - depth)) & 1
+            record = self._children(record)[bit]
+            depth += 1
+        target = self._leaf_class(record, value, depth, bits)
+        visited = [0]
+        while depth > 0:
+            parent = path[depth - 1]
+            if self._node_class.get(parent) == target:
+                depth -= 1
+                continue
+            bit = (value >> (bits - depth)) & 1
+            sibling = self._children(parent)[1 - bit]
+            sibling_value = (value ^ (1 << (bits - depth))) >> (bits - depth) << (bits - depth)
+            try:
+                if not self._matches(sibling, sibling_value, depth, bits, target, visited):
+                    break
+            except _OverBudget:
+                break
+            self._node_class[parent] = target
+            depth -= 1
+        return ipaddress.ip_network((address, depth), strict=False)
+
+    def close(self) -> None:
+        self._buffer.close()
+
+    def _matches(self, record: int, value: int, depth: int, bits: int, target: Hashable,
+                 visited: list[int]) -> bool:
+        """Whether every address under ``record`` (at ``depth``, first address ``value``)
+        classifies as ``target``; memoises the nodes found uniform."""
+        if record >= self._nodes:
+            return self._leaf_class(record, value, depth, bits) == target
+        known = self._node_class.get(record)
+        if known is not None:
+            return known == target
+        visited[0] += 1
+        if visited[0] > self._budget:
+            raise _OverBudget
+        left, right = self._children(record)
+        half = 1 << (bits - depth - 1)
+        if not self._matches(left, value, depth + 1, bits, target, visited):
+            return False
+        if not self._matches(right, value | half, depth + 1, bits, target, visited):
+            return False
+        self._node_class[record] = target
+        return True
+
+    def _leaf_class(self, record: int, value: int, depth: int, bits: int) -> Hashable:
+        known = self._record_class.get(record)
+        if known is None:
+            fields = _NO_RECORD
+            if record > self._nodes:  # else no data (or a tree cut short)
+                address = (ipaddress.IPv4Address(value) if bits == 32
+                           else ipaddress.IPv6Address(value))
+                location = self._geo.locate(address)
+                fields = RecordFields(location.country, location.continent, location.latitude,
+                                      location.longitude)
+            known = self._classify(fields)
+            self._record_class[record] = known
+        return known
+
+    def _follow_zeros(self, count: int) -> int:
+        node = 0
+        for _ in range(count):
+            if node >= self._nodes:
+                break
+            node = self._children(node)[0]
+        return node
+
+    def _children(self, node: int) -> tuple[int, int]:
+        offset = node * self._node_bytes
+        raw = self._buffer[offset:offset + self._node_bytes]
+        size = self._record_size
+        if size == 24:
+            return int.from_bytes(raw[:3], "big"), int.from_bytes(raw[3:], "big")
+        if size == 28:
+            middle = raw[3]
+            return (((middle & 0xF0) << 20) | int.from_bytes(raw[:3], "big"),
+                    ((middle & 0x0F) << 24) | int.from_bytes(raw[4:], "big"))
+        return int.from_bytes(raw[:4], "big"), int.from_bytes(raw[4:], "big")
