@@ -85,6 +85,15 @@ class GeoLocator:
         """Where ``address`` is, as far as the database knows."""
         return self._lookup(address)
 
+    def fields(self, address: IPAddress) -> RecordFields | None:
+        """The decision-relevant fields of the record holding ``address`` (None: no record);
+        uncached, without building a network."""
+        try:
+            record = self._reader.get(address)
+        except ValueError:
+            return None
+        return record_fields(record) if isinstance(record, dict) else None
+
     def _lookup_uncached(self, address: IPAddress) -> Location:
         try:
             record, prefix = self._reader.get_with_prefix_len(address)

@@ -16,8 +16,9 @@ same lazily, over the database's own search tree:
 Subtree classes are memoised per tree node, and the class of a record per data offset (its
 fields are those ``GeoLocator.locate`` finds at an address inside the block), so after a few
 queries per area the walk costs a few microseconds. A widening that would visit more than
-``budget`` nodes stops where it is: the scope is then narrower than it could be, never
-wider than is correct.
+``budget`` (about a millisecond of work) stops where it is: the scope is then
+narrower than it could be, never wider than is correct, and the subtrees it did finish stay
+memoised, so later queries of the area widen further.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from collections.abc import Callable, Hashable
 from director.geo import GeoLocator, IPAddress, IPNetwork, RecordFields
 
 _NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
-DEFAULT_BUDGET = 20_000
+DEFAULT_BUDGET = 400  # work units per widening: a tree node 1, classifying a new record:
+RECORD_COST = 20
+MEMO_LIMIT = 1_000_000  # memoised nodes (or records) before the memo starts over
 
 
 Classifier = Callable[[RecordFields], Hashable]
@@ -56,13 +59,20 @@ class MergedNetworks:
         self._budget = budget
         self._node_class: dict[int, object] = {}
         self._record_class: dict[int, Hashable] = {}
+        self._field_class: dict[RecordFields, Hashable] = {}
         self._ipv4_start = self._follow_zeros(96) if self._ipv6_tree else 0
 
     def widest(self, address: IPAddress) -> IPNetwork:
-        """The widest network holding ``address`` whose addresses all classify alike."""
+        """The widest network holding ``address`` whose addresses all classify alike (as far
+        as one budget of work finds)."""
+        return self.widen(address)[0]
+
+    def widen(self, address: IPAddress) -> tuple[IPNetwork, bool]:
+        """``widest`` and whether it is final: False when the budget ran out, so asking
+        again (after the memo has grown) may give a wider network."""
         bits = address.max_prefixlen
         if address.version == 6 and not self._ipv6_tree:
-            return ipaddress.ip_network((address, bits))
+            return ipaddress.ip_network((address, bits)), True
         value = int(address)
         node = self._ipv4_start if address.version == 4 else 0
         path: list[int] = []
@@ -73,8 +83,9 @@ class MergedNetworks:
             bit = (value >> (bits - 1 - depth)) & 1
             record = self._children(record)[bit]
             depth += 1
-        target = self._leaf_class(record, value, depth, bits)
         visited = [0]
+        target = self._leaf_class(record, value, depth, bits, visited)
+        final = True
         while depth > 0:
             parent = path[depth - 1]
             if self._node_class.get(parent) == target:
@@ -87,10 +98,11 @@ class MergedNetworks:
                 if not self._matches(sibling, sibling_value, depth, bits, target, visited):
                     break
             except _OverBudget:
+                final = False
                 break
-            self._node_class[parent] = target
+            self._remember(parent, target)
             depth -= 1
-        return ipaddress.ip_network((address, depth), strict=False)
+        return ipaddress.ip_network((address, depth), strict=False), final
 
     def close(self) -> None:
         self._buffer.close()
@@ -99,34 +111,45 @@ class MergedNetworks:
                  visited: list[int]) -> bool:
         """Whether every address under ``record`` (at ``depth``, first address ``value``)
         classifies as ``target``; memoises the nodes found uniform."""
-        if record >= self._nodes:
-            return self._leaf_class(record, value, depth, bits) == target
-        known = self._node_class.get(record)
-        if known is not None:
-            return known == target
         visited[0] += 1
         if visited[0] > self._budget:
             raise _OverBudget
+        if record >= self._nodes:
+            return self._leaf_class(record, value, depth, bits, visited) == target
+        known = self._node_class.get(record)
+        if known is not None:
+            return known == target
         left, right = self._children(record)
         half = 1 << (bits - depth - 1)
         if not self._matches(left, value, depth + 1, bits, target, visited):
             return False
         if not self._matches(right, value | half, depth + 1, bits, target, visited):
             return False
-        self._node_class[record] = target
+        self._remember(record, target)
         return True
 
-    def _leaf_class(self, record: int, value: int, depth: int, bits: int) -> Hashable:
+    def _remember(self, node: int, target: Hashable) -> None:
+        if len(self._node_class) >= MEMO_LIMIT:
+            self._node_class.clear()
+        self._node_class[node] = target
+
+    def _leaf_class(self, record: int, value: int, depth: int, bits: int,
+                    visited: list[int]) -> Hashable:
         known = self._record_class.get(record)
         if known is None:
-            fields = _NO_RECORD
+            fields = None
             if record > self._nodes:  # else no data (or a tree cut short)
                 address = (ipaddress.IPv4Address(value) if bits == 32
                            else ipaddress.IPv6Address(value))
-                location = self._geo.locate(address)
-                fields = RecordFields(location.country, location.continent, location.latitude,
-                                      location.longitude)
-            known = self._classify(fields)
+                fields = self._geo.fields(address)
+            fields = fields or _NO_RECORD
+            known = self._field_class.get(fields)
+            if known is None:
+                visited[0] += RECORD_COST
+                known = self._field_class[fields] = self._classify(fields)
+            if len(self._record_class) >= MEMO_LIMIT:
+                self._record_class.clear()
+                self._field_class.clear()
             self._record_class[record] = known
         return known
 

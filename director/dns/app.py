@@ -26,7 +26,7 @@ from director.dns.zone import ZoneData
 from director.engine import Engine
 from director.engine.location_class import location_classifier
 from director.geo import GeoLocator
-from director.geo_merge import MergedNetworks
+from director.geo_merge import DEFAULT_BUDGET, MergedNetworks
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,13 @@ class DnsApp:
 
     def __init__(self, policy: Policy, geo: GeoLocator, snapshots: SnapshotSource, *,
                  rrl_mode: RrlMode = RrlMode.OFF, rrl_rate: float = 20.0, rrl_slip: int = 2,
-                 stats: DnsStats | None = None, rng: random.Random | None = None) -> None:
+                 stats: DnsStats | None = None, rng: random.Random | None = None,
+                 merge_budget: int = DEFAULT_BUDGET) -> None:
         self.geo = geo
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
         self.rng = rng or random.Random()
+        self.merge_budget = merge_budget  # work per GeoIP widening (director.geo_merge)
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
@@ -51,7 +53,8 @@ class DnsApp:
         """Answer from ``policy`` from now on (new zone, engine and caches)."""
         zone = ZoneData(policy)
         self.locator = ClientLocator(geo=self.geo,
-                                     merged=MergedNetworks(self.geo, location_classifier(policy)))
+                                     merged=MergedNetworks(self.geo, location_classifier(policy),
+                                                            self.merge_budget))
         decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
                               observe=self.stats.observe_decision)
         handler = Handler(zone, decisions)

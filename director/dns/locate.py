@@ -10,6 +10,8 @@ With ``merged`` networks, a location's network is widened from the database bloc
 widest network whose records all decide alike under the policy (``director.geo_merge``), so
 ECS scopes are as wide as is correct. GeoIP lookups are memoised per /24 (IPv4) or /56
 (IPv6) when that network covers the whole bucket, else per address, so the memo is exact.
+A widening cut short by its work budget is not memoised: the next query of the bucket widens
+further (answers already cached keep their scope until the next snapshot).
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ class ClientLocator:
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
         location = self.geo.locate(address)
+        final = True
         if self.merged is not None:
-            network = self.merged.widest(address)
+            network, final = self.merged.widen(address)
             if network.prefixlen < location.network.prefixlen:
                 location = dataclasses.replace(location, network=network)
-        if hit is None:
+        if hit is None and final:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
             covers = location.network.prefixlen <= bucket_bits

@@ -25,10 +25,11 @@ from policies import load_policy
 
 def main() -> int:
     policy = load_policy(str(ROOT / "policies/examples/global.dp"))
-    app = DnsApp(policy, GeoLocator(), StaticSnapshotSource())
+    geo = GeoLocator()
     changed = 0
-    with ServerThread(app, ServerConfig(listen=(("127.0.0.1", 0),))) as server:
-        for case in CASES:
+    for case in CASES:  # a fresh server per case, as the tests have
+        app = DnsApp(policy, geo, StaticSnapshotSource())
+        with ServerThread(app, ServerConfig(listen=(("127.0.0.1", 0),))) as server:
             text = golden_text(ask(server.addresses[0], case.build(),
                                    tcp=case.transports[0] == "tcp"))
             path = GOLDEN / f"{case.name}.txt"

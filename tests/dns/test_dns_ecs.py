@@ -19,23 +19,48 @@ from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
 from director.engine import RegionState
 
+MERGE_CASES = [  # subnet, database block prefix, fully merged prefix, answer
+    ("2.2.2.0/24", 23, 23, "127.0.3.1"),  # FR: its neighbours rank eu-west/eu-central apart
+    ("8.8.8.0/24", 19, 13, "127.0.1.1"),  # US: block 8.8.0.0/19; gdnsd merges it to /13 too
+    ("81.2.69.0/24", 23, 18, "127.0.2.1"),  # GB: block 81.2.68.0/23; gdnsd: /18
+    ("2.2.0.0/16", 24, 24, "127.0.2.1"),  # /16 source: the block of 2.2.0.0 (/24, Brittany)
+    ("8.8.8.8/32", 19, 13, "127.0.1.1"),
+]
+MERGE_IDS = ["fr-24", "us-24", "gb-24", "fr-16", "us-32"]
 
-@pytest.mark.parametrize(("subnet", "scope", "answer"), [
-    ("2.2.2.0/24", 23, "127.0.3.1"),  # FR: block 2.2.2.0/23; its neighbours rank regions apart
-    ("8.8.8.0/24", 13, "127.0.1.1"),  # US: block 8.8.0.0/19, merged to /13 (as gdnsd does)
-    ("81.2.69.0/24", 18, "127.0.2.1"),  # GB: block 81.2.68.0/23 merged to /18 (gdnsd: /18)
-    ("2.2.0.0/16", 24, "127.0.2.1"),  # /16 source: the block of 2.2.0.0 (/24, Brittany)
-    ("8.8.8.8/32", 13, "127.0.1.1"),
-], ids=["fr-24", "us-24", "gb-24", "fr-16", "us-32"])
-def test_scope_is_the_merged_network_the_decision_used(address, subnet, scope, answer):
+
+@pytest.mark.parametrize(("subnet", "block", "merged", "answer"), MERGE_CASES, ids=MERGE_IDS)
+def test_scope_is_a_merged_network_the_decision_used(address, subnet, block, merged, answer):
+    """The first answer's scope lies between the database block and the full merge (one
+    widening has a work budget); the option echoes family, source and address as sent."""
     response = ask(address, make_query("chat.infer.example.com", ecs=subnet))
     option = ecs_option(response)
     sent = dns.edns.ECSOption.from_text(subnet)
     assert option is not None
     assert (option.family, option.srclen, option.addrdata) == (sent.family, sent.srclen,
                                                                 sent.addrdata)
-    assert option.scopelen == scope
+    assert merged <= option.scopelen <= block
     assert a_addresses(response) == {answer}
+
+
+@pytest.mark.parametrize(("subnet", "block", "merged", "answer"), MERGE_CASES, ids=MERGE_IDS)
+def test_scope_widens_to_the_full_merge_over_snapshots(example_policy, geolite2, subnet, block,
+                                                        merged, answer):
+    """Each new snapshot (the refresher swaps one in whenever state changes) recomputes the
+    answer, and the widening carries on where its budget stopped, up to gdnsd's merge."""
+    snapshots = StaticSnapshotSource()
+    app = DnsApp(example_policy, geolite2, snapshots)
+    scopes = []
+    with ServerThread(app, ServerConfig(listen=(("127.0.0.1", 0),))) as server:
+        for _ in range(40):
+            response = ask(server.addresses[0], make_query("chat.infer.example.com", ecs=subnet))
+            scopes.append(ecs_option(response).scopelen)
+            assert a_addresses(response) == {answer}
+            if scopes[-1] == merged:
+                break
+            snapshots.update({})
+    assert scopes[-1] == merged, scopes
+    assert scopes == sorted(scopes, reverse=True)  # never narrower again
 
 
 SCOPE_STATES = {

@@ -83,14 +83,28 @@ def test_geolite2_merged_networks_decide_alike_at_sampled_addresses(example_poli
     ("2.2.2.2", 23),  # FR: nearer eu-west or eu-central changes from block to block
 ])
 def test_known_merges(example_policy, geolite2, address, prefix):
-    merged = MergedNetworks(geolite2, location_classifier(example_policy))
-    assert merged.widest(ipaddress.ip_address(address)).prefixlen == prefix
+    merged = MergedNetworks(geolite2, location_classifier(example_policy), budget=10**6)
+    assert merged.widen(ipaddress.ip_address(address)) == (
+        ipaddress.ip_network(address).supernet(new_prefix=prefix), True)
+
+
+def test_a_widening_cut_short_goes_on_where_it_stopped(example_policy, geolite2):
+    merged = MergedNetworks(geolite2, location_classifier(example_policy), budget=50)
+    address = ipaddress.ip_address("8.8.8.8")
+    prefixes = []
+    for _ in range(200):
+        network, final = merged.widen(address)
+        prefixes.append(network.prefixlen)
+        if final:
+            break
+    assert final and prefixes[-1] == 13
+    assert prefixes == sorted(prefixes, reverse=True) and prefixes[0] > 13
 
 
 def test_a_small_budget_stops_early_but_never_widens_past_the_class(example_policy, geolite2):
     classify = location_classifier(example_policy)
     tight = MergedNetworks(geolite2, classify, budget=3)
-    full = MergedNetworks(geolite2, classify)
+    full = MergedNetworks(geolite2, classify, budget=10**6)
     address = ipaddress.ip_address("8.8.8.8")
     narrow = tight.widest(address)
     assert full.widest(address).prefixlen < narrow.prefixlen <= 19
