@@ -25,7 +25,9 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from director.dns import mmsg
 from director.dns.app import DnsApp
+from director.dns.mmsg import MmsgEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class ServerConfig:
     tcp_max_connections: int = 1024
     udp_batch: int = 64
     reuse_port: bool = False
+    udp_mmsg: bool = True  # batched recvmmsg/sendmmsg where libc has them (Linux)
 
 
 @dataclass
@@ -212,6 +215,7 @@ class DnsServer:
         self._sockets = sockets
         self.bound: list[BoundSockets] = []
         self.connections: set[_TcpConnection] = set()
+        self.udp_endpoints: list[_UdpEndpoint | MmsgEndpoint] = []
         self._servers: list[asyncio.AbstractServer] = []
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
 
@@ -227,7 +231,12 @@ class DnsServer:
             bind_sockets(host, port, self.config.reuse_port) for host, port in self.config.listen]
         for bound in self.bound:
             bound.udp.setblocking(False)
-            endpoint = _UdpEndpoint(bound.udp, self.app, self.config.udp_batch)
+            endpoint: _UdpEndpoint | MmsgEndpoint
+            if self.config.udp_mmsg and mmsg.available():
+                endpoint = MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed)
+            else:
+                endpoint = _UdpEndpoint(bound.udp, self.app, self.config.udp_batch)
+            self.udp_endpoints.append(endpoint)
             self.loop.add_reader(bound.udp.fileno(), endpoint.readable)
             server = await self.loop.create_server(lambda: _TcpConnection(self), sock=bound.tcp)
             self._servers.append(server)
