@@ -93,6 +93,17 @@ class DnsApp:
 
         return limited
 
+    def udp_memo(self) -> tuple[dict[bytes, object], list[int]] | None:
+        """``FastPath.udp_memo`` for a transport that answers memo hits itself, or None when
+        every response must come through ``udp_responder`` (rate limiting is on, or the
+        fast path cannot prepare)."""
+        if self.rrl is not None:
+            return None
+        try:
+            return self.fast.udp_memo()
+        except Exception:
+            return None
+
     def failed(self, data: bytes, host: str) -> bytes | None:
         """Log the exception being handled (at most once a second) and answer SERVFAIL
         (None for what is not a query)."""

@@ -95,6 +95,14 @@ class FastPath:
 
         return respond_udp
 
+    def udp_memo(self) -> tuple[dict[bytes, object], list[int]]:
+        """The UDP memo (query bytes after the ID -> (response bytes after the ID, metric
+        slot), or a dict of those by resolver address) and the metric counters, for a
+        transport that answers memo hits itself; call once per batch, like ``udp_responder``."""
+        if self.snapshots.current is not self._snapshot:
+            self._reset()
+        return self._udp, self._counts
+
     def _answer(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
         entry = memo.get(data[2:])
         if entry is not None:

@@ -233,7 +233,8 @@ class DnsServer:
             bound.udp.setblocking(False)
             endpoint: _UdpEndpoint | MmsgEndpoint
             if self.config.udp_mmsg and mmsg.available():
-                endpoint = MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed)
+                endpoint = MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed,
+                                        self.app.udp_memo)
             else:
                 endpoint = _UdpEndpoint(bound.udp, self.app, self.config.udp_batch)
             self.udp_endpoints.append(endpoint)

@@ -75,3 +75,36 @@ def test_a_datagram_longer_than_a_slot_is_dropped_and_service_goes_on(servers):
         sock.sendto(big, address)
     assert ask_wire(address, big, timeout=0.5) is None
     assert ask_wire(address, make_query("chat.infer.example.com").to_wire()) is not None
+
+
+def test_unanswered_datagrams_inside_a_batch_leave_the_others_intact(servers):
+    """Responses (QR set) and short junk get no answer; the queries between them in the
+    same batches still get their own answers, each to its own sender."""
+    address = servers[0].addresses[0]
+    senders = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
+    try:
+        expected = {}
+        for qid in range(400):
+            sock = senders[qid % 4]
+            if qid % 3 == 1:
+                sock.sendto(b"\x12" if qid % 2 else b"\x00\x01\x80" + b"\x00" * 9, address)
+                continue
+            query = make_query("chat.infer.example.com", ecs=f"{qid % 5 + 1}.2.3.0/24")
+            query.id = qid
+            sock.sendto(query.to_wire(), address)
+            expected[qid] = qid % 4
+        got = {}
+        for index, sock in enumerate(senders):
+            sock.settimeout(1.0)
+            try:
+                while True:
+                    response = dns.message.from_wire(sock.recv(4096))
+                    assert expected[response.id] == index  # to the sender that asked
+                    assert response.question[0].name.to_text() == "chat.infer.example.com."
+                    got[response.id] = index
+            except TimeoutError:
+                pass
+        assert len(got) >= len(expected) - 5
+    finally:
+        for sock in senders:
+            sock.close()
