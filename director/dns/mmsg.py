@@ -156,7 +156,9 @@ class MmsgEndpoint:
             end = start + words[length_at]
             if memo_get is not None:
                 entry = memo_get(bytes(buffers[start + 2:end]))
-                if entry is not None and entry.__class__ is tuple:
+                if entry is not None and entry.__class__ is dict:  # answers per resolver
+                    entry = entry.get(self._host(i))
+                if entry is not None:
                     body, slot = entry
                     counts[slot] += 1
                     size = len(body)
