@@ -12,18 +12,6 @@ app = typer.Typer(help="Run the authoritative GeoDNS server.", no_args_is_help=T
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def redis_snapshots(redis_url: str):
-    """A snapshot factory reading the shared state in Redis (one refresher per worker)."""
-
-    def factory(policy):
-        from director.state.aio import AsyncStateStore
-        from director.state.refresher import SnapshotRefresher
-
-        return SnapshotRefresher(AsyncStateStore.from_url(redis_url), policy)
-
-    return factory
-
-
 @app.command()
 def serve(
     policy: Annotated[Path, typer.Option("--policy", help="Policy file whose zone to serve.")],
@@ -45,6 +33,7 @@ def serve(
                                                 "instead of only the file.")] = False,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
+    from director.dns.cli import redis_snapshots
     from director.dns.cli import serve as serve_dns
     from director.geo import GeoDatabaseError
     from policies import PolicyError

@@ -91,6 +91,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         if hasattr(source, "__aenter__"):
             source = await stack.enter_async_context(source)  # type: ignore[arg-type]
         app = make_app(source)
+        app.stats.state_registry = getattr(getattr(source, "metrics", None), "registry", None)
         swap = _swapper(app, source)
         if follow_policy:
             follower = PolicyFollower(AsyncStateStore.from_url(follow_policy),
@@ -162,8 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rrl", default="off", choices=[m.value for m in RrlMode])
     parser.add_argument("--rrl-rate", type=float, default=20.0)
     parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
+    parser.add_argument("--redis", default=None, metavar="URL",
+                        help="follow the shared state in this Redis")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
-                 rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout)
+                 rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout,
+                 snapshot_factory=redis_snapshots(args.redis) if args.redis else None)
+
+
+def redis_snapshots(redis_url: str) -> SnapshotFactory:
+    """A snapshot factory reading the shared state in Redis (one refresher per worker)."""
+
+    def factory(policy: Policy) -> SnapshotSource:
+        return SnapshotRefresher(AsyncStateStore.from_url(redis_url), policy)
+
+    return factory

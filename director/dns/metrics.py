@@ -9,7 +9,9 @@ Families: ``director_dns_queries_total{service,qtype,rcode,region,reason}``,
 ``director_dns_cache_hits_total`` / ``director_dns_cache_misses_total`` (the hit ratio is
 hits / (hits + misses)), ``director_dns_uncached_total``, ``director_dns_dropped_total``,
 ``director_dns_rrl_total{action}`` and the histogram ``director_dns_decision_seconds``
-(engine decisions: cache misses only).
+(engine decisions: cache misses only). When the process follows the shared state, the state
+refresher's families (``director_state_reachable``, ``director_state_snapshot_version``,
+``director_state_region_stale{region}``, ...) are exported too, labelled by ``worker``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
@@ -42,6 +45,7 @@ class DnsStats:
         self.rrl: defaultdict[str, int] = defaultdict(int)
         self.decision_counts = [0] * (len(DECISION_BUCKETS) + 1)
         self.decision_sum = 0.0
+        self.state_registry: CollectorRegistry | None = None  # the state refresher's metrics
 
     def label_id(self, labels: tuple[str, ...]) -> int:
         """The counter slot of ``labels`` (service, qtype, rcode, region, reason)."""
@@ -66,13 +70,17 @@ class DnsStats:
         return {"responses": self.responses, "cache_misses": self.cache_misses,
                 "uncached": self.uncached, "dropped": self.dropped, "rrl": dict(self.rrl),
                 "decision_counts": list(self.decision_counts),
-                "decision_sum": self.decision_sum}
+                "decision_sum": self.decision_sum,
+                "state": {"0": generate_latest(self.state_registry).decode()}
+                if self.state_registry is not None else {}}
 
 
 def merge(snapshots: Iterable[dict]) -> dict:
     """The sum of several ``DnsStats.snapshot()`` dicts."""
     total = DnsStats().snapshot()
-    for snap in snapshots:
+    for index, snap in enumerate(snapshots):
+        total["state"].update({str(snap.get("worker", index)): text
+                               for text in snap.get("state", {}).values()})
         for key, value in snap["responses"].items():
             total["responses"][key] = total["responses"].get(key, 0) + value
         for key, value in snap["rrl"].items():
@@ -126,6 +134,22 @@ class DnsCollector(Collector):
         yield HistogramMetricFamily("director_dns_decision_seconds",
                                     "time of one engine decision (memo misses)",
                                     buckets=buckets, sum_value=snap["decision_sum"])
+        yield from _state_families(snap.get("state", {}))
+
+
+def _state_families(texts: dict[str, str]) -> Iterator[Metric]:
+    """The state refreshers' families, one sample set per worker (label ``worker``)."""
+    families: dict[str, Metric] = {}
+    for worker, text in sorted(texts.items()):
+        for family in text_string_to_metric_families(text):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = families[family.name] = Metric(family.name, family.documentation,
+                                                        family.type)
+            for sample in family.samples:
+                merged.add_sample(sample.name, {**sample.labels, "worker": worker},
+                                  sample.value)
+    yield from families.values()
 
 
 class StatsHub:
@@ -136,6 +160,7 @@ class StatsHub:
         self._latest: dict[int, dict] = {}
 
     def put(self, worker: int, snapshot: dict) -> None:
+        snapshot["worker"] = str(worker)
         with self._lock:
             self._latest[worker] = snapshot
 

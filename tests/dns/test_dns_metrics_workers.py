@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 import pytest
@@ -32,7 +33,6 @@ def test_metrics_count_queries_by_service_region_and_reason(workers):
                                                           ecs="2.2.2.0/24"), tcp=True)) \
             == {"127.0.3.1"}
         if workers > 1:
-            import time
             time.sleep(1.5)  # workers report every second
         values = _scrape(server)
     chat = ('director_dns_queries_total{qtype="A",rcode="NOERROR",reason="primary",'
@@ -120,3 +120,22 @@ def test_sighup_reloads_the_policy_file_and_keeps_the_last_good_one(tmp_path, wo
         for _ in range(20):
             assert a_addresses(ask(server.address, query, timeout=10)) == {"127.0.3.9"}
         assert server.alive()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_state_refresher_metrics_are_exported_per_worker(workers, valkey):
+    """A server following the shared state exports its refreshers' families too."""
+    with ServerProcess("--metrics", "127.0.0.1:0", "--workers", str(workers),
+                       "--redis", valkey.url) as server:
+        deadline = time.monotonic() + 10
+        while True:
+            values = _scrape(server)
+            reachable = {worker: values.get(f'director_state_reachable{{worker="{worker}"}}')
+                         for worker in map(str, range(workers))}
+            if all(value == 1.0 for value in reachable.values()):
+                break
+            assert time.monotonic() < deadline, reachable
+            time.sleep(0.3)
+    for worker in map(str, range(workers)):
+        assert f'director_state_snapshot_version{{worker="{worker}"}}' in values
+        assert values[f'director_state_read_errors_total{{worker="{worker}"}}'] == 0
