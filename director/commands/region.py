@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -26,33 +27,146 @@ def parse_listen(text: str, default_port: int) -> tuple[str, int]:
     return host, int(port)
 
 
+def parse_pairs(values: list[str] | None, option: str, what: str) -> list[tuple[str, str]]:
+    """'NAME=VALUE' items -> pairs; a malformed one is a usage error naming the option."""
+    pairs = []
+    for item in values or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise typer.BadParameter(f"expected {what}, got '{item}'", param_hint=option)
+        pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def parse_scorers(values: list[str] | None, known: list[str]) -> tuple[tuple[str, float], ...]:
+    scorers = []
+    for name, weight in parse_pairs(values, "--scorer", "NAME=WEIGHT"):
+        if name not in known:
+            raise typer.BadParameter(
+                f"unknown scorer '{name}' (known: {', '.join(known)})", param_hint="--scorer"
+            )
+        try:
+            scorers.append((name, float(weight)))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{name}: weight must be a number, got '{weight}'", param_hint="--scorer"
+            ) from None
+    return tuple(scorers)
+
+
 @app.command()
 def serve(
     policy: Annotated[Path, typer.Option("--policy", help="Policy file.")],
     region: Annotated[str, typer.Option("--region", help="Region whose balancer to run.")],
-    listen: Annotated[str | None, typer.Option("--listen", help="HOST:PORT (default: the "
-                                               "region's first endpoint, port 8080).")] = None,
-    geoip: Annotated[Path | None, typer.Option("--geoip", help="MaxMind database for the "
-                                               "residency re-check (default: GeoLite2 City "
-                                               "2018).")] = None,
-    trusted: Annotated[list[str] | None, typer.Option(
-        "--trusted-network", help="Edge network whose X-Director-Client-IP / -Country headers "
-        "are believed (repeatable; default: loopback).")] = None,
-    redis_url: Annotated[str | None, typer.Option(
-        "--redis", help="Shared state (redis://HOST:PORT/DB): publish the region's load every "
-        "second, follow GPU drains and probe health; serving goes on if it fails.")] = None,
-    state_prefix: Annotated[str, typer.Option(
-        "--state-prefix", help="Key prefix of the deployment in the shared state.")]
-    = "director",
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen", help="HOST:PORT (default: the region's first endpoint, port 8080)."
+        ),
+    ] = None,
+    geoip: Annotated[
+        Path | None,
+        typer.Option(
+            "--geoip",
+            help="MaxMind database for the residency re-check (default: GeoLite2 City 2018).",
+        ),
+    ] = None,
+    trusted: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-network",
+            help="Edge network whose X-Director-Client-IP / -Country headers "
+            "are believed (repeatable; default: loopback).",
+        ),
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis",
+            help="Shared state (redis://HOST:PORT/DB): publish the region's load every "
+            "second, follow GPU drains and probe health; serving goes on if it fails.",
+        ),
+    ] = None,
+    state_prefix: Annotated[
+        str,
+        typer.Option("--state-prefix", help="Key prefix of the deployment in the shared state."),
+    ] = "director",
+    follow_policy: Annotated[
+        bool,
+        typer.Option(
+            "--follow-policy",
+            help="Follow the policy stored in Redis (set by `director up` or "
+            "PUT /api/v1/policy): the region's GPU servers change live. Needs --redis.",
+        ),
+    ] = False,
+    overflow: Annotated[
+        str,
+        typer.Option(
+            "--overflow",
+            help="When saturated: off (429), redirect (307) or proxy to the "
+            "nearest sibling region the client may use.",
+        ),
+    ] = "off",
+    sibling: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sibling",
+            help="REGION=URL of a sibling balancer (repeatable; default: the "
+            "region's first endpoint and --balancer-port).",
+        ),
+    ] = None,
+    balancer_port: Annotated[
+        int | None,
+        typer.Option(
+            "--balancer-port", help="Port of the sibling balancers (default: this one's)."
+        ),
+    ] = None,
+    scorer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scorer",
+            help="NAME=WEIGHT, repeatable: the scheduling profile's scorers "
+            "(default: outstanding-work=2 queue-depth=1).",
+        ),
+    ] = None,
+    picker: Annotated[
+        str | None, typer.Option("--picker", help="The profile's picker (default: max-score).")
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
     import uvloop
 
     from director.geo import GeoDatabaseError, GeoLocator
     from policies import check_policy
-    from regions.balancer import SharedStateConfig
+    from regions.balancer import BalancerConfig, SharedStateConfig
     from regions.balancer import serve as serve_balancer
+    from regions.balancer.overflow import OverflowConfig, OverflowMode
+    from regions.balancer.registry import Registry, register_builtin_plugins
     from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
+
+    if follow_policy and not redis_url:
+        err.print("error: --follow-policy needs --redis", markup=False)
+        raise typer.Exit(2)
+    try:
+        mode = OverflowMode(overflow)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected off, redirect or proxy, got '{overflow}'", param_hint="--overflow"
+        ) from None
+    siblings = dict(parse_pairs(sibling, "--sibling", "REGION=URL"))
+    registry = register_builtin_plugins(Registry())
+    config = BalancerConfig()
+    if scorer:
+        config = dataclasses.replace(
+            config, scorers=parse_scorers(scorer, registry.names("scorer"))
+        )
+    if picker:
+        if picker not in registry.names("picker"):
+            known = ", ".join(registry.names("picker"))
+            raise typer.BadParameter(
+                f"unknown picker '{picker}' (known: {known})", param_hint="--picker"
+            )
+        config = dataclasses.replace(config, picker=picker)
 
     result = check_policy(str(policy))
     if result.policy is None:
@@ -86,20 +200,49 @@ def serve(
     shared = None
     if redis_url:
         if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            err.print(f"error: --redis: expected redis://HOST:PORT/DB, got '{redis_url}'",
-                      markup=False)
+            err.print(
+                f"error: --redis: expected redis://HOST:PORT/DB, got '{redis_url}'", markup=False
+            )
             raise typer.Exit(2)
-        shared = SharedStateConfig(redis_url, prefix=state_prefix,
-                                   stale_after_s=result.policy.stale_after)
+        shared = SharedStateConfig(
+            redis_url, prefix=state_prefix, stale_after_s=result.policy.stale_after
+        )
+
+    overflow_config = None
+    if mode is not OverflowMode.OFF:
+        overflow_config = OverflowConfig(mode, balancer_port or address[1] or None, siblings)
 
     def ready(balancer) -> None:
         state = f", shared state {redis_url}" if redis_url else ""
-        err.print(f"region {region}: balancer on {balancer.url} in front of "
-                  f"{len(spec.gpus)} GPU servers{state}", markup=False)
+        if follow_policy:
+            state += ", following the stored policy"
+        if balancer.overflow is not None:
+            names = ", ".join(s.region for s in balancer.overflow.siblings) or "none"
+            state += f", overflow {mode.value} to {names}"
+        err.print(
+            f"region {region}: balancer on {balancer.url} in front of "
+            f"{len(spec.gpus)} GPU servers{state}",
+            markup=False,
+        )
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(serve_balancer(region, spec.gpus, address, spec.jurisdiction, ready=ready,
-                                   residency=residency, shared_state=shared,
-                                   capacity_rps=spec.capacity.rps))
+        uvloop.run(
+            serve_balancer(
+                region,
+                spec.gpus,
+                address,
+                spec.jurisdiction,
+                ready=ready,
+                residency=residency,
+                shared_state=shared,
+                capacity_rps=spec.capacity.rps,
+                config=config,
+                overflow=overflow_config,
+                follow_policy=shared if follow_policy else None,
+            )
+        )

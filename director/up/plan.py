@@ -85,7 +85,7 @@ def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOp
     listen = (host, options.balancer_port)
     argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
                             region_name, "--listen", hostport(listen), "--redis",
-                            options.redis_url, *geoip_args(options))
+                            options.redis_url, "--follow-policy", *geoip_args(options))
     return ChildSpec(f"balancer/{region_name}", "balancer", argv, region=region_name,
                      address=f"http://{hostport(listen)}", ready_tcp=listen)
 

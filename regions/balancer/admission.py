@@ -9,6 +9,8 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
 - The queue is ordered by priority (higher first), then arrival. When it is full, a new
   request evicts the lowest-priority queued one if its own priority is higher; otherwise
   it is shed. A queued request whose deadline passes is shed.
+- ``on_bind`` hooks (``(request, backend)``, e.g. the ``prefix-affinity`` scorer's index)
+  run synchronously each time a request is bound, right after its lease is taken.
 - ``pump()`` runs whenever a slot may have freed (a lease released, an undrain, an
   ejection ending); it hands leases to queued requests in order while slots remain.
 - Retry-After, in whole seconds, clamped to [1, ``max_retry_after_s``]::
@@ -24,13 +26,14 @@ import asyncio
 import bisect
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from regions.balancer.backends import BackendPool, Lease
 from regions.balancer.errors import NoBackendError, ShedError
 from regions.balancer.filters.capacity import NAME as CAPACITY
 from regions.balancer.pipeline import Decision, Profile
-from regions.balancer.types import RequestInfo
+from regions.balancer.types import BackendSnapshot, RequestInfo
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Dispatcher:
         self._pumping = False
         self._wake_handle: asyncio.TimerHandle | None = None
         self.shed_counts: dict[str, int] = {}
+        self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
         pool.on_change = self.pump
 
     @property
@@ -77,7 +81,10 @@ class Dispatcher:
         decision = self.profile.run(self.pool.snapshot(), request)
         if decision.chosen is None:
             return None, decision
-        return self.pool.lease(decision.chosen.index, request.cost_tokens), decision
+        lease = self.pool.lease(decision.chosen.index, request.cost_tokens)
+        for hook in self.on_bind:
+            hook(request, decision.chosen)
+        return lease, decision
 
     async def acquire(self, request: RequestInfo, timeout_s: float | None = None) -> Lease:
         """A lease on a backend for ``request``; may wait in the queue up to the deadline."""

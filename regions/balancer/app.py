@@ -19,6 +19,9 @@ With ``shared_state`` (a ``SharedStateConfig``: the Redis URL) the balancer publ
 region's load about once a second and follows the GPU drain flags and probe health in the
 shared state (``shared_state.StateLink``); state errors never stop serving.
 
+``follow_policy`` applies each stored policy version's GPU servers live (``policy_follow``);
+``overflow`` sends what the region would shed to an allowed sibling region (``overflow``).
+
 ::
 
     balancer = build_balancer("eu-west", [BackendSpec("gpu0", "http://10.0.0.5:8000",
@@ -45,11 +48,15 @@ from aiohttp import web
 
 from director.state.aio import AsyncStateStore
 from director.state.records import RegionLoad
+from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics
+from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
+from regions.balancer.policy_follow import PolicyFollow
+from regions.balancer.pool_update import PoolChange
 from regions.balancer.proxy import Proxy, ProxySettings, error_response
 from regions.balancer.registry import (
     DEFAULT_FILTERS,
@@ -109,6 +116,8 @@ class Balancer:
         residency: ResidencyCheck | None = None,
         shared_state: SharedStateConfig | None = None,
         capacity_rps: float | None = None,
+        overflow: OverflowConfig | None = None,
+        follow_policy: SharedStateConfig | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -132,6 +141,10 @@ class Balancer:
             rng=rng or random.Random(0),
         )
         self.dispatcher = Dispatcher(self.pool, self.profile, cfg.admission)
+        for ws in self.profile.scorers:  # e.g. prefix-affinity learns what each backend holds
+            hook = getattr(ws.scorer, "on_bind", None)
+            if hook is not None:
+                self.dispatcher.on_bind.append(hook)
         self.metrics = BalancerMetrics(region, self.dispatcher)
         self.sessions: dict[str, aiohttp.ClientSession] = {}
         self.proxy = Proxy(
@@ -152,6 +165,9 @@ class Balancer:
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
         self.link: StateLink | None = None
+        self._link_lock = asyncio.Lock()
+        self.overflow = Overflow(region, overflow, residency) if overflow else None
+        self.policy_follow = PolicyFollow(self, follow_policy)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -176,26 +192,42 @@ class Balancer:
     def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
             self.arrivals.arrived()
+            overflowed = Overflow.marked(request)  # one hop only: never overflowed again
+            request = strip_marker(request)
             if self.residency is not None:
                 verdict = self.residency.check(request.remote, request.host, request.headers)
                 if not verdict.allowed:
                     self.metrics.residency_refused(verdict.service)
                     allowed = ",".join(verdict.allowed_regions or ())
-                    return error_response(451, verdict.message(self.region),
-                                          "residency_refused",
-                                          headers={"x-director-allowed-regions": allowed,
-                                                   "x-director-region": self.region})
-            return await self.proxy.handle(request, endpoint)
+                    return error_response(
+                        451,
+                        verdict.message(self.region),
+                        "residency_refused",
+                        headers={
+                            "x-director-allowed-regions": allowed,
+                            "x-director-region": self.region,
+                        },
+                    )
+            response = await self.proxy.handle(request, endpoint)
+            if self.overflow is not None and not overflowed and is_shed(response):
+                return await self.overflow.handle(request, response)
+            return response
 
         return handler
 
     async def _open_sessions(self, app: web.Application) -> None:
+        self.open_sessions()
+
+    def open_sessions(self) -> None:
+        """A connection pool for every backend that has none yet (one per backend)."""
         timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=self.config.connect_timeout_s,
             sock_read=self.config.read_timeout_s,
         )
         for b in self.pool:
+            if b.name in self.sessions:
+                continue
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
             self.sessions[b.name] = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, auto_decompress=False
@@ -205,6 +237,8 @@ class Balancer:
         sessions = list(self.sessions.values())
         self.sessions.clear()
         await asyncio.gather(*(s.close() for s in sessions))
+        if self.overflow is not None:
+            await self.overflow.close()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -226,8 +260,7 @@ class Balancer:
         if self.shared_state is not None and self.link is None:
             cfg = self.shared_state
             store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
-            self.link = StateLink(store, self.region, self.pool, self.measure_load, cfg,
-                                  self.metrics)
+            self.link = self._new_link(store)
             await self.link.start()
         runner = web.AppRunner(
             self.app,
@@ -240,8 +273,10 @@ class Balancer:
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner
+        await self.policy_follow.start()
 
     async def stop(self) -> None:
+        await self.policy_follow.stop()
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
@@ -249,6 +284,25 @@ class Balancer:
             link, self.link = self.link, None
             await link.stop()
             await link.store.close()
+
+    def _new_link(self, store: AsyncStateStore) -> StateLink:
+        assert self.shared_state is not None
+        return StateLink(
+            store, self.region, self.pool, self.measure_load, self.shared_state, self.metrics
+        )
+
+    async def relink(self, mutate: Callable[[], None] | None = None) -> None:
+        """Rebuild the shared-state link (it follows the backends in the pool when built);
+        ``mutate`` changes the pool while no link runs."""
+        async with self._link_lock:
+            old = self.link
+            if old is not None:
+                await old.stop()
+            if mutate is not None:
+                mutate()
+            if old is not None:
+                self.link = self._new_link(old.store)
+                await self.link.start()
 
     async def __aenter__(self) -> Balancer:
         await self.start()
@@ -282,6 +336,10 @@ class Balancer:
             capacity_rps=self.capacity_rps,
             now=time.time(),
         )
+
+    def apply_policy(self, policy: Policy, version: int | None = None) -> PoolChange | None:
+        """Serve ``policy``'s GPU servers for this region (see ``policy_follow``)."""
+        return self.policy_follow.apply(policy, version)
 
     def set_healthy(self, backend: str, healthy: bool) -> None:
         """Probe result (from the workers / state store); a return starts slow start."""
@@ -330,9 +388,15 @@ class Balancer:
             "region": self.region,
             "queued": self.dispatcher.queued,
             "retry_after": self.dispatcher.retry_after(),
-            "shared_state": None if link is None else {
+            "policy_version": self.policy_follow.version,
+            "overflow": None if self.overflow is None else self.overflow.describe(),
+            "shared_state": None
+            if link is None
+            else {
                 "reachable": link.reachable,
-                "published": None if link.published is None else {
+                "published": None
+                if link.published is None
+                else {
                     "utilization": round(link.published.utilization, 4),
                     "capacity": round(link.published.capacity, 3),
                     "timestamp": link.published.timestamp,
@@ -417,8 +481,14 @@ class Balancer:
         except BalancerConfigError as exc:
             return error_response(404, str(exc), "not_found")
         b = self.pool[name]
-        return web.json_response({"backend": name, "draining": b.draining,
-                                  "drained_by": sorted(b.drains), "in_flight": b.in_flight})
+        return web.json_response(
+            {
+                "backend": name,
+                "draining": b.draining,
+                "drained_by": sorted(b.drains),
+                "in_flight": b.in_flight,
+            }
+        )
 
     async def _drain(self, request: web.Request) -> web.Response:
         return await self._set_drain(request, True)
@@ -472,15 +542,28 @@ def build_balancer(
     residency: ResidencyCheck | None = None,
     shared_state: SharedStateConfig | None = None,
     capacity_rps: float | None = None,
+    overflow: OverflowConfig | None = None,
+    follow_policy: SharedStateConfig | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
     creates ``balancer.runner`` and listens. ``residency`` re-checks every client;
     ``shared_state`` publishes load and follows drains in Redis; ``capacity_rps`` (the
-    policy's region capacity) is what the published utilization is relative to."""
+    policy's region capacity) is what the published utilization is relative to;
+    ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
+    ``follow_policy`` applies the stored policy's GPU servers live."""
     return Balancer(
-        region_name, backends, listen=listen, jurisdiction=jurisdiction, config=config, rng=rng,
-        residency=residency, shared_state=shared_state, capacity_rps=capacity_rps,
+        region_name,
+        backends,
+        listen=listen,
+        jurisdiction=jurisdiction,
+        config=config,
+        rng=rng,
+        residency=residency,
+        shared_state=shared_state,
+        capacity_rps=capacity_rps,
+        overflow=overflow,
+        follow_policy=follow_policy,
     )
 
 
@@ -495,11 +578,22 @@ async def serve(
     residency: ResidencyCheck | None = None,
     shared_state: SharedStateConfig | None = None,
     capacity_rps: float | None = None,
+    overflow: OverflowConfig | None = None,
+    follow_policy: SharedStateConfig | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
-    balancer = build_balancer(region_name, backends, listen, jurisdiction, config=config,
-                              residency=residency, shared_state=shared_state,
-                              capacity_rps=capacity_rps)
+    balancer = build_balancer(
+        region_name,
+        backends,
+        listen,
+        jurisdiction,
+        config=config,
+        residency=residency,
+        shared_state=shared_state,
+        capacity_rps=capacity_rps,
+        overflow=overflow,
+        follow_policy=follow_policy,
+    )
     async with balancer:
         if ready is not None:
             ready(balancer)

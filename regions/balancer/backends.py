@@ -12,11 +12,18 @@ In-flight accounting: ``lease()`` increments a backend's count and predicted wor
 returned ``Lease`` decrements them exactly once, from ``release()`` or its ``with`` exit,
 however the request ends.
 
-Outlier ejection: after ``consecutive_errors`` errors in a row a backend is ejected for
-``base_ejection_s * 2**(k-1)`` (k = its ejection count, capped at ``max_ejection_s``),
-never more than ``max_ejected_fraction`` of the region at once (at least one backend may
-be). When it returns, its effective cap ramps linearly from 1 to its cap over
-``slow_start_s`` (slow start).
+Outlier ejection: after ``consecutive_errors`` errors in a row, or when its time to first
+token is far above the region's (``record_ttft``, the rule in ``latency``), a backend is
+ejected for ``base_ejection_s * 2**(k-1)`` (k = its ejection count, capped at
+``max_ejection_s``), never more than ``max_ejected_fraction`` of the region at once (at
+least one backend may be). When it returns, its effective cap ramps linearly from 1 to its
+cap over ``slow_start_s`` (slow start). A TTFT ejection also forgets the backend's TTFT
+average, so it is judged again on fresh samples only.
+
+A TTFT sample does not invalidate anything: it arrives while its request holds a lease,
+and the release rebuilds that backend's view, so it costs no extra rebuild. Scraped load
+(``set_scraped``, about once a second from the shared state) rebuilds the backend's view
+only when a value changed.
 
 Drain: a backend is draining while any source holds a drain on it: ``"admin"`` (the
 loopback admin endpoint, ``Balancer.drain``) or ``"state"`` (the flag an operator set in
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from regions.balancer.errors import BalancerConfigError
+from regions.balancer.latency import RegionTtft, is_ttft_outlier, ttft_ewma
 from regions.balancer.speed import Ewma
 from regions.balancer.types import BackendSnapshot, RegionSnapshot
 
@@ -72,11 +80,31 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class OutlierConfig:
+    """When a backend is ejected, for how long, and how it comes back (module docstring).
+
+    TTFT ejection: a backend with ``ttft_min_samples`` samples or more whose TTFT EWMA is
+    above ``ttft_factor`` times the median of the others' and above ``ttft_floor_s``;
+    ``ttft_factor = 0`` turns it off. The factor is well above the spread of a mixed fleet
+    (an A100 beside H100s) so that it catches gray failures, not slower models of GPU.
+    """
+
     consecutive_errors: int = 5
     base_ejection_s: float = 5.0
     max_ejection_s: float = 60.0
     max_ejected_fraction: float = 0.5
     slow_start_s: float = 10.0
+    ttft_factor: float = 4.0
+    ttft_min_samples: int = 10
+    ttft_floor_s: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapedLoad:
+    """What the GPU server's own metrics said (through the shared state); None: unknown."""
+
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
 
 
 @dataclass
@@ -92,8 +120,11 @@ class Backend:
     consecutive_errors: int = 0
     ejections: int = 0
     ejected_until: float | None = None
+    ejected_for: str | None = None
     slow_start_from: float | None = None
     rate: Ewma = field(default_factory=Ewma)
+    ttft: Ewma = field(default_factory=ttft_ewma)
+    scraped: ScrapedLoad = field(default_factory=ScrapedLoad)
     requests: int = 0
     errors: int = 0
     models: frozenset[str] = field(init=False)
@@ -167,6 +198,7 @@ class BackendPool:
         self._unlearned = len(self.backends)
         self._valid_until = math.inf
         self._version = 0
+        self._region_ttft = RegionTtft()
 
     def __iter__(self) -> Iterator[Backend]:
         return iter(self.backends)
@@ -200,8 +232,10 @@ class BackendPool:
             return self._snapshot
         self._version += 1
         views = self._views
-        if views is None or now >= self._valid_until or any(
-            self._timed(self.backends[i]) for i in self._touched
+        if (
+            views is None
+            or now >= self._valid_until
+            or any(self._timed(self.backends[i]) for i in self._touched)
         ):
             views = self._rebuild_all(now)
         else:
@@ -214,8 +248,7 @@ class BackendPool:
     @staticmethod
     def _timed(b: Backend) -> bool:
         """A view that depends on time or on the fleet's prior rate: rebuild them all."""
-        return b.ejected_until is not None or b.slow_start_from is not None \
-            or b.rate.value is None
+        return b.ejected_until is not None or b.slow_start_from is not None or b.rate.value is None
 
     def _rebuild_all(self, now: float) -> list[BackendSnapshot]:
         prior = self.prior_tokens_per_s()
@@ -250,6 +283,7 @@ class BackendPool:
                 cap = max(1, math.ceil(cap * elapsed / ramp))
                 prefetch = 0  # a returning backend ramps carefully
                 valid_until = min(valid_until, now + ramp / 16)
+        scraped = b.scraped
         view = BackendSnapshot(
             index=b.index,
             name=b.name,
@@ -263,6 +297,11 @@ class BackendPool:
             tokens_per_s=b.rate.value if b.rate.value is not None else prior,
             rate_learned=b.rate.value is not None,
             prefetch=prefetch,
+            ttft_ewma_s=b.ttft.value,
+            ttft_samples=b.ttft.samples,
+            waiting=scraped.waiting,
+            running=scraped.running,
+            kv_usage=scraped.kv_usage,
         )
         return view, valid_until
 
@@ -304,7 +343,50 @@ class BackendPool:
         cfg = self.outliers
         if backend.consecutive_errors < cfg.consecutive_errors:
             return False
+        if not self._eject(backend, self.clock(), "errors"):
+            return False
+        backend.consecutive_errors = 0
+        return True
+
+    def record_ttft(self, backend: Backend, seconds: float) -> bool:
+        """Fold a time-to-first-token sample in; eject the backend if that makes it a TTFT
+        outlier (see ``latency``). True if ejected.
+
+        Samples that arrive while it is ejected (requests sent before) are ignored. The view
+        is not invalidated: the next rebuild picks the new average up."""
+        cfg = self.outliers
         now = self.clock()
+        if backend.ejected_until is not None and now < backend.ejected_until:
+            return False
+        ewma = backend.ttft.update(seconds)
+        if (
+            cfg.ttft_factor <= 0
+            or ewma <= cfg.ttft_floor_s
+            or backend.ttft.samples < cfg.ttft_min_samples
+        ):
+            return False
+        region = self._region_ttft
+        if region.stale(now):
+            region.rebuild(
+                {
+                    b.name: b.ttft.value
+                    for b in self.backends
+                    if b.ttft.value is not None and b.ttft.samples >= cfg.ttft_min_samples
+                },
+                now,
+            )
+        baseline = region.median_without(backend.name)
+        if not is_ttft_outlier(ewma, baseline, cfg.ttft_factor, cfg.ttft_floor_s):
+            return False
+        if not self._eject(backend, now, "ttft"):
+            return False
+        backend.ttft = ttft_ewma()
+        region.invalidate()
+        return True
+
+    def _eject(self, backend: Backend, now: float, reason: str) -> bool:
+        """Eject ``backend`` unless it already is or the region's ejection budget is spent."""
+        cfg = self.outliers
         if backend.ejected_until is not None and now < backend.ejected_until:
             return False
         ejected = sum(1 for b in self.backends if b.ejected_until and now < b.ejected_until)
@@ -314,8 +396,8 @@ class BackendPool:
         backend.ejections += 1
         duration = min(cfg.max_ejection_s, cfg.base_ejection_s * 2 ** (backend.ejections - 1))
         backend.ejected_until = now + duration
+        backend.ejected_for = reason
         backend.slow_start_from = None
-        backend.consecutive_errors = 0
         self.changed()
         return True
 
@@ -325,6 +407,13 @@ class BackendPool:
         first = backend.rate.value is None
         backend.rate.update(tokens_per_s)
         self.invalidate(None if first or self._unlearned else backend.index)
+
+    def set_scraped(self, name: str, load: ScrapedLoad) -> None:
+        """Backend ``name``'s load as last scraped (``ScrapedLoad()``: unknown or stale)."""
+        b = self._lookup(name)
+        if load != b.scraped:
+            b.scraped = load
+            self.invalidate(b.index)
 
     def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
         """Hold (or lift) ``source``'s drain on backend ``name``."""

@@ -13,12 +13,16 @@
    buffering). SSE chunks are metered to learn the backend's decode rate. If the client
    goes away the handler is cancelled and the upstream connection is closed, which aborts
    the sequence on the GPU server.
+5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
+   to that backend (not from the request's arrival: queueing here and earlier attempts are
+   not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
 
 import aiohttp
@@ -39,6 +43,8 @@ DEADLINE_HEADER = "x-director-deadline-ms"
 RETRYABLE_STATUS = frozenset({502, 503})
 MAX_ERROR_BODY = 64 * 1024
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+log = logging.getLogger(__name__)
 
 
 def error_response(
@@ -158,6 +164,7 @@ class Proxy:
                 backend = lease.backend
                 self.metrics.decisions.labels(backend.name).inc()
                 session = self.sessions[backend.name]
+                sent_at = self.clock()
                 try:
                     upstream = await session.post(
                         backend.spec.url + path, data=raw, headers=headers
@@ -175,7 +182,7 @@ class Proxy:
                     last_failure = await self._consume_failure(upstream, backend)
                     excluded.add(backend.name)
                     continue
-                return await self._relay(request, upstream, lease, info, start)
+                return await self._relay(request, upstream, lease, info, start, sent_at)
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
 
     async def _consume_failure(
@@ -207,6 +214,7 @@ class Proxy:
         lease: Lease,
         info: RequestInfo,
         start: float,
+        sent_at: float,
     ) -> web.StreamResponse:
         backend = lease.backend
         resp = web.StreamResponse(
@@ -223,7 +231,10 @@ class Proxy:
         first_at: float | None = None
         finished = False
         try:
-            await resp.prepare(request)
+            try:
+                await resp.prepare(request)
+            except ConnectionResetError:  # client gone before the headers
+                return resp
             while True:
                 try:
                     chunk = await upstream.content.readany()
@@ -238,6 +249,8 @@ class Proxy:
                 if first_at is None:
                     first_at = now
                     self.metrics.ttft.labels(backend.name).observe(now - start)
+                    if upstream.status == 200:
+                        self._ttft(backend, now - sent_at)
                 if sse:
                     meter.observe(chunk, now)
                 try:
@@ -259,6 +272,17 @@ class Proxy:
             if upstream.status == 200:
                 self._learn(backend, info, meter)
         return resp
+
+    def _ttft(self, backend: Backend, seconds: float) -> None:
+        average = backend.ttft  # an ejection replaces it with a fresh one
+        if self.pool.record_ttft(backend, seconds):
+            self.metrics.ejections.labels(backend.name).inc()
+            log.warning(
+                "backend %s ejected: its time to first token (EWMA %.3f s) is far "
+                "above the region's",
+                backend.name,
+                average.value or seconds,
+            )
 
     def _learn(self, backend: Backend, info: RequestInfo, meter: StreamMeter) -> None:
         rate = meter.rate()

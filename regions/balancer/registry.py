@@ -8,6 +8,10 @@ policy file would spell them) into a ``Profile``.
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
 ``outstanding-work``, ``queue-depth``, ``completion-time``; pickers ``max-score``, ``power-of-two``,
 ``round-robin``.
+Scorer ``latency-ewma``: lowest time to first token (EWMA), unmeasured backends neutral.
+Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics report.
+Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
+load); picker ``weighted-random`` (probability proportional to the total score).
 """
 
 from __future__ import annotations
@@ -24,10 +28,15 @@ from regions.balancer.filters.not_tried import NotTriedFilter
 from regions.balancer.pickers.max_score import MaxScorePicker
 from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
 from regions.balancer.pickers.round_robin import RoundRobinPicker
+from regions.balancer.pickers.weighted_random import WeightedRandomPicker
 from regions.balancer.pipeline import Profile, WeightedScorer
 from regions.balancer.scorers.completion_time import CompletionTimeScorer
+from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
+from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
+from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
+from regions.balancer.scorers.session_affinity import SessionAffinityScorer
 
 Kind = Literal["filter", "scorer", "picker"]
 Factory = Callable[..., Any]
@@ -78,9 +87,14 @@ def register_builtin_plugins(registry: Registry) -> Registry:
     registry.register("scorer", "outstanding-work", OutstandingWorkScorer)
     registry.register("scorer", "queue-depth", QueueDepthScorer)
     registry.register("scorer", "completion-time", CompletionTimeScorer)
+    registry.register("scorer", "latency-ewma", LatencyEwmaScorer)
+    registry.register("scorer", "scraped-load", ScrapedLoadScorer)
+    registry.register("scorer", "prefix-affinity", PrefixAffinityScorer)
+    registry.register("scorer", "session-affinity", SessionAffinityScorer)
     registry.register("picker", "max-score", MaxScorePicker)
     registry.register("picker", "power-of-two", PowerOfTwoPicker)
     registry.register("picker", "round-robin", RoundRobinPicker)
+    registry.register("picker", "weighted-random", WeightedRandomPicker)
     registry.freeze()
     return registry
 

@@ -9,7 +9,14 @@
   OpenAI default (16 for completions, 256 for chat; 0 for embeddings);
 - ``cost_tokens = prompt_tokens / prefill_ratio + output_tokens``;
 - priority: header ``x-director-priority`` (integer, higher first, clamped to ±1000);
-- session: header ``x-director-session``, else the body's ``user``.
+- session: header ``x-director-session``, else the body's ``user``;
+- prefix: chained hashes of the prompt's leading blocks, for the ``prefix-affinity``
+  scorer. A block is ``PREFIX_BLOCK_CHARS`` = 256 characters (about 64 tokens; a tokenized
+  prompt: ``PREFIX_BLOCK_IDS`` = 64 ids) of the prompt, or of the chat messages joined as
+  role, U+001F, content, U+001E; only whole blocks count, at most ``MAX_PREFIX_BLOCKS`` = 32
+  (8 KiB of text, about 25 us to hash). ``h_0 = hash((model, block_0))``,
+  ``h_i = hash((h_{i-1}, block_i))``, so ``h_i`` names the whole prefix up to block ``i``
+  for that model. Python's ``hash``: values are per process, never stored or sent.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ DEFAULT_OUTPUT = {Endpoint.COMPLETIONS: 16, Endpoint.CHAT: 256, Endpoint.EMBEDDI
 PRIORITY_HEADER = "x-director-priority"
 SESSION_HEADER = "x-director-session"
 MAX_PRIORITY = 1000
+PREFIX_BLOCK_CHARS = 256
+PREFIX_BLOCK_IDS = PREFIX_BLOCK_CHARS // CHARS_PER_TOKEN
+MAX_PREFIX_BLOCKS = 32
 
 
 def _chars(value: Any) -> int:
@@ -53,6 +63,60 @@ def prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
         return max(1, math.ceil(chars / CHARS_PER_TOKEN)) + CHAT_TOKENS_PER_MESSAGE * len(messages)
     field = "input" if endpoint is Endpoint.EMBEDDINGS else "prompt"
     return max(1, math.ceil(_chars(body.get(field)) / CHARS_PER_TOKEN))
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: their text, else their type
+        return "".join(
+            str(p.get("text") or p.get("type") or "") if isinstance(p, dict) else str(p)
+            for p in content
+        )
+    return ""
+
+
+def _prompt_for_prefix(endpoint: Endpoint, body: Mapping[str, Any]) -> str | list[int]:
+    """The leading text (or token ids) the prefix blocks are cut from, at most the bound."""
+    bound = PREFIX_BLOCK_CHARS * MAX_PREFIX_BLOCKS
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return ""
+        parts: list[str] = []
+        size = 0
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            part = f"{m.get('role', '')}\x1f{_content_text(m.get('content'))}\x1e"
+            parts.append(part)
+            size += len(part)
+            if size >= bound:
+                break
+        return "".join(parts)[:bound]
+    if endpoint is not Endpoint.COMPLETIONS:
+        return ""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt[:bound]
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return prompt[: PREFIX_BLOCK_IDS * MAX_PREFIX_BLOCKS]
+    return ""
+
+
+def prefix_hashes(endpoint: Endpoint, body: Mapping[str, Any], model: str) -> tuple[int, ...]:
+    """Chained hashes of the prompt's whole leading blocks (see the module docstring)."""
+    prompt = _prompt_for_prefix(endpoint, body)
+    size = PREFIX_BLOCK_CHARS if isinstance(prompt, str) else PREFIX_BLOCK_IDS
+    hashes: list[int] = []
+    h: Any = model
+    for start in range(0, len(prompt) - size + 1, size):
+        block = prompt[start : start + size]
+        h = hash((h, block if isinstance(block, str) else tuple(block)))
+        hashes.append(h)
+    return tuple(hashes)
 
 
 def _opt_positive_int(body: Mapping[str, Any], key: str) -> int | None:
@@ -115,4 +179,5 @@ def parse_request(
         priority=_priority(headers),
         session=headers.get(SESSION_HEADER) or user,
         user=user,
+        prefix=prefix_hashes(endpoint, body, model),
     )

@@ -7,9 +7,10 @@ Three background tasks, none on the request path:
   is written with ``AsyncStateStore.write_region_load`` for the global tier's spillover;
 - **read**: every ``read_every_s``, and at once when the change channel names a key it
   follows, one pipelined read of the drain flags (and of its GPU servers' probe health when
-  ``follow_health``) is applied to the pool. A GPU drained in the state gets no new
-  requests while its in-flight ones finish; an undrain returns it. This drain is held under
-  the ``"state"`` source, apart from the loopback admin endpoint's (``"admin"``);
+  ``follow_health``, and their scraped load when ``follow_load``) is applied to the pool. A
+  GPU drained in the state gets no new requests while its in-flight ones finish; an
+  undrain returns it. This drain is held under the ``"state"`` source, apart from the
+  loopback admin endpoint's (``"admin"``);
 - **listen**: subscribes to the change channel; after a reconnect it reads everything
   again, since messages sent meanwhile are lost.
 
@@ -18,6 +19,12 @@ of the candidates; one older than ``stale_after_s`` is no longer believed and th
 as healthy again (data-path retries and outlier ejection still guard it), so dead probes
 never keep a GPU out for good. A region-level drain flag is left to the DNS tier, which
 stops sending clients; requests that still arrive are served.
+
+Scraped load: the workers write each GPU server's ``waiting``, ``running`` and KV-cache usage
+(``GpuLoad``, every 2 s by default, not announced on the change channel, so it arrives with
+the periodic read). A record older than ``load_stale_after_s`` is not believed: the pool's
+values become unknown (None), also while the state server is unreachable, so scorers fall
+back to neutral rather than steer on old numbers.
 
 Fail-static: a state error never reaches a request. It is logged when the server becomes
 unreachable and again when it is back, counted (``director_balancer_state_errors_total``),
@@ -36,9 +43,9 @@ from dataclasses import dataclass
 from director.state.aio import AsyncStateStore
 from director.state.errors import RecordError, StateError
 from director.state.keys import DEFAULT_PREFIX
-from director.state.records import DrainFlags, HealthRecord, RegionLoad
+from director.state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
 from director.tasks import cancel_and_wait
-from regions.balancer.backends import STATE, BackendPool
+from regions.balancer.backends import STATE, BackendPool, ScrapedLoad
 from regions.balancer.metrics import BalancerMetrics
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,8 @@ class SharedStateConfig:
     stale_after_s: float = 30.0
     follow_health: bool = True
     timeout_s: float = 1.0
+    follow_load: bool = True
+    load_stale_after_s: float = 5.0
 
 
 class StateLink:
@@ -84,9 +93,17 @@ class StateLink:
         self.reachable: bool | None = None
         self.drains = DrainFlags()
         self.published: RegionLoad | None = None
-        self._health_keys = {
-            self.store.keys.gpu_health(region, b.name): b.name for b in pool
-        } if config.follow_health else {}
+        self._health_keys = (
+            {self.store.keys.gpu_health(region, b.name): b.name for b in pool}
+            if config.follow_health
+            else {}
+        )
+        self._load_keys = (
+            {self.store.keys.gpu_load(region, b.name): b.name for b in pool}
+            if config.follow_load
+            else {}
+        )
+        self.loads: dict[str, GpuLoad] = {}
         self._followed = {self.store.keys.drain, *self._health_keys}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -123,11 +140,12 @@ class StateLink:
 
     async def read(self) -> bool:
         """Read the flags now and apply them; False (last known flags kept) on failure."""
-        keys = [self.store.keys.drain, *self._health_keys]
+        keys = [self.store.keys.drain, *self._health_keys, *self._load_keys]
         try:
             fetched = await self.store.fetch(keys)
         except StateError as exc:
             self._failed("read", exc)
+            self._apply_loads(self.wall_clock())  # the last known loads still age out
             return False
         self._ok()
         self._apply_drains(DrainFlags.from_fields(fetched.get(self.store.keys.drain, {})))
@@ -139,6 +157,8 @@ class StateLink:
                     self._apply_health(gpu, HealthRecord.from_fields(raw), now)
                 except RecordError as exc:
                     log.warning("state: ignoring malformed record %s: %s", key, exc)
+        self._read_loads(fetched)
+        self._apply_loads(now)
         return True
 
     def _apply_drains(self, flags: DrainFlags) -> None:
@@ -146,8 +166,9 @@ class StateLink:
         for b in self.pool:
             want = (self.region, b.name) in flags.gpus
             if want != (STATE in b.drains):
-                log.info("state: GPU %s/%s %s", self.region, b.name,
-                         "drained" if want else "undrained")
+                log.info(
+                    "state: GPU %s/%s %s", self.region, b.name, "drained" if want else "undrained"
+                )
                 self.pool.set_draining(b.name, want, STATE)
 
     def _apply_health(self, gpu: str, record: HealthRecord, now: float) -> None:
@@ -157,6 +178,29 @@ class StateLink:
         if healthy != self.pool[gpu].healthy:
             log.info("state: GPU %s/%s %s", self.region, gpu, "up" if healthy else "down")
             self.pool.set_healthy(gpu, healthy)
+
+    def _read_loads(self, fetched: dict[str, dict[bytes, bytes]]) -> None:
+        loads: dict[str, GpuLoad] = {}
+        for key, gpu in self._load_keys.items():
+            raw = fetched.get(key)
+            if raw:
+                try:
+                    loads[gpu] = GpuLoad.from_fields(raw)
+                except RecordError as exc:
+                    log.warning("state: ignoring malformed record %s: %s", key, exc)
+        self.loads = loads
+
+    def _apply_loads(self, now: float) -> None:
+        for gpu in self._load_keys.values():
+            if gpu not in self.pool.by_name:  # left the pool; the link is rebuilt soon
+                continue
+            load = self.loads.get(gpu)
+            if load is None or load.age(now) > self.config.load_stale_after_s:
+                self.pool.set_scraped(gpu, ScrapedLoad())
+            else:
+                self.pool.set_scraped(
+                    gpu, ScrapedLoad(load.waiting, load.running, load.cache_usage)
+                )
 
     # -- loops ---------------------------------------------------------------------------
 
@@ -203,8 +247,12 @@ class StateLink:
     def _failed(self, op: str, exc: BaseException) -> None:
         self.metrics.state_errors.labels(op).inc()
         if self.reachable is not False:
-            log.warning("state: server unreachable (%s), serving on with the last known "
-                        "drain and health flags: %s", op, exc)
+            log.warning(
+                "state: server unreachable (%s), serving on with the last known "
+                "drain and health flags: %s",
+                op,
+                exc,
+            )
         self.reachable = False
         self.metrics.state_reachable.set(0)
 

@@ -40,6 +40,7 @@ class RequestInfo:
     session: str | None = None
     user: str | None = None
     exclude: frozenset[str] = frozenset()
+    prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,12 @@ class BackendSnapshot:
     is what admission allows); ``work_tokens`` the predicted work of its in-flight requests
     in decode-token equivalents; ``tokens_per_s`` its learned decode rate (or the fleet's
     prior).
+
+    ``ttft_ewma_s`` is the backend's time to first token (first byte of the body when not
+    streamed) as an EWMA over ``ttft_samples`` samples, None before the first; it is as of
+    the view's last rebuild (a lease or its release rebuilds it, so it lags by at most one
+    request). ``waiting``, ``running`` and ``kv_usage`` (in [0, 1]) are the last values
+    scraped from the server's metrics through the shared state, None when unknown or stale.
     """
 
     index: int
@@ -65,6 +72,11 @@ class BackendSnapshot:
     tokens_per_s: float
     rate_learned: bool
     prefetch: int = 0
+    ttft_ewma_s: float | None = None
+    ttft_samples: int = 0
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
 
     @property
     def limit(self) -> int:

@@ -68,4 +68,6 @@ def test_registry_is_frozen_and_names_unknown_plugins() -> None:
         registry.register("filter", "x", object)
     with pytest.raises(BalancerConfigError, match="unknown picker 'nope'"):
         build_profile(registry, picker="nope")
-    assert registry.names("picker") == ["max-score", "power-of-two", "round-robin"]
+    assert registry.names("picker") == [
+        "max-score", "power-of-two", "round-robin", "weighted-random"
+    ]

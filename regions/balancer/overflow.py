@@ -1,0 +1,311 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Overflow: what a saturated region does with a request it would shed (429).
+
+Modes (``OverflowConfig.mode``):
+
+- ``off`` (default): 429 with Retry-After, as admission decided;
+- ``redirect``: 307 to a sibling region's balancer, same path and query, plus the marker
+  query parameter ``director-overflow=<this region>`` (the sibling strips it);
+- ``proxy``: forward the request to the sibling's balancer and stream its answer back
+  (headers ``x-director-region`` / ``x-director-backend`` are the sibling's; the answer
+  carries ``x-director-overflow: <this region>``). If the sibling cannot be reached the
+  client gets the 429.
+
+One hop only: a request that arrives marked (header ``x-director-overflow`` or the query
+parameter) is never overflowed again; it is served or shed where it landed.
+
+Siblings come from the policy: every other region whose balancer URL is known (an explicit
+``urls`` entry, else ``http://{first endpoint}:{balancer_port}``), nearest first (great
+circle from this region's location). A request may go to a sibling only when
+
+1. the request's service (its Host, when it names one of the policy's services) is served
+   by the sibling, and
+2. the residency re-check (``residency_check.ResidencyCheck`` for the sibling, on the same
+   client: peer address or trusted edge headers) allows the sibling: a client whose
+   jurisdiction forbids a region is never sent there.
+
+Without a policy (no residency check) nothing can be proven, so nothing overflows. The
+sibling sees the client through ``X-Director-Client-IP`` / ``-Country`` (the balancers'
+network must be in its ``--trusted-network`` list) and re-checks residency itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from policies.model import Policy, Region
+from regions.balancer.errors import BalancerConfigError
+from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.proxy import BACKEND_HEADER, DEADLINE_HEADER, REGION_HEADER
+from regions.balancer.request_info import PRIORITY_HEADER, SESSION_HEADER
+from regions.balancer.residency_check import (
+    CLIENT_COUNTRY_HEADER,
+    CLIENT_IP_HEADER,
+    ResidencyCheck,
+)
+
+OVERFLOW_HEADER = "x-director-overflow"
+OVERFLOW_PARAM = "director-overflow"
+FORWARDED_CONTROL = (PRIORITY_HEADER, SESSION_HEADER, DEADLINE_HEADER)
+UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+class OverflowMode(enum.Enum):
+    OFF = "off"
+    REDIRECT = "redirect"
+    PROXY = "proxy"
+
+
+@dataclass(frozen=True)
+class OverflowConfig:
+    """``balancer_port``: where sibling balancers listen on their region's first endpoint
+    (None: only the regions named in ``urls``); ``urls``: region -> balancer URL."""
+
+    mode: OverflowMode = OverflowMode.OFF
+    balancer_port: int | None = None
+    urls: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Sibling:
+    region: str
+    url: str
+    check: ResidencyCheck
+
+
+def sibling_url(region: Region, config: OverflowConfig) -> str | None:
+    url = config.urls.get(region.name)
+    if url:
+        return url.rstrip("/")
+    if config.balancer_port is None:
+        return None
+    if region.endpoints_v4:
+        return f"http://{region.endpoints_v4[0]}:{config.balancer_port}"
+    if region.endpoints_v6:
+        return f"http://[{region.endpoints_v6[0]}]:{config.balancer_port}"
+    return None
+
+
+def _distance_km(a: Region, b: Region) -> float:
+    lat1, lon1, lat2, lon2 = map(math.radians, (a.latitude, a.longitude, b.latitude, b.longitude))
+    h = (
+        math.sin((lat2 - lat1) / 2) ** 2
+        + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+    )
+    return 2 * 6371.0 * math.asin(math.sqrt(min(1.0, h)))
+
+
+def siblings(residency: ResidencyCheck, config: OverflowConfig) -> tuple[Sibling, ...]:
+    """The other regions of the policy with a known balancer URL, nearest first."""
+    policy: Policy = residency.policy
+    try:
+        here = policy.region(residency.region)
+    except KeyError:
+        return ()
+    trusted = [str(n) for n in residency.trusted]
+    found = []
+    for region in policy.regions:
+        url = sibling_url(region, config)
+        if region.name == here.name or url is None:
+            continue
+        check = ResidencyCheck(policy, region.name, residency.locate, trusted)
+        found.append((_distance_km(here, region), Sibling(region.name, url, check)))
+    return tuple(s for _, s in sorted(found, key=lambda pair: pair[0]))
+
+
+def is_shed(response: web.StreamResponse) -> bool:
+    """The proxy's own 429 (admission shed it): not yet sent, unlike a relayed answer."""
+    return isinstance(response, web.Response) and not response.prepared and response.status == 429
+
+
+class Overflow:
+    """Sends a shed request to an allowed sibling region (redirect or proxy)."""
+
+    def __init__(
+        self, region: str, config: OverflowConfig, residency: ResidencyCheck | None
+    ) -> None:
+        if config.mode is not OverflowMode.OFF and residency is None:
+            raise BalancerConfigError(
+                f"overflow {config.mode.value}: needs the policy's residency check"
+            )
+        self.region = region
+        self.config = config
+        self.siblings: tuple[Sibling, ...] = ()
+        self.services: dict[str, tuple[str, ...]] = {}
+        self.counts: dict[str, int] = {}
+        self.session: aiohttp.ClientSession | None = None
+        if residency is not None:
+            self.set_residency(residency)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.mode is not OverflowMode.OFF
+
+    def describe(self) -> dict[str, Any]:
+        """Mode, siblings (nearest first) and what was sent where, for ``/_admin/state``."""
+        return {
+            "mode": self.config.mode.value,
+            "siblings": {s.region: s.url for s in self.siblings},
+            "counts": dict(self.counts),
+        }
+
+    def set_residency(self, residency: ResidencyCheck) -> None:
+        """Follow a new policy: its regions, addresses and residency rules."""
+        self.siblings = siblings(residency, self.config)
+        self.services = {s.name: s.regions for s in residency.policy.services}
+
+    # -- deciding ------------------------------------------------------------------------
+
+    @staticmethod
+    def marked(request: web.Request) -> bool:
+        return OVERFLOW_HEADER in request.headers or OVERFLOW_PARAM in request.rel_url.query
+
+    def target(
+        self, peer: str | None, host: str | None, headers: Mapping[str, str]
+    ) -> Sibling | None:
+        """The nearest sibling this client's request may go to, or None."""
+        serving = self.services.get((host or "").split(":")[0].lower().rstrip("."))
+        for sibling in self.siblings:
+            if serving is not None and sibling.region not in serving:
+                continue
+            if sibling.check.check(peer, host, headers).allowed:
+                return sibling
+        return None
+
+    async def handle(self, request: web.Request, shed: web.Response) -> web.StreamResponse:
+        """What to answer instead of ``shed`` (which is returned when nothing applies).
+        The caller checks ``marked`` first, before ``strip_marker``."""
+        if not self.enabled:
+            return shed
+        sibling = self.target(request.remote, request.host, request.headers)
+        if sibling is None:
+            self._count("none-allowed")
+            return shed
+        if self.config.mode is OverflowMode.REDIRECT:
+            self._count(f"redirect:{sibling.region}")
+            location = request.rel_url.update_query({OVERFLOW_PARAM: self.region})
+            return web.Response(
+                status=307,
+                headers={
+                    "Location": sibling.url + str(location),
+                    REGION_HEADER: self.region,
+                    OVERFLOW_HEADER: self.region,
+                },
+            )
+        answer = await self.forward(request, sibling)
+        self._count(
+            f"proxy:{sibling.region}" if answer is not None else f"unreachable:{sibling.region}"
+        )
+        return shed if answer is None else answer
+
+    def _count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    # -- proxying ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.session is None and self.config.mode is OverflowMode.PROXY:
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.config.connect_timeout_s,
+                sock_read=self.config.read_timeout_s,
+            )
+            self.session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+
+    async def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            await session.close()
+
+    def _headers(self, request: web.Request, sibling: Sibling) -> dict[str, str]:
+        headers = dict(upstream_request_headers(request.headers))
+        for name in FORWARDED_CONTROL:
+            if name in request.headers:
+                headers[name] = request.headers[name]
+        if _trusted(sibling.check, request.remote) and (
+            CLIENT_COUNTRY_HEADER in request.headers or CLIENT_IP_HEADER in request.headers
+        ):
+            for name in (CLIENT_COUNTRY_HEADER, CLIENT_IP_HEADER):
+                if name in request.headers:
+                    headers[name] = request.headers[name]
+        elif request.remote:
+            headers[CLIENT_IP_HEADER] = request.remote
+        if request.host:
+            headers["Host"] = request.host  # the sibling finds the service by it
+        headers[OVERFLOW_HEADER] = self.region
+        return headers
+
+    async def forward(self, request: web.Request, sibling: Sibling) -> web.StreamResponse | None:
+        """Stream the sibling's answer back; None when the sibling could not be reached."""
+        await self.open()
+        if self.session is None:
+            return None
+        body = await request.read()  # already read (and cached) by the proxy
+        try:
+            upstream = await self.session.post(
+                sibling.url + request.rel_url.path_qs,
+                data=body,
+                headers=self._headers(request, sibling),
+            )
+        except UPSTREAM_ERRORS:
+            return None
+        resp = web.StreamResponse(
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=downstream_response_headers(upstream.headers),
+        )
+        for name in (REGION_HEADER, BACKEND_HEADER):
+            if name in upstream.headers:
+                resp.headers[name] = upstream.headers[name]
+        resp.headers[OVERFLOW_HEADER] = self.region
+        if upstream.content_type != "text/event-stream" and upstream.content_length is not None:
+            resp.content_length = upstream.content_length
+        finished = False
+        try:
+            await resp.prepare(request)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except UPSTREAM_ERRORS:
+                    if request.transport is not None:
+                        request.transport.abort()  # the client sees a truncated answer
+                    return resp
+                if not chunk:
+                    break
+                try:
+                    await resp.write(chunk)
+                except ConnectionResetError:
+                    return resp
+            await resp.write_eof()
+            finished = True
+        finally:
+            if finished:
+                upstream.release()
+            else:
+                upstream.close()
+        return resp
+
+
+def _trusted(check: ResidencyCheck, peer: str | None) -> bool:
+    try:
+        address = ipaddress.ip_address(peer or "")
+    except ValueError:
+        return False
+    return any(address.version == n.version and address in n for n in check.trusted)
+
+
+def strip_marker(request: web.Request) -> web.Request:
+    """The request without the redirect marker parameter (never sent to a GPU server)."""
+    if OVERFLOW_PARAM not in request.rel_url.query:
+        return request
+    return request.clone(rel_url=request.rel_url.without_query_params(OVERFLOW_PARAM))

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A balancer following the policy stored in Redis: its region's GPU servers, live.
+
+``PolicyFollow(balancer, state)`` runs a ``director.state.policy_follower.PolicyFollower``
+(one small read a ``read_every_s``; a version that fails to load is logged once and the
+last good one keeps serving) and applies each new version with ``apply``:
+
+- the region's GPU servers go through ``pool_update.apply_specs``: new ones join in slow
+  start, removed ones drain (their streams finish) and leave once idle, changed URLs are
+  replaced, changed models apply in place; a version without this region or without GPU
+  servers for it is logged and changes nothing;
+- new backends get their connection pool; the shared-state link is rebuilt so it follows
+  the drain and health flags of the GPU servers now in the pool;
+- the residency re-check, the overflow siblings and the published capacity follow too.
+
+A background task takes retired backends out of the pool once their last stream ended
+(checked every ``RETIRE_POLL_S`` while any retire) and closes their connection pools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from director.state.aio import AsyncStateStore
+from director.state.policy_follower import PolicyFollower
+from director.tasks import cancel_and_wait
+from policies.model import Policy
+from regions.balancer.backends import Backend, BackendSpec
+from regions.balancer.errors import BalancerConfigError
+from regions.balancer.pool_update import PoolChange, apply_specs, idle_retired, remove, retiring
+from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.shared_state import SharedStateConfig
+
+if TYPE_CHECKING:
+    from regions.balancer.app import Balancer
+
+log = logging.getLogger(__name__)
+
+RETIRE_POLL_S = 0.05
+
+
+class PolicyFollow:
+    """Applies stored policy versions to one running balancer."""
+
+    def __init__(self, balancer: Balancer, state: SharedStateConfig | None = None) -> None:
+        self.balancer = balancer
+        self.state = state
+        self.follower: PolicyFollower | None = None
+        self.version: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._retire_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self.state is None or self.follower is not None:
+            return
+        cfg = self.state
+        store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
+        self.follower = PolicyFollower(store, self.apply, interval=cfg.read_every_s)
+        await self.follower.__aenter__()
+
+    async def stop(self) -> None:
+        follower, self.follower = self.follower, None
+        if follower is not None:
+            await follower.__aexit__(None, None, None)
+            await follower.store.close()
+        tasks, self._tasks = [*self._tasks, self._retire_task], set()
+        self._retire_task = None
+        await cancel_and_wait(tasks)
+
+    # -- applying ------------------------------------------------------------------------
+
+    def apply(self, policy: Policy, version: int | None = None) -> PoolChange | None:
+        """Serve ``policy``'s GPU servers for this region; None when it cannot (logged).
+        Runs on the balancer's event loop (it may start background tasks)."""
+        b = self.balancer
+        try:
+            region = policy.region(b.region)
+        except KeyError:
+            log.error(
+                "policy version %s has no region %s; keeping its current GPU servers",
+                version,
+                b.region,
+            )
+            return None
+        specs = [BackendSpec.coerce(gpu, b.config.max_concurrency) for gpu in region.gpus]
+        try:
+            change = apply_specs(b.pool, specs)
+        except BalancerConfigError as exc:
+            log.error(
+                "policy version %s: region %s: %s; keeping its current GPU servers",
+                version,
+                b.region,
+                exc,
+            )
+            return None
+        self.version = version
+        for name, retired in change.renamed:
+            session = b.sessions.pop(name, None)
+            if session is not None:
+                b.sessions[retired] = session
+        if b.runner is not None:  # else the app opens them when it starts
+            b.open_sessions()
+        b.capacity_rps = region.capacity.rps
+        b.jurisdiction = region.jurisdiction
+        if b.residency is not None:
+            old = b.residency
+            b.residency = ResidencyCheck(
+                policy, b.region, old.locate, [str(n) for n in old.trusted]
+            )
+            if b.overflow is not None:
+                b.overflow.set_residency(b.residency)
+        if change:
+            log.info("policy version %s: region %s: %s", version, b.region, change.describe())
+        if change.added or change.replaced:
+            self._spawn(b.relink())
+        if retiring(b.pool):
+            self._watch_retiring()
+        return change
+
+    def _leave(
+        self, backend: Backend, left: list[tuple[str, aiohttp.ClientSession | None]]
+    ) -> None:
+        """Take an idle retired backend out (unless it rejoined meanwhile), with its pool."""
+        b = self.balancer
+        if any(x is backend for x in idle_retired(b.pool)):
+            remove(b.pool, backend)
+            left.append((backend.name, b.sessions.pop(backend.name, None)))
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _watch_retiring(self) -> None:
+        if self._retire_task is None or self._retire_task.done():
+            self._retire_task = asyncio.create_task(self._retire(), name="retire-backends")
+
+    async def _retire(self) -> None:
+        b = self.balancer
+        while retiring(b.pool):
+            for backend in idle_retired(b.pool):
+                left: list[tuple[str, aiohttp.ClientSession | None]] = []
+                await b.relink(functools.partial(self._leave, backend, left))
+                for name, session in left:
+                    if session is not None:
+                        await session.close()
+                    log.info("region %s: GPU server %s drained and removed", b.region, name)
+            await asyncio.sleep(RETIRE_POLL_S)
