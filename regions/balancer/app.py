@@ -154,6 +154,9 @@ class Balancer:
                 cfg.max_retries,
                 cfg.prefill_ratio,
                 cfg.admission.queue_timeout_s,
+                prefix_hashes=any(
+                    ws.scorer.name == "prefix-affinity" for ws in self.profile.scorers
+                ),
             ),
             self.pool,
             self.dispatcher,

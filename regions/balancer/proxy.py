@@ -66,6 +66,7 @@ class ProxySettings:
     max_retries: int
     prefill_ratio: float
     max_queue_wait_s: float
+    prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
 
 
 class Proxy:
@@ -112,6 +113,7 @@ class Proxy:
             request.headers,
             prefill_ratio=self.settings.prefill_ratio,
             learned_output=learned.value if learned else None,
+            with_prefix=self.settings.prefix_hashes,
         )
         return raw, info
 

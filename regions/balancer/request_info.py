@@ -146,8 +146,10 @@ def parse_request(
     *,
     prefill_ratio: float,
     learned_output: float | None = None,
+    with_prefix: bool = True,
 ) -> RequestInfo:
-    """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body."""
+    """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body.
+    ``with_prefix=False`` skips the prefix hashes (no scorer of the profile reads them)."""
     if not isinstance(body, dict):
         raise RequestRejected(400, "request body must be a JSON object")
     model = body.get("model")
@@ -179,5 +181,5 @@ def parse_request(
         priority=_priority(headers),
         session=headers.get(SESSION_HEADER) or user,
         user=user,
-        prefix=prefix_hashes(endpoint, body, model),
+        prefix=prefix_hashes(endpoint, body, model) if with_prefix else (),
     )

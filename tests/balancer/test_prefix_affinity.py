@@ -172,3 +172,12 @@ async def test_a_shared_prefix_returns_to_the_backend_that_served_it(weight, sti
             step = next(s for s in explained["steps"] if s.get("plugin") == "prefix-affinity")
             assert step["scores"][served[0]] == 1.0
             assert sorted(step["scores"].values()) == [0.0, 0.0, 1.0]
+
+
+async def test_prompts_are_hashed_only_when_a_prefix_scorer_reads_them() -> None:
+    with_scorer = BalancerConfig(scorers=(("prefix-affinity", 1.0), ("queue-depth", 1.0)))
+    for config, hashed in ((BalancerConfig(), False), (with_scorer, True)):
+        async with stack(speeds=(1.0,), config=config) as (_, balancer, client):
+            assert balancer.proxy.settings.prefix_hashes is hashed
+            status, _, _ = await stream_completion(client, completion(2, prompt=LONG))
+            assert status == 200
