@@ -2,8 +2,9 @@
 # DNS benchmark: the director's DNS server against gdnsd, side by side, on loopback.
 # Installs what it needs (Debian dnsperf, gdnsd, dig), then runs bench/dns_bench.py:
 # three query mixes (plain A; ECS from one /24; ECS from 30,000 distinct /24s), servers
-# pinned to CPU 0 and dnsperf to CPU 1, --workers 1 and 2. Each dnsperf run is <= 10 s.
-#   bench/dns.sh [--seconds 8] [--workdir DIR]
+# pinned to CPU 0 and dnsperf to CPU 1 (--workers 1), and on shared cores (--workers 2).
+# Each dnsperf run is <= 10 s.
+#   bench/dns.sh [--seconds 8] [--repeats 3] [--workdir DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

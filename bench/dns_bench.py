@@ -4,11 +4,12 @@ For each server configuration and each query mix (plain A without EDNS; ECS from
 ECS from 30,000 distinct /24s) it warms the server up, runs dnsperf for ``--seconds``
 (<= 10 s) and reports queries per second, dnsperf's average latency, and the server's CPU
 microseconds per answered query from /proc/<pid>/stat (utime + stime, all threads and
-worker processes), then the ratios ours / gdnsd. Servers are pinned with taskset to CPU 0
-and dnsperf to CPU 1 ("pinned"); the ``--workers 2`` rows are also run unpinned ("shared":
-both processes and dnsperf share the two cores), where a second process can help.
+worker processes), then the ratios ours / gdnsd (medians of ``--repeats`` runs). gdnsd
+and ``--workers 1`` run pinned with taskset to CPU 0 and dnsperf to CPU 1 ("pinned");
+gdnsd and ``--workers 2`` also run unpinned ("shared": the server's processes and dnsperf
+share the two cores), where a second process can help.
 
-    python bench/dns_bench.py [--seconds 8] [--workdir DIR]
+    python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,8 +94,9 @@ def dnsperf(port: int, mix: dict, seconds: float, pin: bool, rate: int | None = 
             "lost": get(r"Queries lost:\s+\d+ \(([\d.]+)%\)")}
 
 
-def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: bool) -> Result:
-    for attempt in range(mix.get("warmup_passes", 1)):
+def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: bool,
+            warm: bool = True) -> Result:
+    for attempt in range(mix.get("warmup_passes", 1) if warm else 0):
         warm = dnsperf(port, mix, mix["warmup"], pin, rate=mix.get("warmup_rate"))
         if mix.get("warmup_passes", 1) > 1:
             print(f"    warm-up pass {attempt + 1}: {warm['qps']:,.0f} qps, "
@@ -154,6 +157,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="dnsperf runs per server and mix; the table shows medians")
     args = parser.parse_args()
     seconds = min(args.seconds, 10.0)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-bench-"))
@@ -171,9 +176,10 @@ def main() -> int:
         "ECS 30k /24s": {"args": ["-B", "-d", str(mix_file)], "warmup": 10,
                          "warmup_rate": 4000, "warmup_passes": 5},
     }
+    # --workers 2 is measured on the shared cores only: two workers pinned to one core just
+    # take turns on it.
     configs = [("gdnsd", "pinned", None), ("ours --workers 1", "pinned", 1),
-               ("ours --workers 2", "pinned", 2), ("gdnsd", "shared", None),
-               ("ours --workers 2", "shared", 2)]
+               ("gdnsd", "shared", None), ("ours --workers 2", "shared", 2)]
     results: dict[tuple[str, str, str], Result] = {}
     for name, placement, workers in configs:
         pin = placement == "pinned"
@@ -182,8 +188,9 @@ def main() -> int:
         try:
             print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
             for mix_name, mix in mixes.items():
-                results[(name, placement, mix_name)] = measure(proc, port, mix, seconds, pin)
-                r = results[(name, placement, mix_name)]
+                runs = [measure(proc, port, mix, seconds, pin, warm=repeat == 0)
+                        for repeat in range(args.repeats)]
+                r = results[(name, placement, mix_name)] = median_result(runs)
                 print(f"  {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
                       f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%", flush=True)
         finally:
@@ -192,6 +199,12 @@ def main() -> int:
     print_table(results, mixes, configs)
     shutil.rmtree(workdir / "gdnsd", ignore_errors=True)
     return 0
+
+
+def median_result(runs: list[Result]) -> Result:
+    """Each figure's median over the runs."""
+    return Result(*(statistics.median(getattr(r, f) for r in runs)
+                    for f in ("qps", "latency_ms", "cpu_us", "lost")))
 
 
 def print_table(results: dict, mixes: dict, configs: list) -> None:
