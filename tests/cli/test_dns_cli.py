@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -19,10 +18,18 @@ from director.state.store import StateStore
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def start_dns(*args: str) -> tuple[subprocess.Popen, int]:
+    """``director dns serve`` on port 0 (the server picks one free for UDP and TCP alike);
+    the process and the port it announced."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
+         "--listen", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("listening "):
+            return process, int(line.split()[1].rsplit(":", 1)[1])
+    raise AssertionError(f"dns serve exited {process.wait()}: {process.stderr.read()[-2000:]}")
 
 
 def answer(port: int, subnet: str) -> list[str]:
@@ -45,21 +52,35 @@ def wait_for(predicate, timeout: float) -> bool:
     return False
 
 
+def expect_answer(port: int, subnet: str, expected: list[str], timeout: float,
+                  process: subprocess.Popen) -> None:
+    """Wait until ``subnet`` is answered ``expected``; on failure say what was seen instead
+    and whether the server is still running."""
+    seen: list = []
+
+    def check() -> bool:
+        seen.append(answer(port, subnet))
+        return seen[-1] == expected
+
+    if wait_for(check, timeout):
+        return
+    state = f"exited {process.poll()}" if process.poll() is not None else "running"
+    stderr = process.stderr.read()[-2000:] if process.poll() is not None else ""
+    raise AssertionError(f"{subnet}: wanted {expected}, last answers {seen[-3:]}; server "
+                         f"{state} {stderr}")
+
+
 def test_drain_in_redis_moves_the_dns_answer():
     with EmbeddedValkey() as valkey:
-        port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
-             "--listen", f"127.0.0.1:{port}", "--redis", valkey.url],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process, port = start_dns("--redis", valkey.url)
         try:
             france = "2.2.2.0/24"  # FR in GeoLite2 2018: nearest EU region is eu-central
-            assert wait_for(lambda: answer(port, france) == ["127.0.3.1"], 30)
+            expect_answer(port, france, ["127.0.3.1"], 30, process)
             store = StateStore.from_url(valkey.url)
             store.set_drain("eu-central")
-            assert wait_for(lambda: answer(port, france) == ["127.0.2.1"], 10)
+            expect_answer(port, france, ["127.0.2.1"], 10, process)
             store.set_drain("eu-central", draining=False)
-            assert wait_for(lambda: answer(port, france) == ["127.0.3.1"], 10)
+            expect_answer(port, france, ["127.0.3.1"], 10, process)
             store.close()
         finally:
             process.terminate()
@@ -73,20 +94,16 @@ def test_follow_policy_swaps_a_new_version_and_keeps_serving_on_a_broken_one():
     with EmbeddedValkey() as valkey:
         store = StateStore.from_url(valkey.url)
         store.set_policy(sources.text, name=sources.name, files=sources.files)
-        port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
-             "--listen", f"127.0.0.1:{port}", "--redis", valkey.url, "--follow-policy"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process, port = start_dns("--redis", valkey.url, "--follow-policy")
         try:
             france = "2.2.2.0/24"
-            assert wait_for(lambda: answer(port, france) == ["127.0.3.1"], 30)
+            expect_answer(port, france, ["127.0.3.1"], 30, process)
             store.set_policy("zone {", name=sources.name, files=sources.files)
             moved = sources.text.replace("endpoints 127.0.3.1", "endpoints 127.0.3.9")
             time.sleep(1.5)  # the broken version is seen and rejected first
             assert answer(port, france) == ["127.0.3.1"]
             store.set_policy(moved, name=sources.name, files=sources.files)
-            assert wait_for(lambda: answer(port, france) == ["127.0.3.9"], 15)
+            expect_answer(port, france, ["127.0.3.9"], 15, process)
         finally:
             store.close()
             process.terminate()
