@@ -27,10 +27,10 @@ import ipaddress
 import mmap
 from collections.abc import Callable, Hashable
 
-from director.geo import GeoLocator, IPAddress, IPNetwork, RecordFields
+from director.geo import GeoLocator, IPAddress, IPNetwork, Location, RecordFields
 
 _NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
-DEFAULT_BUDGET = 400  # work units per widening: a tree node 1, classifying a new record:
+DEFAULT_BUDGET = 200  # work units per widening: a tree node 1, classifying a new record:
 RECORD_COST = 20
 MEMO_LIMIT = 1_000_000  # memoised nodes (or records) before the memo starts over
 
@@ -103,6 +103,17 @@ class MergedNetworks:
             self._remember(parent, target)
             depth -= 1
         return ipaddress.ip_network((address, depth), strict=False), final
+
+    def class_of(self, location: Location) -> Hashable:
+        """The class of a located address (memoised by its fields, like the walk's)."""
+        fields = RecordFields(location.country, location.continent, location.latitude,
+                              location.longitude)
+        known = self._field_class.get(fields)
+        if known is None:
+            if len(self._field_class) >= MEMO_LIMIT:
+                self._field_class.clear()
+            known = self._field_class[fields] = self._classify(fields)
+        return known
 
     def close(self) -> None:
         self._buffer.close()

@@ -52,11 +52,11 @@ class DnsApp:
     def set_policy(self, policy: Policy) -> None:
         """Answer from ``policy`` from now on (new zone, engine and caches)."""
         zone = ZoneData(policy)
-        self.locator = ClientLocator(geo=self.geo,
-                                     merged=MergedNetworks(self.geo, location_classifier(policy),
-                                                            self.merge_budget))
+        merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
+        self.locator = ClientLocator(geo=self.geo, merged=merged)
         decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
-                              observe=self.stats.observe_decision)
+                              observe=self.stats.observe_decision,
+                              location_class=merged.class_of)
         handler = Handler(zone, decisions)
         responder = Responder(handler)
         self.policy = policy

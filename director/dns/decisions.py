@@ -4,9 +4,11 @@
 both dropped whenever the snapshot object changes (every state swap bumps its version):
 
 - per client: (service, ECS subnet as sent | resolver address) -> (decision, ECS scope);
-- per decision inputs: (service, country, continent, database block prefix, and only when
-  they matter: coordinates (geo steering), the client's hashing bucket and bucket prefix,
-  the measured-RTT network holding it) -> decision.
+- per decision inputs: (service, the client's location class (``location_class``: the
+  policy's classes, which decide alike by construction) or else country, continent and,
+  for geo steering, coordinates; the network prefix; and only when they matter: the
+  client's hashing bucket and bucket prefix, the measured-RTT network holding it) ->
+  decision.
 
 A decision depends on the client's bucket only where a plugin hashes it: weighted steering,
 or spillover while some region of the service is over its threshold. Services whose hashing
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from director.dns.locate import ClientLocator
@@ -27,6 +29,7 @@ from director.dns.types import EcsSubnet
 from director.engine import Engine
 from director.engine.snapshot import Snapshot
 from director.engine.types import Client, Decision
+from director.geo import Location
 from policies.model import Affinity, Service
 
 _MEMO_LIMIT = 200_000
@@ -47,9 +50,11 @@ class Decisions:
     """Memoising front of the engine for one policy."""
 
     def __init__(self, engine: Engine, locator: ClientLocator, snapshots: SnapshotSource,
-                 observe: Callable[[float], None] | None = None) -> None:
+                 observe: Callable[[float], None] | None = None,
+                 location_class: Callable[[Location], Hashable] | None = None) -> None:
         self.engine = engine
         self.locator = locator
+        self.location_class = location_class  # director.engine.location_class, if given
         self.snapshots = snapshots
         self.observe = observe  # called with the seconds each engine decision took
         self._snapshot: Snapshot | None = None
@@ -126,7 +131,9 @@ class Decisions:
     def _inputs_key(self, service: Service, client: Client, snapshot: Snapshot) -> tuple:
         location = client.location
         where: tuple | None = None
-        if location is not None:
+        if location is not None and self.location_class is not None:
+            where = (self.location_class(location), location.network.prefixlen)
+        elif location is not None:
             where = (location.country, location.continent, location.network.prefixlen)
             if not set(service.steer) <= _COORDINATE_FREE:
                 where += (location.latitude, location.longitude)

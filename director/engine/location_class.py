@@ -23,6 +23,7 @@ from policies.model import Policy
 from policies.residency import rules_for
 
 _UNLOCATED = ("unlocated",)
+_MEMO_LIMIT = 200_000
 
 
 def location_classifier(policy: Policy) -> Callable[[RecordFields], Hashable]:
@@ -33,18 +34,30 @@ def location_classifier(policy: Policy) -> Callable[[RecordFields], Hashable]:
               for name in geo_regions]
     ruled = [service for service in policy.services if service.residency]
 
+    rules_memo: dict[tuple[str | None, str | None], tuple] = {}
+    ranking_memo: dict[tuple[float, float], tuple] = {}
+
     def classify(fields: RecordFields) -> Hashable:
         if fields.country is None and fields.continent is None:
             return _UNLOCATED
-        rules = tuple(tuple(index for index, rule in enumerate(service.residency)
-                            if rule in rules_for(policy, service, fields.country,
-                                                 fields.continent))
-                      for service in ruled)
+        where = (fields.country, fields.continent)
+        rules = rules_memo.get(where)
+        if rules is None:
+            rules = rules_memo[where] = tuple(
+                tuple(index for index, rule in enumerate(service.residency)
+                      if rule in rules_for(policy, service, *where))
+                for service in ruled)
         if not places:
             return rules, ()
         if fields.latitude is None or fields.longitude is None:
             return rules, None
-        return rules, _ranking(fields.latitude, fields.longitude, places)
+        point = (fields.latitude, fields.longitude)
+        ranking = ranking_memo.get(point)
+        if ranking is None:
+            if len(ranking_memo) >= _MEMO_LIMIT:
+                ranking_memo.clear()
+            ranking = ranking_memo[point] = _ranking(*point, places)
+        return rules, ranking
 
     return classify
 
