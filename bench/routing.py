@@ -79,7 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 import uvloop
-from routing_client import Outcome, run_load
+from routing_client import MAX_TOKENS, Outcome, run_load
 from routing_procs import (
     Proc,
     have,
@@ -90,8 +90,7 @@ from routing_procs import (
 )
 from routing_trace import load_trace, replay
 
-FLEET = (("gpu0", 1.0), ("gpu1", 1.0), ("gpu2", 0.6), ("gpu3", 0.6), ("gpu4", 0.4),
-         ("gpu5", 0.4))
+FLEET = (("gpu0", 1.0), ("gpu1", 1.0), ("gpu2", 0.6), ("gpu3", 0.6), ("gpu4", 0.4), ("gpu5", 0.4))
 REQ_PER_S_AT_SPEED_1 = 3.02  # model req/s on this trace (bench/simulator_check.py)
 MAX_NUM_SEQS = 16  # the simulator's default batch
 CAPACITY = sum(REQ_PER_S_AT_SPEED_1 * s for _, s in FLEET)
@@ -99,6 +98,7 @@ TAIL_LOAD_S = 60.0  # model seconds of arrivals after the counted ones, to keep 
 MAX_LOST_SHARE = 0.01  # replay a run whose simulators lost more model time than this
 SETUPS = ("ours", "round-robin", "nginx", "haproxy")
 PEERS = ("round-robin", "nginx", "haproxy")
+
 
 @dataclass(frozen=True)
 class RunStats:
@@ -125,8 +125,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def summarise(outcomes: list[Outcome], window: tuple[float, float], cpu: float,
-              utilization: dict[str, float], lost: float) -> RunStats:
+def summarise(
+    outcomes: list[Outcome],
+    window: tuple[float, float],
+    cpu: float,
+    utilization: dict[str, float],
+    lost: float,
+) -> RunStats:
     """Latencies over the requests arriving in ``window`` (model seconds); throughput over
     the completions (of any request) in it."""
     start, end = window
@@ -138,17 +143,24 @@ def summarise(outcomes: list[Outcome], window: tuple[float, float], cpu: float,
     done = [o for o in outcomes if o.finished_at is not None and start <= o.finished_at < end]
     length = end - start
     return RunStats(
-        ttft_p50=pct(ttft, 50), ttft_p99=pct(ttft, 99),
-        e2e_p50=pct(e2e, 50), e2e_p99=pct(e2e, 99),
+        ttft_p50=pct(ttft, 50),
+        ttft_p99=pct(ttft, 99),
+        e2e_p50=pct(e2e, 50),
+        e2e_p99=pct(e2e, 99),
         req_per_s=len(done) / length,
         tok_per_s=sum(o.output_tokens for o in done) / length,
-        shed=shed, errors=len(counted) - len(ok) - shed, counted=len(counted), cpu=cpu,
-        utilization=utilization, lost=lost,
+        shed=shed,
+        errors=len(counted) - len(ok) - shed,
+        counted=len(counted),
+        cpu=cpu,
+        utilization=utilization,
+        lost=lost,
     )
 
 
 async def sim_states(sims: list[Proc]) -> dict[str, dict]:
     async with aiohttp.ClientSession() as session:
+
         async def one(p: Proc) -> dict:
             async with session.get(p.url + "/_sim/state") as resp:
                 return await resp.json()
@@ -157,8 +169,9 @@ async def sim_states(sims: list[Proc]) -> dict[str, dict]:
     return {p.name: s for p, s in zip(sims, states, strict=True)}
 
 
-async def sample_running(sims: list[Proc], period: float, stop: asyncio.Event
-                         ) -> dict[str, list[int]]:
+async def sample_running(
+    sims: list[Proc], period: float, stop: asyncio.Event
+) -> dict[str, list[int]]:
     """Sequences running on each GPU, sampled every ``period`` wall seconds until ``stop``."""
     samples: dict[str, list[int]] = {p.name: [] for p in sims}
     while not stop.is_set():
@@ -169,8 +182,9 @@ async def sample_running(sims: list[Proc], period: float, stop: asyncio.Event
     return samples
 
 
-async def replay_and_sample(url: str, arrivals, sims: list[Proc], args, counted_until: float
-                            ) -> tuple[list[Outcome], dict[str, float]]:
+async def replay_and_sample(
+    url: str, arrivals, sims: list[Proc], args, counted_until: float
+) -> tuple[list[Outcome], dict[str, float]]:
     """Replay, and sample the GPUs' batches over the counted window: utilization is the mean
     share of each GPU's sequence slots in use (``max_num_seqs`` 16)."""
     stop = asyncio.Event()
@@ -183,13 +197,20 @@ async def replay_and_sample(url: str, arrivals, sims: list[Proc], args, counted_
     loop = asyncio.get_running_loop()
     loop.call_later(counted_until / args.time_scale, stop.set)
     try:
-        outcomes = await run_load(url, arrivals, args.time_scale, counted_until=counted_until,
-                                  timeout=args.timeout)
+        outcomes = await run_load(
+            url,
+            arrivals,
+            args.time_scale,
+            counted_until=counted_until,
+            timeout=args.timeout,
+            max_tokens=args.max_tokens,
+        )
     finally:
         stop.set()
     samples = await task
-    util = {n: (statistics.mean(v) / MAX_NUM_SEQS if v else float("nan"))
-            for n, v in samples.items()}
+    util = {
+        n: (statistics.mean(v) / MAX_NUM_SEQS if v else float("nan")) for n, v in samples.items()
+    }
     return outcomes, util
 
 
@@ -231,8 +252,10 @@ def run_one(setup: str, workdir: Path, sims: list[Proc], arrivals, args) -> RunS
         if stats.lost <= MAX_LOST_SHARE * span:
             break
         if attempt < args.retries:
-            print(f"  {setup}: simulators starved of CPU ({stats.lost:.1f} model s lost): "
-                  "replaying", file=sys.stderr)
+            print(
+                f"  {setup}: simulators starved of CPU ({stats.lost:.1f} model s lost): replaying",
+                file=sys.stderr,
+            )
     assert best is not None
     return best
 
@@ -243,8 +266,9 @@ def _run_one(setup: str, workdir: Path, sims: list[Proc], arrivals, args) -> Run
         before = asyncio.run(sim_states(sims))
         cpu0, wall0 = proxy.cpu_seconds(), time.monotonic()
         window = (args.warmup, args.warmup + args.measure)
-        outcomes, util = uvloop.run(replay_and_sample(proxy.url + "/v1/completions", arrivals,
-                                                      sims, args, window[1]))
+        outcomes, util = uvloop.run(
+            replay_and_sample(proxy.url + "/v1/completions", arrivals, sims, args, window[1])
+        )
         cpu = (proxy.cpu_seconds() - cpu0) / max(time.monotonic() - wall0, 1e-9)
         after = asyncio.run(sim_states(sims))
     finally:
@@ -259,28 +283,42 @@ def median_stats(runs: list[RunStats]) -> RunStats:
         return statistics.median(getattr(r, attr) for r in runs)
 
     return RunStats(
-        ttft_p50=med("ttft_p50"), ttft_p99=med("ttft_p99"), e2e_p50=med("e2e_p50"),
-        e2e_p99=med("e2e_p99"), req_per_s=med("req_per_s"), tok_per_s=med("tok_per_s"),
-        shed=round(med("shed")), errors=round(med("errors")), counted=round(med("counted")),
+        ttft_p50=med("ttft_p50"),
+        ttft_p99=med("ttft_p99"),
+        e2e_p50=med("e2e_p50"),
+        e2e_p99=med("e2e_p99"),
+        req_per_s=med("req_per_s"),
+        tok_per_s=med("tok_per_s"),
+        shed=round(med("shed")),
+        errors=round(med("errors")),
+        counted=round(med("counted")),
         cpu=med("cpu"),
-        utilization={n: statistics.median(r.utilization[n] for r in runs)
-                     for n in runs[0].utilization},
+        utilization={
+            n: statistics.median(r.utilization[n] for r in runs) for n in runs[0].utilization
+        },
         lost=med("lost"),
     )
 
 
 def print_table(load: float, offered: float, results: dict[str, RunStats], args) -> None:
-    print(f"\n== load {load:.0%} of capacity: {offered:.2f} req/s offered "
-          f"(arrivals in {args.measure:g} model s counted after a {args.warmup:g} s warm-up, "
-          f"{args.repeats} repeat(s), time scale {args.time_scale:g}) ==")
-    print(f"{'setup':<12} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
-          f"{'req/s':>6} {'tok/s':>6} {'429':>4} {'err':>4} {'cpu':>5} {'lost':>5}  "
-          + " ".join(f"{n:>5}" for n, _ in FLEET))
+    print(
+        f"\n== load {load:.0%} of capacity: {offered:.2f} req/s offered "
+        f"(arrivals in {args.measure:g} model s counted after a {args.warmup:g} s warm-up, "
+        f"{args.repeats} repeat(s), time scale {args.time_scale:g}, "
+        f"{max_tokens_mode(args.max_tokens)}) =="
+    )
+    print(
+        f"{'setup':<12} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
+        f"{'req/s':>6} {'tok/s':>6} {'429':>4} {'err':>4} {'cpu':>5} {'lost':>5}  "
+        + " ".join(f"{n:>5}" for n, _ in FLEET)
+    )
     for setup, r in results.items():
         util = " ".join(f"{r.utilization[n]:>5.0%}" for n, _ in FLEET)
-        print(f"{setup:<12} {r.ttft_p50:>9.3f} {r.ttft_p99:>9.3f} {r.e2e_p50:>8.2f} "
-              f"{r.e2e_p99:>8.2f} {r.req_per_s:>6.2f} {r.tok_per_s:>6.0f} {r.shed:>4} "
-              f"{r.errors:>4} {r.cpu:>5.0%} {r.lost:>5.1f}  {util}")
+        print(
+            f"{setup:<12} {r.ttft_p50:>9.3f} {r.ttft_p99:>9.3f} {r.e2e_p50:>8.2f} "
+            f"{r.e2e_p99:>8.2f} {r.req_per_s:>6.2f} {r.tok_per_s:>6.0f} {r.shed:>4} "
+            f"{r.errors:>4} {r.cpu:>5.0%} {r.lost:>5.1f}  {util}"
+        )
     ours = results.get("ours")
     if ours is None:
         return
@@ -288,37 +326,83 @@ def print_table(load: float, offered: float, results: dict[str, RunStats], args)
         p = results.get(peer)
         if p is None:
             continue
-        print(f"  ours/{peer:<12} TTFT p50 {ours.ttft_p50 / p.ttft_p50:5.2f}x   "
-              f"TTFT p99 {ours.ttft_p99 / p.ttft_p99:5.2f}x   "
-              f"E2E p50 {ours.e2e_p50 / p.e2e_p50:5.2f}x   "
-              f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
-              f"req/s {ours.req_per_s / p.req_per_s:5.2f}x")
+        print(
+            f"  ours/{peer:<12} TTFT p50 {ours.ttft_p50 / p.ttft_p50:5.2f}x   "
+            f"TTFT p99 {ours.ttft_p99 / p.ttft_p99:5.2f}x   "
+            f"E2E p50 {ours.e2e_p50 / p.e2e_p50:5.2f}x   "
+            f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
+            f"req/s {ours.req_per_s / p.req_per_s:5.2f}x"
+        )
+
+
+def max_tokens_mode(max_tokens: int | None) -> str:
+    if max_tokens is None:
+        return "max_tokens = the trace's output length"
+    return f"max_tokens {max_tokens} on every request: output length hidden"
+
+
+def parse_max_tokens(text: str) -> int | None:
+    if text == "exact":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'exact' or a number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Routing benchmark (see the module docstring).")
     parser.add_argument("--quick", action="store_true", help="a short run, under a minute")
-    parser.add_argument("--loads", default=None, help="shares of fleet capacity "
-                        "(default 0.7,0.9; --quick: 0.9)")
-    parser.add_argument("--setups", default=",".join(SETUPS),
-                        help=f"comma-separated, of {', '.join(SETUPS)}, ours-ct")
-    parser.add_argument("--measure", type=float, default=None,
-                        help="model seconds of arrivals counted, after the warm-up")
+    parser.add_argument(
+        "--loads", default=None, help="shares of fleet capacity (default 0.7,0.9; --quick: 0.9)"
+    )
+    parser.add_argument(
+        "--setups",
+        default=",".join(SETUPS),
+        help=f"comma-separated, of {', '.join(SETUPS)}, ours-ct",
+    )
+    parser.add_argument(
+        "--measure",
+        type=float,
+        default=None,
+        help="model seconds of arrivals counted, after the warm-up",
+    )
     parser.add_argument("--warmup", type=float, default=None, help="model seconds not counted")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--time-scale", type=float, default=None,
-                        help="model seconds per wall second")
+    parser.add_argument(
+        "--time-scale", type=float, default=None, help="model seconds per wall second"
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="per request, model s")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--retries", type=int, default=1,
-                        help="replays of a run whose simulators were starved of CPU")
-    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
-                        help="event loop of our balancer")
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="replays of a run whose simulators were starved of CPU",
+    )
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of our balancer"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=parse_max_tokens,
+        default=MAX_TOKENS,
+        help=f"'exact' (the trace's output length, as vLLM's benchmark_serving "
+        f"sends it) or the same cap on every request (default {MAX_TOKENS}: "
+        "the output length is hidden from the balancers)",
+    )
     args = parser.parse_args()
     quick = args.quick
-    defaults = {"measure": 15.0 if quick else 36.0, "repeats": 1,
-                "time_scale": 5.0 if quick else 3.0, "warmup": 8.0 if quick else 15.0,
-                "loads": "0.9" if quick else "0.7,0.9"}
+    defaults = {
+        "measure": 15.0 if quick else 36.0,
+        "repeats": 1,
+        "time_scale": 5.0 if quick else 3.0,
+        "warmup": 8.0 if quick else 15.0,
+        "loads": "0.9" if quick else "0.7,0.9",
+    }
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -350,11 +434,14 @@ def main() -> int:
                     for setup in setups:
                         stats = run_one(setup, workdir, sims, arrivals, args)
                         runs.setdefault((load, setup), []).append(stats)
-                        print(f"[{time.monotonic() - started:5.0f}s] repeat {repeat + 1} "
-                              f"load {load:.0%} {setup:<12} TTFT p99 {stats.ttft_p99:7.3f}  "
-                              f"E2E p99 {stats.e2e_p99:6.2f}  ok {stats.req_per_s:5.2f} req/s"
-                              f"  429 {stats.shed} err {stats.errors}  cpu {stats.cpu:.0%}"
-                              f"  sim lost {stats.lost:.1f}s", file=sys.stderr)
+                        print(
+                            f"[{time.monotonic() - started:5.0f}s] repeat {repeat + 1} "
+                            f"load {load:.0%} {setup:<12} TTFT p99 {stats.ttft_p99:7.3f}  "
+                            f"E2E p99 {stats.e2e_p99:6.2f}  ok {stats.req_per_s:5.2f} req/s"
+                            f"  429 {stats.shed} err {stats.errors}  cpu {stats.cpu:.0%}"
+                            f"  sim lost {stats.lost:.1f}s",
+                            file=sys.stderr,
+                        )
         finally:
             for p in sims:
                 p.stop()

@@ -2,11 +2,19 @@
 """Open-loop load for the routing benchmark: every request is sent at its trace time,
 whether or not earlier ones have finished, streamed, and timed by the client.
 
-Each request asks for ``max_tokens`` 1000 (the conversation service's cap, so the balancer
-cannot read the real output length from it) and carries the trace's exact counts in the
-simulator's ``x_prompt_tokens`` / ``x_output_tokens`` fields. Times are wall seconds times
-``time_scale``, i.e. model seconds. TTFT is the first body chunk (the simulator sends
-headers at admission, the first token later); E2E is the end of the stream.
+Each request carries the trace's exact counts in the simulator's ``x_prompt_tokens`` /
+``x_output_tokens`` fields (which no proxy reads) and asks for ``max_tokens``, in one of two
+modes (``max_tokens``):
+
+- a number (default 1000, the conversation service's cap): the same cap on every request, so
+  the balancer cannot read the real output length from it (a chat service's usual traffic);
+- ``None`` (``--max-tokens exact``): ``max_tokens`` = the trace's output length, as vLLM's
+  ``benchmark_serving`` replays a trace (``max_tokens`` = output length with ``ignore_eos``):
+  the bound is tight, so a balancer may place by it.
+
+Times are wall seconds times ``time_scale``, i.e. model seconds. TTFT is the first body
+chunk (the simulator sends headers at admission, the first token later); E2E is the end of
+the stream.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import aiohttp
 from routing_trace import Arrival
 
 MODEL = "sim-model"
-MAX_TOKENS = 1000
+MAX_TOKENS = 1000  # the hidden-length mode's cap
 
 
 @dataclass(frozen=True)
@@ -33,14 +41,27 @@ class Outcome:
     finished_at: float | None  # model seconds since the start of the replay
 
 
-def body(a: Arrival) -> dict[str, object]:
-    return {"model": MODEL, "prompt": "x", "max_tokens": MAX_TOKENS, "stream": True,
-            "x_prompt_tokens": a.prompt_tokens, "x_output_tokens": a.output_tokens}
+def body(a: Arrival, max_tokens: int | None = MAX_TOKENS) -> dict[str, object]:
+    """The request for ``a``; ``max_tokens`` None: the trace's exact output length."""
+    cap = max(1, a.output_tokens) if max_tokens is None else max_tokens
+    return {
+        "model": MODEL,
+        "prompt": "x",
+        "max_tokens": cap,
+        "stream": True,
+        "x_prompt_tokens": a.prompt_tokens,
+        "x_output_tokens": a.output_tokens,
+    }
 
 
 async def _one(
-    session: aiohttp.ClientSession, url: str, a: Arrival, t0: float, scale: float,
+    session: aiohttp.ClientSession,
+    url: str,
+    a: Arrival,
+    t0: float,
+    scale: float,
     timeout: float,
+    max_tokens: int | None,
 ) -> Outcome:
     delay = t0 + a.at / scale - time.monotonic()
     if delay > 0:
@@ -49,7 +70,8 @@ async def _one(
     ttft: float | None = None
     tokens = 0
     try:
-        async with asyncio.timeout(timeout / scale), session.post(url, json=body(a)) as resp:
+        request = body(a, max_tokens)
+        async with asyncio.timeout(timeout / scale), session.post(url, json=request) as resp:
             if resp.status != 200:
                 await resp.read()
                 return Outcome(a.at, resp.status, None, None, 0, None)
@@ -68,8 +90,14 @@ async def _one(
 
 
 async def run_load(
-    url: str, arrivals: list[Arrival], time_scale: float, *, counted_until: float,
-    timeout: float = 600.0, tail: float = 90.0,
+    url: str,
+    arrivals: list[Arrival],
+    time_scale: float,
+    *,
+    counted_until: float,
+    timeout: float = 600.0,
+    tail: float = 90.0,
+    max_tokens: int | None = MAX_TOKENS,
 ) -> list[Outcome]:
     """Replay ``arrivals`` against ``url`` (a ``/v1/completions`` endpoint).
 
@@ -78,18 +106,22 @@ async def run_load(
     the others) and are cancelled then, as are counted ones still running ``tail`` model
     seconds after the last counted arrival (they come back as errors, status 0).
     Returns the outcomes of every request that ended, and of the counted ones cut short.
-    ``timeout`` (model seconds) bounds every request.
+    ``timeout`` (model seconds) bounds every request; ``max_tokens``: see the module
+    docstring (None: exact).
     """
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
         # open a connection before the clock starts
         with contextlib.suppress(aiohttp.ClientError, OSError):
             async with session.get(url.replace("/v1/completions", "/v1/models")) as r:
                 await r.read()
         t0 = time.monotonic() + 0.2
-        tasks = [asyncio.create_task(_one(session, url, a, t0, time_scale, timeout))
-                 for a in arrivals]
+        tasks = [
+            asyncio.create_task(_one(session, url, a, t0, time_scale, timeout, max_tokens))
+            for a in arrivals
+        ]
         counted = [t for t, a in zip(tasks, arrivals, strict=True) if a.at < counted_until]
         deadline = t0 + (counted_until + tail) / time_scale
         try:
@@ -98,7 +130,9 @@ async def run_load(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        cut = [Outcome(a.at, 0, None, None, 0, None)
-               for t, a in zip(tasks, arrivals, strict=True) if t.cancelled()
-               and a.at < counted_until]
+        cut = [
+            Outcome(a.at, 0, None, None, 0, None)
+            for t, a in zip(tasks, arrivals, strict=True)
+            if t.cancelled() and a.at < counted_until
+        ]
         return [t.result() for t in tasks if not t.cancelled()] + cut

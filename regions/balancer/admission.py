@@ -6,13 +6,25 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
   ``Lease`` at once. If the ``capacity`` filter dropped the last candidate, the request
   waits in the queue; any other emptying filter means no backend can serve it
   (``NoBackendError``: 404 for an unknown model, else 503).
-- The queue is ordered by priority (higher first), then arrival. When it is full, a new
+- Size-aware binding: a scorer of the profile that is a ``BindingAdvisor`` (the
+  ``size-aware`` scorer) first refines each request's predicted size (``refine``, once per
+  ``acquire``), then is asked about each pick. When it answers ``h > 0`` seconds (the pick
+  is far slower for this request than a backend that is full right now) and the request
+  has waited less than ``h``, it is not bound: it waits in the queue
+  (``Decision.stopped_at == HOLD``) and is offered the next free slots like any queued
+  request, until it binds or its ``h`` runs out (then it takes what is free).
+- The queue is ordered by priority (higher first), then arrival, less the advisors'
+  precedence (``precedence_s``: a long request counts as having arrived a little earlier,
+  so that in a backlog it starts first and its end-to-end time does not take the whole
+  wait plus its long service on top). When it is full, a new
   request evicts the lowest-priority queued one if its own priority is higher; otherwise
   it is shed. A queued request whose deadline passes is shed.
 - ``on_bind`` hooks (``(request, backend)``, e.g. the ``prefix-affinity`` scorer's index)
   run synchronously each time a request is bound, right after its lease is taken.
 - ``pump()`` runs whenever a slot may have freed (a lease released, an undrain, an
-  ejection ending); it hands leases to queued requests in order while slots remain.
+  ejection ending, a hold running out); it hands leases to queued requests in order while
+  slots remain, looking at most ``max_scan`` entries past the ones it binds (held entries
+  stay where they are).
 - Retry-After, in whole seconds, clamped to [1, ``max_retry_after_s``]::
 
       backlog_tokens = sum(in-flight work) + sum(queued cost)
@@ -26,8 +38,9 @@ import asyncio
 import bisect
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from regions.balancer.backends import BackendPool, Lease
 from regions.balancer.errors import NoBackendError, ShedError
@@ -35,19 +48,48 @@ from regions.balancer.filters.capacity import NAME as CAPACITY
 from regions.balancer.pipeline import Decision, Profile
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
+HOLD = "late-binding"  # Decision.stopped_at of a request held for a better backend
+
+
+@runtime_checkable
+class BindingAdvisor(Protocol):
+    """A plugin that refines requests' sizes and may ask to hold a request rather than bind
+    it to ``chosen`` now."""
+
+    def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
+        """The request with its predicted size refined (learning from it if ``learn``)."""
+        ...
+
+    def acceptable(self, request: RequestInfo, chosen: BackendSnapshot) -> bool:
+        """Cheap: True means bind now (``hold_s`` is not asked)."""
+        ...
+
+    def precedence_s(self, request: RequestInfo) -> float:
+        """Seconds earlier than its arrival the request counts in the queue's order."""
+        ...
+
+    def hold_s(
+        self, request: RequestInfo, chosen: BackendSnapshot, eligible: Sequence[BackendSnapshot]
+    ) -> float:
+        """Seconds the request may wait for a better backend (0: bind now)."""
+        ...
+
 
 @dataclass(frozen=True)
 class AdmissionConfig:
     max_queue: int = 1024
     queue_timeout_s: float = 30.0
     max_retry_after_s: int = 300
+    max_scan: int = 64
 
 
 @dataclass(order=True)
 class _Entry:
-    sort_key: tuple[int, int]
+    sort_key: tuple[int, float, int]  # (-priority, arrival - precedence, sequence)
     request: RequestInfo = field(compare=False)
     future: asyncio.Future[Lease] = field(compare=False)
+    since: float = field(default=0.0, compare=False)  # clock time it arrived
+    hold_until: float = field(default=0.0, compare=False)  # clock time its last hold ends
 
 
 class Dispatcher:
@@ -63,8 +105,14 @@ class Dispatcher:
         self._seq = itertools.count()
         self._pumping = False
         self._wake_handle: asyncio.TimerHandle | None = None
+        self._wake_at = math.inf
         self.shed_counts: dict[str, int] = {}
         self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
+        self.holds = 0  # requests held for a better backend (counted once each)
+        self._advisors = [
+            ws.scorer for ws in profile.scorers if isinstance(ws.scorer, BindingAdvisor)
+        ]
+        self._eligibility = tuple(f for f in profile.filters if f.name != CAPACITY)
         pool.on_change = self.pump
 
     @property
@@ -76,28 +124,69 @@ class Dispatcher:
 
     # -- binding -------------------------------------------------------------------------
 
-    def try_bind(self, request: RequestInfo) -> tuple[Lease | None, Decision]:
-        """One synchronous pipeline run; a lease if a backend was picked."""
-        decision = self.profile.run(self.pool.snapshot(), request)
-        if decision.chosen is None:
-            return None, decision
-        lease = self.pool.lease(decision.chosen.index, request.cost_tokens)
-        for hook in self.on_bind:
-            hook(request, decision.chosen)
+    def try_bind(
+        self, request: RequestInfo, waited_s: float = 0.0
+    ) -> tuple[Lease | None, Decision]:
+        """One synchronous pipeline run; a lease if a backend was picked and the request
+        is not worth holding (it has waited ``waited_s`` so far)."""
+        lease, decision, _ = self._bind(request, waited_s)
         return lease, decision
+
+    def _bind(self, request: RequestInfo, waited_s: float) -> tuple[Lease | None, Decision, float]:
+        snapshot = self.pool.snapshot()
+        decision = self.profile.run(snapshot, request)
+        chosen = decision.chosen
+        if chosen is None:
+            return None, decision, 0.0
+        for advisor in self._advisors:
+            if advisor.acceptable(request, chosen):
+                continue
+            hold = advisor.hold_s(request, chosen, self._eligible(request, snapshot.backends))
+            if waited_s < hold:
+                return None, Decision(None, HOLD, decision.steps), hold
+        lease = self.pool.lease(chosen.index, request.cost_tokens)
+        for hook in self.on_bind:
+            hook(request, chosen)
+        return lease, decision, 0.0
+
+    def _eligible(
+        self, request: RequestInfo, backends: Sequence[BackendSnapshot]
+    ) -> list[BackendSnapshot]:
+        """The backends every filter but ``capacity`` keeps (full ones included)."""
+        checks = [f.check for f in self._eligibility]
+        return [b for b in backends if all(check(request, b) is None for check in checks)]
+
+    def _precedence_s(self, request: RequestInfo) -> float:
+        return max((a.precedence_s(request) for a in self._advisors), default=0.0)
+
+    def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
+        """``request`` as the advisors size it (unchanged without advisors)."""
+        for advisor in self._advisors:
+            request = advisor.refine(request, learn=learn)
+        return request
 
     async def acquire(self, request: RequestInfo, timeout_s: float | None = None) -> Lease:
         """A lease on a backend for ``request``; may wait in the queue up to the deadline."""
-        lease, decision = self.try_bind(request)
+        request = self.refine(request)
+        lease, decision, hold = self._bind(request, 0.0)
         if lease is not None:
             return lease
-        if decision.stopped_at != CAPACITY:
+        if decision.stopped_at not in (CAPACITY, HOLD):
             raise _no_backend(request, decision)
         self._make_room(request)
         loop = asyncio.get_running_loop()
-        entry = _Entry((-request.priority, next(self._seq)), request, loop.create_future())
+        now = self.pool.clock()
+        entry = _Entry(
+            (-request.priority, now - self._precedence_s(request), next(self._seq)),
+            request,
+            loop.create_future(),
+            since=now,
+            hold_until=now + hold,
+        )
+        if hold:
+            self.holds += 1
         bisect.insort(self._queue, entry)
-        self._schedule_wake()
+        self._schedule_wake(entry.hold_until if hold else math.inf)
         timeout = self.config.queue_timeout_s if timeout_s is None else timeout_s
         try:
             async with asyncio.timeout(timeout):
@@ -136,40 +225,57 @@ class Dispatcher:
         if self._pumping or not self._queue:
             return
         self._pumping = True
+        hold_ends = math.inf
         try:
-            i = 0
-            while i < len(self._queue):
+            now = self.pool.clock()
+            i = skipped = 0
+            while i < len(self._queue) and skipped < self.config.max_scan:
                 if self.pool.snapshot().free_slots == 0:
                     break
                 entry = self._queue[i]
                 if entry.future.done():
                     del self._queue[i]
                     continue
-                lease, decision = self.try_bind(entry.request)
+                lease, decision, hold = self._bind(entry.request, now - entry.since)
                 if lease is not None:
                     del self._queue[i]
                     entry.future.set_result(lease)
-                elif decision.stopped_at != CAPACITY:
+                    continue
+                if decision.stopped_at not in (CAPACITY, HOLD):
                     del self._queue[i]
                     entry.future.set_exception(_no_backend(entry.request, decision))
-                else:
-                    i += 1
+                    continue
+                if decision.stopped_at == HOLD:
+                    if entry.hold_until <= entry.since:
+                        self.holds += 1
+                    entry.hold_until = entry.since + hold
+                    hold_ends = min(hold_ends, entry.hold_until)
+                i += 1
+                skipped += 1
         finally:
             self._pumping = False
-        self._schedule_wake()
+        self._schedule_wake(hold_ends)
 
-    def _schedule_wake(self) -> None:
-        """Pump again when the snapshot expires (an ejection ends, slow start ramps)."""
+    def _schedule_wake(self, hold_ends: float = math.inf) -> None:
+        """Pump again when the snapshot expires (an ejection ends, slow start ramps) or
+        when the first held request's hold runs out."""
         if not self._queue:
             return
-        at = self.pool.next_transition()
+        at = min(self.pool.next_transition(), hold_ends)
         if math.isinf(at):
             return
-        loop = asyncio.get_running_loop()
         if self._wake_handle is not None:
+            if self._wake_at <= at:
+                return  # an earlier wake is already due; it pumps and reschedules
             self._wake_handle.cancel()
+        loop = asyncio.get_running_loop()
         delay = max(0.0, at - self.pool.clock())
-        self._wake_handle = loop.call_later(delay + 1e-3, self.pump)
+        self._wake_at = at
+        self._wake_handle = loop.call_later(delay + 1e-3, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self.pump()
 
     # -- shedding ------------------------------------------------------------------------
 
@@ -188,7 +294,9 @@ class Dispatcher:
         return ShedError(reason, self.retry_after())
 
     def explain(self, request: RequestInfo) -> Decision:
-        return self.profile.run(self.pool.snapshot(), request, explain=True)
+        return self.profile.run(
+            self.pool.snapshot(), self.refine(request, learn=False), explain=True
+        )
 
 
 def _has_lease(future: asyncio.Future[Lease]) -> bool:

@@ -12,6 +12,8 @@ Scorer ``latency-ewma``: lowest time to first token (EWMA), unmeasured backends 
 Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics report.
 Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
 load); picker ``weighted-random`` (probability proportional to the total score).
+Scorer ``size-aware``: long requests to the fast GPUs, holds for them (in the default profile,
+weighted above the others' sum).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
 from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
 from regions.balancer.scorers.session_affinity import SessionAffinityScorer
+from regions.balancer.scorers.size_aware import SizeAwareScorer
 
 Kind = Literal["filter", "scorer", "picker"]
 Factory = Callable[..., Any]
@@ -91,6 +94,7 @@ def register_builtin_plugins(registry: Registry) -> Registry:
     registry.register("scorer", "scraped-load", ScrapedLoadScorer)
     registry.register("scorer", "prefix-affinity", PrefixAffinityScorer)
     registry.register("scorer", "session-affinity", SessionAffinityScorer)
+    registry.register("scorer", "size-aware", SizeAwareScorer)
     registry.register("picker", "max-score", MaxScorePicker)
     registry.register("picker", "power-of-two", PowerOfTwoPicker)
     registry.register("picker", "round-robin", RoundRobinPicker)

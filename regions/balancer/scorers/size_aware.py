@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``size-aware`` scorer: keep the fast GPUs for the long requests (size-interval placement),
+and tell the dispatcher when a request is worth holding for one (late binding).
+
+Size. ``request_info`` predicts a request's output as ``min(max_tokens, learned mean)``,
+which is right when ``max_tokens`` is a loose cap and wrong when clients declare the
+length (a trace replayed as vLLM's ``benchmark_serving`` does, an app that knows its
+answer size). ``refine`` (the dispatcher calls it once per request) learns which case
+holds from two means over the recent requests, the model's learned mean output ``m`` and
+the mean ``max_tokens`` ``M``::
+
+    fill      = min(1, m / mean(M))                 how full requests fill their cap
+    predicted = min(max_tokens, max(output_tokens, fill * max_tokens))
+    size      = cost_tokens with that output (prompt / prefill_ratio + predicted)
+
+With one cap for everyone (``M`` = 1000, ``m`` = 211) ``fill * max_tokens`` is the mean: no
+change; with declared lengths ``fill`` is ~1 and a request's size is its own.
+
+Budget. Learned over the recent requests (``SizeWindow``)::
+
+    budget_s = slack * q95(recent sizes) / fastest tokens_per_s    (the backends' latest rates)
+
+about what a long request of this workload takes on the fastest GPU. When the predicted
+outputs do not differ (``q95 < spread * median``: every request looks alike, as with one cap
+for all) the scorer abstains: 1 for every candidate, and it never asks to hold.
+
+Score. For each candidate ``b`` (the ``capacity`` filter has run: each has room)::
+
+    finish_b = wait_b + size / tokens_per_s_b
+    wait_b   = 0 if in_flight_b < cap_b, else (in_flight_b - cap_b + 1) * job_s_b / cap_b,
+               job_s_b = work_tokens_b / in_flight_b / tokens_per_s_b   (prefetched: it queues)
+    limit    = max(kappa * min_c finish_c, budget_s)
+    score_b  = 1                          if finish_b <= limit and (in_flight_b < cap_b or
+                                          no candidate has a free slot)   (acceptable)
+             = 0.5 * min_c finish_c / finish_b   otherwise
+
+With a weight of at least twice the sum of the other scorers' weights this is a hard
+preference: the others (outstanding work, queue depth) choose among the acceptable
+backends, so short requests spread over the slow GPUs too and long ones reach only the GPUs
+where they finish within the budget; when none is acceptable the soonest finish wins.
+
+Late binding (``hold_s``, asked by the dispatcher about the backend the pipeline chose): if
+the chosen backend is not acceptable against every eligible backend, full ones included
+(their finish counts their wait), the best of those has no free slot, and at least ``busy``
+of the eligible slots are in use, the request may wait in the region queue for up to
+``hold * finish_best`` seconds instead of starting now. The ``busy`` gate keeps a lightly
+loaded region from holding anything.
+
+Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 0.5, ``window``
+(a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from regions.balancer.types import BackendSnapshot, RequestInfo
+
+
+def finish_s(backend: BackendSnapshot, tokens: float) -> float:
+    """Predicted seconds until ``tokens`` of work would be done on ``backend``."""
+    rate = backend.tokens_per_s
+    wait = 0.0
+    if backend.in_flight >= backend.cap and backend.in_flight:
+        job_s = backend.work_tokens / backend.in_flight / rate
+        wait = (backend.in_flight - backend.cap + 1) * job_s / max(backend.cap, 1)
+    return wait + tokens / rate
+
+
+@dataclass
+class SizeWindow:
+    """What the scorer learns from recent requests: their prompts and caps, the model's
+    learned mean output, and each backend's latest decode rate.
+
+    Sizes are predicted with the current mean and fill (``predicted_output``), also for the
+    requests already in the window, so a drifting mean does not look like a spread of
+    sizes. ``reference()`` is ``(q_size, fastest_rate)``, or None while fewer than
+    ``min_samples`` requests were seen or when the predicted outputs do not differ
+    (``q < spread * median``); recomputed every ``refresh`` requests, so reading it costs
+    nothing.
+    """
+
+    size: int = 512
+    quantile: float = 0.95
+    spread: float = 1.2
+    min_samples: int = 32
+    refresh: int = 32
+    mean_output: float | None = None  # the model's learned mean output, once revealed
+    _seen: deque[tuple[float, int | None, float]] = field(init=False, repr=False)
+    _caps_sum: int = field(default=0, init=False, repr=False)
+    _caps_n: int = field(default=0, init=False, repr=False)
+    _rates: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _reference: tuple[float, float] | None = field(default=None, init=False, repr=False)
+    _stale: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or not 0 < self.quantile <= 1 or self.spread < 1:
+            raise ValueError(
+                f"size window: need size >= 1, 0 < quantile <= 1, spread >= 1; got "
+                f"{self.size}, {self.quantile}, {self.spread}"
+            )
+        self._seen = deque(maxlen=self.size)
+
+    def fill(self) -> float | None:
+        """``min(1, mean output / mean max_tokens)``; None until both are known."""
+        if self.mean_output is None or not self._caps_n:
+            return None
+        return min(1.0, self.mean_output * self._caps_n / self._caps_sum)
+
+    def predicted_output(self, cap: int | None, output: float) -> float:
+        """Output tokens to expect of a request with this cap (``output``: what
+        ``request_info`` predicted)."""
+        fill = self.fill()
+        if cap is None or fill is None or self.mean_output is None:
+            return output
+        return min(float(cap), max(self.mean_output, fill * cap))
+
+    def observe(self, prompt_cost: float, cap: int | None, output: float) -> None:
+        """One request: its prompt in decode-token equivalents, ``max_tokens``, and the
+        output ``request_info`` predicted. A cap above that prediction reveals the mean."""
+        if cap is not None and output < cap:
+            self.mean_output = output
+        seen = self._seen
+        if len(seen) == seen.maxlen and seen[0][1] is not None:
+            self._caps_sum -= seen[0][1] or 0
+            self._caps_n -= 1
+        seen.append((prompt_cost, cap, output))
+        if cap is not None:
+            self._caps_sum += cap
+            self._caps_n += 1
+        self._stale += 1
+        if self._stale >= self.refresh or (
+            self._reference is None and len(seen) >= self.min_samples
+        ):
+            self._recompute()
+
+    def observe_rate(self, backend: str, tokens_per_s: float) -> None:
+        if backend not in self._rates:
+            self._stale = self.refresh  # a new backend: recompute at the next request
+        self._rates[backend] = tokens_per_s
+
+    def reference(self) -> tuple[float, float] | None:
+        return self._reference
+
+    def _recompute(self) -> None:
+        self._stale = 0
+        n = len(self._seen)
+        if n < self.min_samples or not self._rates:
+            self._reference = None
+            return
+        predict = self.predicted_output
+        outputs = [predict(cap, out) for _, cap, out in self._seen]
+        sizes = sorted(p + o for (p, _, _), o in zip(self._seen, outputs, strict=True))
+        outputs.sort()
+        at = min(n - 1, int(self.quantile * n))
+        fastest = max(self._rates.values())
+        informative = outputs[at] >= self.spread * outputs[n // 2] and fastest > 0
+        self._reference = (sizes[at], fastest) if informative else None
+
+
+@dataclass
+class SizeAwareScorer:
+    slack: float = 1.5
+    kappa: float = 1.2
+    busy: float = 0.85
+    hold: float = 0.5
+    lead: float = 0.0
+    window: SizeWindow = field(default_factory=SizeWindow)
+    name: str = "size-aware"
+
+    def __post_init__(self) -> None:
+        if self.slack <= 0 or self.kappa < 1 or not 0 <= self.busy <= 1 or self.hold < 0:
+            raise ValueError(
+                f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0; got "
+                f"{self.slack}, {self.kappa}, {self.busy}, {self.hold}"
+            )
+
+    # -- engine hooks --------------------------------------------------------------------
+
+    def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
+        """``request`` with its output predicted from its own ``max_tokens`` and the learned
+        fill (see the module docstring); learns from it unless ``learn`` is False."""
+        prompt_cost = request.cost_tokens - request.output_tokens
+        if learn:
+            self.window.observe(prompt_cost, request.max_tokens, request.output_tokens)
+        output = self.window.predicted_output(request.max_tokens, request.output_tokens)
+        if output == request.output_tokens:
+            return request
+        return dataclasses.replace(request, output_tokens=output, cost_tokens=prompt_cost + output)
+
+    def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
+        """A request was bound to ``backend``: remember that backend's latest rate."""
+        self.window.observe_rate(backend.name, backend.tokens_per_s)
+
+    # -- scoring -------------------------------------------------------------------------
+
+    def budget_s(self) -> float | None:
+        """Seconds a request may take anywhere (None: the scorer abstains)."""
+        ref = self.window.reference()
+        if ref is None:
+            return None
+        high, fastest = ref
+        return self.slack * high / fastest
+
+    def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
+        budget = self.budget_s()
+        if budget is None:
+            return [1.0] * len(candidates)
+        size = request.cost_tokens
+        finish = [finish_s(b, size) for b in candidates]
+        best = min(finish)
+        limit = max(self.kappa * best, budget)
+        any_slot = any(b.in_flight < b.cap for b in candidates)
+        return [
+            1.0 if f <= limit and (b.in_flight < b.cap or not any_slot) else 0.5 * best / f
+            for b, f in zip(candidates, finish, strict=True)
+        ]
+
+    # -- late binding --------------------------------------------------------------------
+
+    def precedence_s(self, request: RequestInfo) -> float:
+        """Queue precedence: ``lead`` times the request's service on the fastest backend."""
+        ref = self.window.reference()
+        if ref is None or not self.lead:
+            return 0.0
+        return self.lead * request.cost_tokens / ref[1]
+
+    def acceptable(self, request: RequestInfo, chosen: BackendSnapshot) -> bool:
+        """Cheap check before ``hold_s``: True when ``chosen`` is within the budget anyway."""
+        budget = self.budget_s()
+        return budget is None or finish_s(chosen, request.cost_tokens) <= budget
+
+    def hold_s(
+        self,
+        request: RequestInfo,
+        chosen: BackendSnapshot,
+        eligible: Sequence[BackendSnapshot],
+    ) -> float:
+        """Seconds ``request`` may wait for a better backend than ``chosen`` (0: bind now).
+
+        ``eligible``: every backend that could serve it if it had room (every filter but
+        ``capacity`` passed), ``chosen`` among them.
+        """
+        budget = self.budget_s()
+        if budget is None or not eligible:
+            return 0.0
+        size = request.cost_tokens
+        best = min(eligible, key=lambda b: finish_s(b, size))
+        best_s = finish_s(best, size)
+        if finish_s(chosen, size) <= max(self.kappa * best_s, budget):
+            return 0.0
+        if best.in_flight < best.cap:
+            return 0.0  # it has a free slot: the pick went elsewhere for another reason
+        used = sum(min(b.in_flight, b.cap) for b in eligible)
+        slots = sum(b.cap for b in eligible)
+        if slots <= 0 or used < self.busy * slots:
+            return 0.0
+        return self.hold * best_s
