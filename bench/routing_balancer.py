@@ -7,9 +7,10 @@
 
 Profiles: ``default`` (the balancer's default pipeline; speeds are learned, not told),
 ``round-robin`` (filters model/health/not-tried, no scorer, the round-robin picker, and a
-cap high enough that the balancer never holds a request: plain round robin) and
-``completion-time`` (the default with the ``completion-time`` scorer instead of
-``outstanding-work``, to compare).
+cap high enough that the balancer never holds a request: plain round robin),
+``completion-time`` (``completion-time`` and ``queue-depth`` scorers, to compare) and
+``outstanding-work`` (the default before the ``size-aware`` scorer: ``outstanding-work``
+and ``queue-depth``, to compare).
 """
 
 from __future__ import annotations
@@ -31,14 +32,18 @@ from regions.balancer import BackendSpec, BalancerConfig, serve
 MODEL = "sim-model"
 PROFILES = {
     "default": BalancerConfig(),
-    "round-robin": BalancerConfig(filters=("model", "health", "not-tried"), scorers=(),
-                                  picker="round-robin", max_concurrency=100_000),
+    "round-robin": BalancerConfig(
+        filters=("model", "health", "not-tried"),
+        scorers=(),
+        picker="round-robin",
+        max_concurrency=100_000,
+    ),
     "completion-time": BalancerConfig(scorers=(("completion-time", 2.0), ("queue-depth", 1.0))),
+    "outstanding-work": BalancerConfig(scorers=(("outstanding-work", 2.0), ("queue-depth", 1.0))),
 }
 
 
-async def run(listen: tuple[str, int], backends: list[BackendSpec], config: BalancerConfig
-              ) -> None:
+async def run(listen: tuple[str, int], backends: list[BackendSpec], config: BalancerConfig) -> None:
     task = asyncio.create_task(serve("bench", backends, listen, config=config))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

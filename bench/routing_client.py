@@ -39,6 +39,8 @@ class Outcome:
     e2e: float | None  # model seconds, None unless complete
     output_tokens: int
     finished_at: float | None  # model seconds since the start of the replay
+    prompt_tokens: int = 0  # the trace's
+    backend: str = ""  # x-director-backend (our balancer only)
 
 
 def body(a: Arrival, max_tokens: int | None = MAX_TOKENS) -> dict[str, object]:
@@ -84,7 +86,11 @@ async def _one(
             done = time.monotonic()
             if not tail.endswith(b"data: [DONE]\n\n"):
                 return Outcome(a.at, 0, ttft, None, tokens, None)
-            return Outcome(a.at, 200, ttft, (done - sent) * scale, tokens, (done - t0) * scale)
+            e2e = (done - sent) * scale
+            backend = resp.headers.get("x-director-backend", "")
+            return Outcome(
+                a.at, 200, ttft, e2e, tokens, (done - t0) * scale, a.prompt_tokens, backend
+            )
     except (aiohttp.ClientError, TimeoutError, OSError):
         return Outcome(a.at, 0, ttft, None, tokens, None)
 

@@ -141,7 +141,8 @@ class Dispatcher:
         for advisor in self._advisors:
             if advisor.acceptable(request, chosen):
                 continue
-            hold = advisor.hold_s(request, chosen, self._eligible(request, snapshot.backends))
+            eligible = self._eligible(request, snapshot.backends, chosen)
+            hold = advisor.hold_s(request, chosen, eligible)
             if waited_s < hold:
                 return None, Decision(None, HOLD, decision.steps), hold
         lease = self.pool.lease(chosen.index, request.cost_tokens)
@@ -150,9 +151,16 @@ class Dispatcher:
         return lease, decision, 0.0
 
     def _eligible(
-        self, request: RequestInfo, backends: Sequence[BackendSnapshot]
+        self, request: RequestInfo, backends: Sequence[BackendSnapshot], chosen: BackendSnapshot
     ) -> list[BackendSnapshot]:
-        """The backends every filter but ``capacity`` keeps (full ones included)."""
+        """The backends every filter but ``capacity`` keeps (full ones included); in a
+        large region (over ``4 * sample`` backends) of a random sample of ``2 * sample``
+        of them and the chosen one, as the pipeline samples its candidates."""
+        sample = self.profile.sample
+        if sample and len(backends) > 4 * sample:
+            n, rnd = len(backends), self.profile.rng.random
+            picked = {int(rnd() * n) for _ in range(2 * sample)} | {chosen.index}
+            backends = [backends[i] for i in picked]
         checks = [f.check for f in self._eligibility]
         return [b for b in backends if all(check(request, b) is None for check in checks)]
 

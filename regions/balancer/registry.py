@@ -45,7 +45,7 @@ Kind = Literal["filter", "scorer", "picker"]
 Factory = Callable[..., Any]
 
 DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
-DEFAULT_SCORERS = (("outstanding-work", 2.0), ("queue-depth", 1.0))
+DEFAULT_SCORERS = (("size-aware", 8.0), ("outstanding-work", 2.0), ("queue-depth", 1.0))
 DEFAULT_PICKER = "max-score"
 DEFAULT_SAMPLE = 8
 

@@ -34,6 +34,7 @@ def test_picks_fast_idle_backend_and_explains() -> None:
         "health",
         "not-tried",
         "capacity",
+        "size-aware",
         "outstanding-work",
         "queue-depth",
         "max-score",

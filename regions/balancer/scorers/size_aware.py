@@ -10,11 +10,12 @@ holds from two means over the recent requests, the model's learned mean output `
 the mean ``max_tokens`` ``M``::
 
     fill      = min(1, m / mean(M))                 how full requests fill their cap
-    predicted = min(max_tokens, max(output_tokens, fill * max_tokens))
+    predicted = min(max_tokens, max(m, fill * max_tokens))
     size      = cost_tokens with that output (prompt / prefill_ratio + predicted)
 
-With one cap for everyone (``M`` = 1000, ``m`` = 211) ``fill * max_tokens`` is the mean: no
-change; with declared lengths ``fill`` is ~1 and a request's size is its own.
+``fill`` is 1 (caps at face value) until ``m`` has settled. With one cap for everyone
+(``M`` = 1000, ``m`` = 211) sizes do not differ and nothing changes (below); with declared
+lengths ``fill`` is ~1 and a request's size is its own.
 
 Budget. Learned over the recent requests (``SizeWindow``)::
 
@@ -34,20 +35,26 @@ Score. For each candidate ``b`` (the ``capacity`` filter has run: each has room)
                                           no candidate has a free slot)   (acceptable)
              = 0.5 * min_c finish_c / finish_b   otherwise
 
-With a weight of at least twice the sum of the other scorers' weights this is a hard
-preference: the others (outstanding work, queue depth) choose among the acceptable
-backends, so short requests spread over the slow GPUs too and long ones reach only the GPUs
-where they finish within the budget; when none is acceptable the soonest finish wins.
+With a weight above twice the sum of the other scorers' weights (the default profile: 8
+against 2 + 1) this is a hard preference: the others (outstanding work, queue depth) choose
+among the acceptable backends, so short requests spread over the slow GPUs too and long
+ones reach only the GPUs where they finish within the budget (or nearly as soon as
+anywhere); when none is acceptable the soonest finish wins.
 
-Late binding (``hold_s``, asked by the dispatcher about the backend the pipeline chose): if
-the chosen backend is not acceptable against every eligible backend, full ones included
-(their finish counts their wait), the best of those has no free slot, and at least ``busy``
-of the eligible slots are in use, the request may wait in the region queue for up to
-``hold * finish_best`` seconds instead of starting now. The ``busy`` gate keeps a lightly
-loaded region from holding anything.
+Late binding, asked by the dispatcher (``admission``):
 
-Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 0.5, ``window``
-(a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
+- ``hold_s`` about the backend the pipeline chose: if it is not acceptable against every
+  eligible backend, full ones included (their finish counts their wait), the best of those
+  has no free slot, and at least ``busy`` of the eligible slots are in use, the request may
+  wait in the region queue for up to ``hold * finish_best`` seconds rather than start now.
+  The ``busy`` gate keeps a lightly loaded region from holding anything.
+- ``precedence_s``: in the queue a request counts as having arrived ``lead * size /
+  fastest`` seconds early, so in a backlog the long ones start a little sooner (their
+  end-to-end time is the wait plus a long service).
+
+Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 1.0, ``lead``
+0.3, ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2, ``settle`` 64).
+One window per balancer: with several models their sizes and means mix.
 """
 
 from __future__ import annotations
@@ -87,8 +94,10 @@ class SizeWindow:
     quantile: float = 0.95
     spread: float = 1.2
     min_samples: int = 32
-    refresh: int = 32
+    refresh: int = 64
+    settle: int = 64
     mean_output: float | None = None  # the model's learned mean output, once revealed
+    _mean_updates: int = field(default=0, init=False, repr=False)
     _seen: deque[tuple[float, int | None, float]] = field(init=False, repr=False)
     _caps_sum: int = field(default=0, init=False, repr=False)
     _caps_n: int = field(default=0, init=False, repr=False)
@@ -104,25 +113,27 @@ class SizeWindow:
             )
         self._seen = deque(maxlen=self.size)
 
-    def fill(self) -> float | None:
-        """``min(1, mean output / mean max_tokens)``; None until both are known."""
-        if self.mean_output is None or not self._caps_n:
-            return None
+    def fill(self) -> float:
+        """``min(1, mean output / mean max_tokens)``, or 1 (caps at face value) until the
+        learned mean has settled: it starts from the first answers, which are the short
+        ones, and has moved ``settle`` times."""
+        if self.mean_output is None or self._mean_updates < self.settle or not self._caps_n:
+            return 1.0
         return min(1.0, self.mean_output * self._caps_n / self._caps_sum)
 
     def predicted_output(self, cap: int | None, output: float) -> float:
         """Output tokens to expect of a request with this cap (``output``: what
         ``request_info`` predicted)."""
-        fill = self.fill()
-        if cap is None or fill is None or self.mean_output is None:
+        if cap is None:
             return output
-        return min(float(cap), max(self.mean_output, fill * cap))
+        return min(float(cap), max(self.mean_output or 0.0, self.fill() * cap))
 
     def observe(self, prompt_cost: float, cap: int | None, output: float) -> None:
         """One request: its prompt in decode-token equivalents, ``max_tokens``, and the
         output ``request_info`` predicted. A cap above that prediction reveals the mean."""
-        if cap is not None and output < cap:
+        if cap is not None and output < cap and output != self.mean_output:
             self.mean_output = output
+            self._mean_updates += 1
         seen = self._seen
         if len(seen) == seen.maxlen and seen[0][1] is not None:
             self._caps_sum -= seen[0][1] or 0
@@ -132,9 +143,7 @@ class SizeWindow:
             self._caps_sum += cap
             self._caps_n += 1
         self._stale += 1
-        if self._stale >= self.refresh or (
-            self._reference is None and len(seen) >= self.min_samples
-        ):
+        if self._stale >= self.refresh or len(seen) == self.min_samples:
             self._recompute()
 
     def observe_rate(self, backend: str, tokens_per_s: float) -> None:
@@ -151,8 +160,10 @@ class SizeWindow:
         if n < self.min_samples or not self._rates:
             self._reference = None
             return
-        predict = self.predicted_output
-        outputs = [predict(cap, out) for _, cap, out in self._seen]
+        fill, mean = self.fill(), self.mean_output or 0.0
+        outputs = [
+            out if cap is None else min(cap, max(mean, fill * cap)) for _, cap, out in self._seen
+        ]
         sizes = sorted(p + o for (p, _, _), o in zip(self._seen, outputs, strict=True))
         outputs.sort()
         at = min(n - 1, int(self.quantile * n))
@@ -166,16 +177,23 @@ class SizeAwareScorer:
     slack: float = 1.5
     kappa: float = 1.2
     busy: float = 0.85
-    hold: float = 0.5
-    lead: float = 0.0
+    hold: float = 1.0
+    lead: float = 0.3
     window: SizeWindow = field(default_factory=SizeWindow)
     name: str = "size-aware"
 
     def __post_init__(self) -> None:
-        if self.slack <= 0 or self.kappa < 1 or not 0 <= self.busy <= 1 or self.hold < 0:
+        if (
+            self.slack <= 0
+            or self.kappa < 1
+            or not 0 <= self.busy <= 1
+            or self.hold < 0
+            or self.lead < 0
+        ):
             raise ValueError(
-                f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0; got "
-                f"{self.slack}, {self.kappa}, {self.busy}, {self.hold}"
+                f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0, "
+                f"lead >= 0; got {self.slack}, {self.kappa}, {self.busy}, {self.hold}, "
+                f"{self.lead}"
             )
 
     # -- engine hooks --------------------------------------------------------------------
@@ -186,6 +204,8 @@ class SizeAwareScorer:
         prompt_cost = request.cost_tokens - request.output_tokens
         if learn:
             self.window.observe(prompt_cost, request.max_tokens, request.output_tokens)
+        if self.window.reference() is None:
+            return request  # sizes do not differ: leave the prediction as it is
         output = self.window.predicted_output(request.max_tokens, request.output_tokens)
         if output == request.output_tokens:
             return request

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ``size-aware`` scorer: what its window learns, how it sizes requests, its score
+table and its late-binding answers (``hold_s``, ``precedence_s``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from regions.balancer.scorers.size_aware import SizeAwareScorer, SizeWindow, finish_s
+from tests.balancer.helpers import req, snap
+
+# Declared lengths, as a replayed trace sends them: 1/2 short, 1/4 mid, 1/4 long.
+DECLARED = [50, 80, 100, 120] * 2 + [400, 420] * 2 + [600, 650] * 2
+
+
+def sized(output: int, prompt_cost: float = 10.0, cap: int | None = None):
+    """A request of ``output`` tokens (``max_tokens`` = ``cap``, default ``output``)."""
+    cap = output if cap is None else cap
+    return req(max_tokens=cap, output_tokens=float(output), cost_tokens=prompt_cost + output)
+
+
+def window(**kw) -> SizeWindow:
+    return SizeWindow(min_samples=4, refresh=1, **kw)
+
+
+def trained(caps=DECLARED, rates=(("fast", 100.0), ("slow", 40.0)), **kw) -> SizeAwareScorer:
+    """A scorer that has seen ``caps`` declared at face value and the given backend rates."""
+    scorer = SizeAwareScorer(window=window(), **kw)
+    for name, rate in rates:
+        scorer.on_bind(req(), snap(name, tokens_per_s=rate))
+    for cap in caps:
+        scorer.refine(sized(cap))
+    return scorer
+
+
+# -- window and sizing ---------------------------------------------------------------------
+
+
+def test_window_abstains_until_sizes_differ() -> None:
+    w = window()
+    w.observe_rate("b0", 50.0)
+    for _ in range(10):
+        w.observe(10.0, 1000, 1000.0)  # one cap for all: nothing to sort by
+    assert w.reference() is None
+    for cap in DECLARED:
+        w.observe(10.0, cap, float(cap))
+    assert w.reference() == (1010.0, 50.0)  # q95 of the sizes (prompt included), fastest
+
+
+def test_window_needs_samples_and_a_rate() -> None:
+    w = SizeWindow(min_samples=8, refresh=1)
+    for cap in DECLARED[:7]:
+        w.observe(0.0, cap, float(cap))
+    assert w.reference() is None  # rates unknown, and too few requests
+    w.observe_rate("b0", 10.0)
+    w.observe(0.0, 600, 600.0)
+    assert w.reference() is not None
+
+
+@pytest.mark.parametrize(
+    ("mean", "updates", "caps", "cap", "expected"),
+    [
+        (None, 0, [1000], 1000, 1000.0),  # nothing learned yet: the cap at face value
+        (211.0, 10, [1000], 1000, 1000.0),  # the mean has not settled: still face value
+        (211.0, 64, [1000], 1000, 211.0),  # one loose cap for all: the mean
+        (211.0, 64, [1000], 100, 100.0),  # a tighter cap still bounds it
+        (211.0, 64, [150, 250], 400, 400.0),  # caps are tight (fill 1): the cap
+        (100.0, 64, [100, 300], 300, 150.0),  # half-filled caps: half the cap
+        (100.0, 64, [100, 300], None, 42.0),  # no cap: what request_info said
+    ],
+    ids=["unknown", "unsettled", "loose", "tighter", "tight", "half", "no-cap"],
+)
+def test_predicted_output(mean, updates, caps, cap, expected) -> None:
+    w = SizeWindow(settle=64)
+    for c in caps:
+        w.observe(0.0, c, float(c))
+    w.mean_output = mean
+    w._mean_updates = updates
+    assert w.predicted_output(cap, 42.0) == pytest.approx(expected)
+
+
+def test_a_cap_above_request_infos_prediction_reveals_the_mean() -> None:
+    w = window(settle=2)
+    w.observe(5.0, 1000, 211.0)
+    w.observe(5.0, 1000, 213.0)
+    w.observe(5.0, 1000, 213.0)  # unchanged: not a new update
+    w.observe(5.0, 80, 80.0)  # capped by its own cap: reveals nothing
+    assert w.mean_output == 213.0 and w._mean_updates == 2
+    assert w.fill() == pytest.approx(213.0 * 4 / 3080)
+
+
+def test_refine_sizes_declared_lengths_and_leaves_one_cap_alone() -> None:
+    scorer = trained()
+    scorer.window.mean_output, scorer.window._mean_updates = 320.0, 100  # settled, fill 1
+    long = req(max_tokens=600, output_tokens=211.0, cost_tokens=221.0)  # request_info capped it
+    refined = scorer.refine(long, learn=False)
+    assert refined.output_tokens == 600.0 and refined.cost_tokens == 610.0
+    short = sized(80)
+    assert scorer.refine(short, learn=False) is short
+    hidden = SizeAwareScorer(window=window())
+    hidden.on_bind(req(), snap("b0"))
+    for _ in range(40):
+        r = req(max_tokens=1000, output_tokens=211.0, cost_tokens=221.0)
+        assert hidden.refine(r) is r
+    assert hidden.budget_s() is None
+
+
+# -- score -----------------------------------------------------------------------------------
+
+FAST = snap("fast", 0, tokens_per_s=100.0, cap=16)
+SLOW = snap("slow", 1, tokens_per_s=40.0, cap=16)
+
+
+@pytest.mark.parametrize(
+    ("output", "candidates", "expected"),
+    [
+        # budget = 1.5 * q95 size (660) / 100 = 9.9 s
+        (80, [FAST, SLOW], [1.0, 1.0]),  # 2.25 s on the slow one: fine anywhere
+        (350, [FAST, SLOW], [1.0, 1.0]),  # 9.0 s slow: still within the budget
+        (600, [FAST, SLOW], [1.0, 0.5 * 6.1 / 15.25]),  # 15.25 s slow: only the fast one
+        (600, [SLOW], [1.0]),  # the only candidate: nearest the best by definition
+        (
+            80,
+            [snap("fast", 0, tokens_per_s=100.0, cap=16, in_flight=16, prefetch=1), SLOW],
+            [0.5, 1.0],  # a free slot beats waiting at the server
+        ),
+    ],
+    ids=["short", "mid", "long", "long-alone", "prefetch"],
+)
+def test_score_table(output, candidates, expected) -> None:
+    scorer = trained()
+    got = scorer.score(sized(output), candidates)
+    assert got == pytest.approx(expected, rel=0.05)
+
+
+def test_score_abstains_without_size_information() -> None:
+    scorer = trained(caps=[1000] * 20)
+    assert scorer.score(sized(600), [FAST, SLOW]) == [1.0, 1.0]
+    assert scorer.hold_s(sized(600), SLOW, [FAST, SLOW]) == 0.0
+    assert scorer.precedence_s(sized(600)) == 0.0
+
+
+def test_finish_counts_the_wait_behind_a_full_batch() -> None:
+    b = snap(in_flight=18, cap=16, work_tokens=1800.0, tokens_per_s=50.0)
+    # job 100 tokens / 50 tok/s = 2 s; 3 ahead of it for 16 slots: 3 * 2 / 16 s
+    assert finish_s(b, 100.0) == pytest.approx(3 * 2.0 / 16 + 2.0)
+    assert finish_s(snap(in_flight=3, cap=16, tokens_per_s=50.0), 100.0) == 2.0
+
+
+# -- late binding -----------------------------------------------------------------------------
+
+
+def full(name: str, index: int, rate: float, work: float = 17 * 400.0):
+    return snap(name, index, tokens_per_s=rate, cap=16, prefetch=1, in_flight=17, work_tokens=work)
+
+
+@pytest.mark.parametrize(
+    ("output", "chosen", "eligible", "expected"),
+    [
+        (80, SLOW, [full("fast", 0, 100.0), SLOW], 0.0),  # short: the slow one is fine
+        (600, SLOW, [FAST, SLOW], 0.0),  # the fast one has a slot: not a hold
+        (
+            600,
+            snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=10),
+            [full("fast", 0, 100.0), snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=10)],
+            0.0,  # 26 of 32 slots in use: not busy enough to hold
+        ),
+        (
+            600,
+            snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=15),
+            [full("fast", 0, 100.0), snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=15)],
+            6.1 + 2 * 4.0 / 16,  # busy; wait for the fast one, up to its finish (hold 1.0)
+        ),
+    ],
+    ids=["short", "fast-has-slot", "not-busy", "hold"],
+)
+def test_hold_table(output, chosen, eligible, expected) -> None:
+    scorer = trained()
+    request = sized(output)
+    assert scorer.acceptable(request, chosen) == (finish_s(chosen, request.cost_tokens) <= 9.9)
+    assert scorer.hold_s(request, chosen, eligible) == pytest.approx(expected)
+
+
+def test_precedence_is_lead_times_service_on_the_fastest() -> None:
+    scorer = trained(lead=0.5)
+    assert scorer.precedence_s(sized(600)) == pytest.approx(0.5 * 610 / 100)
+    assert trained(lead=0.0).precedence_s(sized(600)) == 0.0
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"slack": 0}, {"kappa": 0.9}, {"busy": 1.5}, {"hold": -1}, {"lead": -0.1}],
+    ids=["slack", "kappa", "busy", "hold", "lead"],
+)
+def test_parameters_are_checked(kw) -> None:
+    with pytest.raises(ValueError, match="size-aware"):
+        SizeAwareScorer(**kw)
+    with pytest.raises(ValueError, match="size window"):
+        SizeWindow(spread=0.5)
