@@ -55,8 +55,7 @@ class DnsApp:
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         self.locator = ClientLocator(geo=self.geo, merged=merged)
         decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
-                              observe=self.stats.observe_decision,
-                              location_class=merged.class_of)
+                              merged.class_of, observe=self.stats.observe_decision)
         handler = Handler(zone, decisions)
         responder = Responder(handler)
         self.policy = policy

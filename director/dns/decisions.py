@@ -5,10 +5,9 @@ both dropped whenever the snapshot object changes (every state swap bumps its ve
 
 - per client: (service, ECS subnet as sent | resolver address) -> (decision, ECS scope);
 - per decision inputs: (service, the client's location class (``location_class``: the
-  policy's classes, which decide alike by construction) or else country, continent and,
-  for geo steering, coordinates; the network prefix; and only when they matter: the
-  client's hashing bucket and bucket prefix, the measured-RTT network holding it) ->
-  decision.
+  policy's classes, which decide alike by construction) and network prefix, and only when
+  they matter: the client's hashing bucket and bucket prefix, the measured-RTT network
+  holding it) -> decision.
 
 A decision depends on the client's bucket only where a plugin hashes it: weighted steering,
 or spillover while some region of the service is over its threshold. Services whose hashing
@@ -33,9 +32,6 @@ from director.geo import Location
 from policies.model import Affinity, Service
 
 _MEMO_LIMIT = 200_000
-# Steering methods known not to read the client's coordinates (only 'geo' does): services
-# steered by these alone share decisions across every location of one country/continent.
-_COORDINATE_FREE = frozenset({"priority", "weighted", "latency"})
 
 
 @dataclass(frozen=True)
@@ -50,11 +46,11 @@ class Decisions:
     """Memoising front of the engine for one policy."""
 
     def __init__(self, engine: Engine, locator: ClientLocator, snapshots: SnapshotSource,
-                 observe: Callable[[float], None] | None = None,
-                 location_class: Callable[[Location], Hashable] | None = None) -> None:
+                 location_class: Callable[[Location], Hashable],
+                 observe: Callable[[float], None] | None = None) -> None:
         self.engine = engine
         self.locator = locator
-        self.location_class = location_class  # director.engine.location_class, if given
+        self.location_class = location_class  # see director.engine.location_class
         self.snapshots = snapshots
         self.observe = observe  # called with the seconds each engine decision took
         self._snapshot: Snapshot | None = None
@@ -131,12 +127,8 @@ class Decisions:
     def _inputs_key(self, service: Service, client: Client, snapshot: Snapshot) -> tuple:
         location = client.location
         where: tuple | None = None
-        if location is not None and self.location_class is not None:
+        if location is not None:
             where = (self.location_class(location), location.network.prefixlen)
-        elif location is not None:
-            where = (location.country, location.continent, location.network.prefixlen)
-            if not set(service.steer) <= _COORDINATE_FREE:
-                where += (location.latitude, location.longitude)
         bucket: object = None
         if service.spillover is not None or "weighted" in service.steer:
             net = client.bucket
