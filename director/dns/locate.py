@@ -6,7 +6,7 @@
 - no ECS: the service's ``no-ecs`` rule: ``resolver`` locates the resolver's address,
   ``unknown`` treats the client as of unknown location.
 
-With ``merged`` networks, a location's network is widened from the database block to the
+A location's network is widened from the database block to the
 widest network whose records all decide alike under the policy (``director.geo_merge``), so
 ECS scopes are as wide as is correct. GeoIP lookups are memoised per /24 (IPv4) or /56
 (IPv6) when that network covers the whole bucket, else per address, so the memo is exact.
@@ -32,7 +32,7 @@ _MEMO_LIMIT = 500_000
 class ClientLocator:
     """Builds clients and locates addresses through a per-bucket memo."""
 
-    def __init__(self, geo: GeoLocator, merged: MergedNetworks | None = None) -> None:
+    def __init__(self, geo: GeoLocator, merged: MergedNetworks) -> None:
         self.geo = geo
         self.merged = merged
         self._memo: dict[bytes, object] = {}
@@ -46,11 +46,9 @@ class ClientLocator:
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
         location = self.geo.locate(address)
-        final = True
-        if self.merged is not None:
-            network, final = self.merged.widen(address)
-            if network.prefixlen < location.network.prefixlen:
-                location = dataclasses.replace(location, network=network)
+        network, final = self.merged.widen(address)
+        if network.prefixlen < location.network.prefixlen:
+            location = dataclasses.replace(location, network=network)
         if hit is None and final:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
