@@ -7,10 +7,11 @@ pending at shutdown (a fault must not outlive the API that set it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+
+from director.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,7 @@ class Deadman:
 
     async def close(self, *, run_pending: bool) -> None:
         entries, self._tasks = list(self._tasks.items()), {}
-        for _key, (task, _deadline, _revert) in entries:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task for _key, (task, _deadline, _revert) in entries)
         if run_pending:
             for key, (_task, _deadline, revert) in entries:
                 await self._run(key, revert)

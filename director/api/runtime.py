@@ -30,6 +30,7 @@ from director.api.status import StatusInputs, build_status, read_gpu_facts
 from director.geo import GeoLocator
 from director.state import AsyncStateStore, SnapshotRefresher, StateError, StateStore
 from director.state.metrics import RefresherMetrics
+from director.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,7 @@ class ApiRuntime:
             follow(self.holder, self.store, self.config.follow_interval), name="policy-follow")
 
     async def stop(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        await cancel_and_wait([self._follower])  # re-cancels if redis-py swallows one
         await self.fault_timers.close(run_pending=True)  # no drill outlives its API
         await self.drain_timers.close(run_pending=False)
         await self.refresher.stop()
