@@ -1,13 +1,23 @@
-"""Spread UDP queries evenly over the workers of a SO_REUSEPORT group.
+"""Steer UDP queries to the workers of a SO_REUSEPORT group by client subnet.
 
 By default the kernel picks a group's socket by a hash of the peer's address and port, so
 a resolver (or a load generator) with few source ports lands unevenly: with 10 sockets on
-2 workers, splits of 70/30 are common, and the less-loaded worker then wakes for a few
-queries at a time, which costs a Python server more per query than a full batch. A
-classic BPF program attached to the group (``SO_ATTACH_REUSEPORT_CBPF``) picks a socket at
-random per datagram instead: ``A = random(); A %= workers; return A``. UDP DNS carries no
-per-peer state, so any worker may answer any datagram. An index past the group's size
-(a worker being replaced) falls back to the kernel's hash.
+2 workers, splits of 70/30 are common. Worse, every worker keeps its own caches, so a client
+subnet that reaches every worker in turn makes each of them locate and widen it (about
+0.5 ms of GeoIP work each time) and keep its own copy of the answer.
+
+A classic BPF program attached to the group (``SO_ATTACH_REUSEPORT_CBPF``; the kernel runs
+it on the UDP payload, i.e. the DNS message) picks the socket instead:
+
+- a query with an ECS option (the first option of the OPT record that follows a single
+  question) goes to ``hash(client /16 or IPv6 /32) % workers``: a subnet is always answered
+  by the same worker, so its caches stay warm and hold each subnet once;
+- anything else (no ECS, a shorter source prefix, an unusual layout) goes to a worker at
+  random, which spreads one busy resolver over every worker.
+
+An index past the group's size (a worker being replaced) falls back to the kernel's hash;
+so does a datagram too short for a load the program makes. UDP DNS carries no per-peer
+state, so any worker may answer any datagram: the steering is only about load and caches.
 """
 
 from __future__ import annotations
@@ -17,24 +27,105 @@ import socket
 import struct
 
 SO_ATTACH_REUSEPORT_CBPF = 51
-_SKF_AD_OFF = -0x1000
-_SKF_AD_RANDOM = 56
-_BPF_LD_W_ABS = 0x00 | 0x00 | 0x20  # BPF_LD | BPF_W | BPF_ABS
-_BPF_ALU_MOD_K = 0x04 | 0x90 | 0x00  # BPF_ALU | BPF_MOD | BPF_K
-_BPF_RET_A = 0x06 | 0x10  # BPF_RET | BPF_A
+NAME_LABELS = 30  # labels followed in the question name; longer names are spread at random
+
+# Classic BPF opcodes (linux/filter.h).
+_LD, _LDX, _ALU, _JMP, _RET, _MISC = 0x00, 0x01, 0x04, 0x05, 0x06, 0x07
+_W, _H, _B = 0x00, 0x08, 0x10
+_IMM, _ABS, _IND, _LEN = 0x00, 0x20, 0x40, 0x80
+_ADD, _SUB, _MUL, _RSH, _MOD = 0x00, 0x10, 0x20, 0x70, 0x90
+_JA, _JEQ, _JGT, _JGE = 0x00, 0x10, 0x20, 0x30
+_K, _X, _A = 0x00, 0x08, 0x10
+_TAX = 0x00
+_SKF_AD_RANDOM = (-0x1000 + 56) & 0xFFFFFFFF
+_GOLDEN = 0x9E3779B1  # Knuth's multiplicative hash constant
 
 
-def _program(workers: int) -> bytes:
-    instructions = ((_BPF_LD_W_ABS, (_SKF_AD_OFF + _SKF_AD_RANDOM) & 0xFFFFFFFF),
-                    (_BPF_ALU_MOD_K, workers),
-                    (_BPF_RET_A, 0))
-    return b"".join(struct.pack("HBBI", code, 0, 0, k) for code, k in instructions)
+def _program(workers: int) -> list[tuple[int, int | str, int | str, int]]:
+    """The program as (code, jump-if-true, jump-if-false, k); jumps name a label (classic
+    BPF jumps only forward, the conditional ones at most 255 instructions)."""
+    p: list[tuple[int, int | str, int | str, int]] = [
+        (_LD | _W | _LEN, 0, 0, 0),
+        (_JMP | _JGE | _K, 0, "random", 12),  # a header at least
+        (_LD | _H | _ABS, 0, 0, 4),  # question count
+        (_JMP | _JEQ | _K, 0, "random", 1),
+        (_LD | _H | _ABS, 0, 0, 10),  # additional count
+        (_JMP | _JEQ | _K, "random", 0, 0),
+        (_LDX | _W | _IMM, 0, 0, 12),  # X = the question name
+    ]
+    for _ in range(NAME_LABELS):  # X = the name's root label
+        p += [(_LD | _B | _IND, 0, 0, 0),
+              (_JMP | _JEQ | _K, "name_end", 0, 0),
+              (_JMP | _JGT | _K, "random", 0, 63),  # a pointer or a bad label
+              (_ALU | _ADD | _X, 0, 0, 0),
+              (_ALU | _ADD | _K, 0, 0, 1),
+              (_MISC | _TAX, 0, 0, 0)]
+    p += [(_JMP | _JA, 0, 0, "random"),  # type: ignore[list-item]
+          ("name_end",),  # type: ignore[list-item]
+          # root(1) type(2) class(2), then the OPT record: root name, type 41, class, TTL,
+          # length, then the first option: code 8 (ECS), length, family, source, scope,
+          # address; a load past the end would end the program (socket 0), so check first
+          (_LD | _W | _LEN, 0, 0, 0),
+          (_ALU | _SUB | _X, 0, 0, 0),
+          (_JMP | _JGE | _K, 0, "random", 26),  # up to an IPv4 /16
+          (_LD | _B | _IND, 0, 0, 5),
+          (_JMP | _JEQ | _K, 0, "random", 0),
+          (_LD | _H | _IND, 0, 0, 6),
+          (_JMP | _JEQ | _K, 0, "random", 41),
+          (_LD | _H | _IND, 0, 0, 16),
+          (_JMP | _JEQ | _K, 0, "random", 8),
+          (_LD | _H | _IND, 0, 0, 20),
+          (_JMP | _JEQ | _K, "ipv4", 0, 1),
+          (_JMP | _JEQ | _K, 0, "random", 2),
+          (_LD | _W | _LEN, 0, 0, 0),
+          (_ALU | _SUB | _X, 0, 0, 0),
+          (_JMP | _JGE | _K, 0, "random", 28),  # up to an IPv6 /32
+          (_LD | _B | _IND, 0, 0, 22),
+          (_JMP | _JGE | _K, 0, "random", 32),
+          (_LD | _W | _IND, 0, 0, 24),  # the client's IPv6 /32
+          (_JMP | _JA, 0, 0, "hash"),  # type: ignore[list-item]
+          ("ipv4",),  # type: ignore[list-item]
+          (_LD | _B | _IND, 0, 0, 22),
+          (_JMP | _JGE | _K, 0, "random", 16),
+          (_LD | _H | _IND, 0, 0, 24),  # the client's IPv4 /16
+          ("hash",),  # type: ignore[list-item]
+          (_ALU | _MUL | _K, 0, 0, _GOLDEN),
+          (_ALU | _RSH | _K, 0, 0, 16),
+          (_ALU | _MOD | _K, 0, 0, workers),
+          (_RET | _A, 0, 0, 0),
+          ("random",),  # type: ignore[list-item]
+          (_LD | _W | _ABS, 0, 0, _SKF_AD_RANDOM),
+          (_ALU | _MOD | _K, 0, 0, workers),
+          (_RET | _A, 0, 0, 0)]
+    return p
 
 
-def spread_evenly(sock: socket.socket, workers: int) -> bool:
-    """Attach the random-pick program to ``sock``'s reuseport group; False where the kernel
-    refuses it (then the default hash stays)."""
-    code = ctypes.create_string_buffer(_program(workers))
+def assemble(workers: int) -> bytes:
+    """The program's ``struct sock_filter`` array, labels resolved to relative jumps."""
+    listing = _program(workers)
+    labels: dict[str, int] = {}
+    code: list[tuple] = []
+    for item in listing:
+        if len(item) == 1:
+            labels[item[0]] = len(code)  # type: ignore[index]
+        else:
+            code.append(item)
+    out = []
+    for at, (op, true, false, k) in enumerate(code):
+        if op == _JMP | _JA:
+            k, true, false = labels[k] - at - 1, 0, 0  # type: ignore[index]
+        true = labels[true] - at - 1 if isinstance(true, str) else true
+        false = labels[false] - at - 1 if isinstance(false, str) else false
+        if not (0 <= true < 256 and 0 <= false < 256):
+            raise ValueError(f"jump out of range at instruction {at}")
+        out.append(struct.pack("HBBI", op, true, false, k))
+    return b"".join(out)
+
+
+def steer_by_subnet(sock: socket.socket, workers: int) -> bool:
+    """Attach the steering program to ``sock``'s reuseport group of ``workers`` sockets;
+    False where the kernel refuses it (the default hash stays)."""
+    code = ctypes.create_string_buffer(assemble(workers))
     fprog = struct.pack("HxxxxxxQ", len(code.raw) // 8, ctypes.addressof(code))
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, fprog)

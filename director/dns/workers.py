@@ -1,7 +1,8 @@
 """Several server processes sharing one port (``--workers N``), the way Python scales past
 one core: each worker has its own SO_REUSEPORT UDP and TCP sockets and the kernel spreads
-queries across them (UDP datagrams at random, ``director.dns.reuseport``, so a resolver with
-few source ports still loads every worker evenly; TCP connections by the kernel's hash).
+queries across them: UDP datagrams by ECS client subnet, so each worker's caches hold its
+own share of the subnets, and at random without ECS, so one busy resolver loads every worker
+(``director.dns.reuseport``); TCP connections by the kernel's hash.
 
 The parent binds first (so port 0 resolves to one port for everyone), forks the workers
 (worker 0 takes over the parent's sockets, the others bind their own to the same address),
@@ -24,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from director.dns.metrics import DnsStats, StatsHub, serve_metrics
-from director.dns.reuseport import spread_evenly
+from director.dns.reuseport import steer_by_subnet
 from director.dns.server import BoundSockets, ServerConfig, bind_sockets
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
     first = [bind_sockets(host, port, reuse_port=True) for host, port in config.listen]
     addresses = [b.address for b in first]
     for bound in first:
-        spread_evenly(bound.udp, workers)
+        steer_by_subnet(bound.udp, workers)
     hub = StatsHub()
     children: dict[int, int] = {}  # pid -> worker index
 

@@ -1,71 +1,141 @@
-"""The reuseport program spreads one peer's datagrams over every socket of the group."""
+"""The reuseport program steers real datagrams: ECS queries by client subnet, others at random."""
 
 from __future__ import annotations
 
 import select
 import socket
 
-from director.dns.reuseport import spread_evenly
+import dns.edns
+import dns.message
+import pytest
 
-DATAGRAMS = 400
+from director.dns.reuseport import NAME_LABELS, assemble, steer_by_subnet
 
 
-def _group(size: int) -> list[socket.socket]:
+def _group(size: int, family: int = socket.AF_INET) -> list[socket.socket]:
+    host = "127.0.0.1" if family == socket.AF_INET else "::1"
     sockets: list[socket.socket] = []
     port = 0
     for _ in range(size):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.bind(("127.0.0.1", port))
+        sock.bind((host, port))
         port = sock.getsockname()[1]
         sock.setblocking(False)
         sockets.append(sock)
     return sockets
 
 
-def _received_per_socket(sockets: list[socket.socket]) -> list[int]:
-    """Send DATAGRAMS datagrams from one client socket; count what each group socket got."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
-        for i in range(DATAGRAMS):
-            client.sendto(i.to_bytes(2, "big"), sockets[0].getsockname())
-        counts = [0] * len(sockets)
-        while sum(counts) < DATAGRAMS:
-            ready, _, _ = select.select(sockets, [], [], 2.0)
-            assert ready, f"datagrams lost: got {counts}"
+@pytest.fixture
+def group(request: pytest.FixtureRequest):
+    size, family = getattr(request, "param", (3, socket.AF_INET))
+    sockets = _group(size, family)
+    yield sockets
+    for sock in sockets:
+        sock.close()
+
+
+def _deliver(sockets: list[socket.socket], datagrams: list[bytes]) -> list[int | None]:
+    """Send each datagram (its first two bytes unique) from one client socket; the index of
+    the group socket that received each, or None for one that never arrived."""
+    family = sockets[0].family
+    where: dict[bytes, int] = {}
+    with socket.socket(family, socket.SOCK_DGRAM) as client:
+        for datagram in datagrams:
+            client.sendto(datagram, sockets[0].getsockname())
+        while len(where) < len(datagrams):
+            ready, _, _ = select.select(sockets, [], [], 1.0)
+            if not ready:
+                break
             for sock in ready:
                 while True:
                     try:
-                        sock.recv(64)
+                        got = sock.recv(4096)
                     except BlockingIOError:
                         break
-                    counts[sockets.index(sock)] += 1
-    return counts
+                    where[got[:2]] = sockets.index(sock)
+    return [where.get(d[:2]) for d in datagrams]
 
 
-def test_without_the_program_one_peer_lands_on_one_socket() -> None:
-    """The kernel's default: a hash of the peer's address and port picks the socket."""
-    sockets = _group(2)
-    try:
-        assert sorted(_received_per_socket(sockets)) == [0, DATAGRAMS]
-    finally:
-        for sock in sockets:
-            sock.close()
+def _query(ident: int, name: str = "chat.infer.example.com", subnet: str | None = None,
+           source: int = 24) -> bytes:
+    options = [] if subnet is None else [dns.edns.ECSOption(subnet, source)]
+    query = dns.message.make_query(name, "A", use_edns=0, payload=1232, options=options)
+    query.id = ident
+    return query.to_wire()
 
 
-def test_with_the_program_one_peer_is_spread_over_every_socket() -> None:
-    sockets = _group(3)
-    try:
-        assert spread_evenly(sockets[0], len(sockets))
-        counts = _received_per_socket(sockets)
-        # Binomial(400, 1/3) per socket: below 80 has a probability far under 1e-6.
-        assert all(count >= 80 for count in counts), counts
-    finally:
-        for sock in sockets:
-            sock.close()
+def test_without_the_program_one_peer_lands_on_one_socket(group) -> None:
+    """The kernel's default, which the program replaces: the peer's address and port."""
+    landed = _deliver(group, [_query(i) for i in range(300)])
+    assert len(set(landed)) == 1 and None not in landed
+
+
+def test_queries_without_ecs_from_one_peer_spread_over_every_socket(group) -> None:
+    assert steer_by_subnet(group[0], len(group))
+    landed = _deliver(group, [_query(i) for i in range(300)])
+    # Binomial(300, 1/3) per socket: below 60 has a probability far under 1e-6.
+    assert all(landed.count(index) >= 60 for index in range(len(group))), landed
+
+
+def test_an_ecs_subnet_always_lands_on_the_same_socket(group) -> None:
+    assert steer_by_subnet(group[0], len(group))
+    subnets = [f"{10 + i % 200}.{i * 7 % 256}.{i % 5}.0" for i in range(200)]
+    datagrams = [_query(n * 1000 + i, subnet=subnet)
+                 for n in range(3) for i, subnet in enumerate(subnets)]
+    landed = _deliver(group, datagrams)
+    assert None not in landed
+    by_subnet: dict[str, set[int | None]] = {}
+    for datagram, index in zip(datagrams, landed, strict=True):
+        by_subnet.setdefault(subnets[int.from_bytes(datagram[:2], "big") % 1000], set()).add(index)
+    assert all(len(indices) == 1 for indices in by_subnet.values())
+    sockets_used = [sum(index in v for v in by_subnet.values()) for index in range(len(group))]
+    assert all(used >= 30 for used in sockets_used), sockets_used  # 200 subnets, 3 sockets
+
+
+def test_subnets_of_one_slash16_share_a_socket(group) -> None:
+    assert steer_by_subnet(group[0], len(group))
+    for first, second in (("81.2.69.0", "81.2.200.0"), ("8.8.8.0", "8.8.4.0")):
+        landed = _deliver(group, [_query(1, subnet=first), _query(2, subnet=second)])
+        assert landed[0] == landed[1] is not None
+
+
+@pytest.mark.parametrize("group", [(2, socket.AF_INET6)], indirect=True)
+def test_ipv6_ecs_subnets_are_steered_by_their_slash32(group) -> None:
+    assert steer_by_subnet(group[0], len(group))
+    subnets = [f"2001:{i:x}:{j:x}::" for i in range(1, 41) for j in (1, 2)]
+    datagrams = [_query(n * 1000 + i, subnet=s, source=56)
+                 for n in range(2) for i, s in enumerate(subnets)]
+    landed = _deliver(group, datagrams)
+    per_slash32: dict[str, set[int | None]] = {}
+    for datagram, index in zip(datagrams, landed, strict=True):
+        subnet = subnets[int.from_bytes(datagram[:2], "big") % 1000]
+        per_slash32.setdefault(subnet.rsplit(":", 3)[0], set()).add(index)
+    assert None not in landed
+    assert all(len(indices) == 1 for indices in per_slash32.values())
+    assert {i for v in per_slash32.values() for i in v} == {0, 1}
+
+
+def test_odd_datagrams_are_still_delivered(group) -> None:
+    """Short, garbage, compressed-name, long-name and narrow-ECS datagrams: each reaches
+    some socket (the program never drops)."""
+    assert steer_by_subnet(group[0], len(group))
+    long_name = ".".join(["a"] * (NAME_LABELS + 5)) + ".infer.example.com"
+    datagrams = [b"\x00\x01", b"\x00\x02" + bytes(range(40)),
+                 b"\x00\x03" + b"\x00\x00\x00\x01\x00\x00\x00\x00\x00\x01\xc0\x0c",
+                 _query(4, long_name, subnet="81.2.69.0"),
+                 _query(5, subnet="81.2.0.0", source=8),
+                 _query(6, subnet="81.2.69.0", source=0)]
+    assert None not in _deliver(group, datagrams)
 
 
 def test_a_socket_without_reuseport_refuses_the_program() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        assert spread_evenly(sock, 2) is False
+        assert steer_by_subnet(sock, 2) is False
+
+
+def test_the_program_assembles_for_any_worker_count() -> None:
+    for workers in (1, 2, 7, 64):
+        assert len(assemble(workers)) % 8 == 0
