@@ -126,7 +126,6 @@ class MmsgEndpoint:
         self._send_iov_bytes = memoryview(self._send_iov).cast("B")
         self._send_iov_words = self._send_iov_bytes.cast("Q")
         self._buffer_view = memoryview(self._buffers).cast("B")
-        self._name_view = memoryview(self._names).cast("B")
         self._buffers_at = buffers
         self._names_at = names
         self._hosts: dict[bytes, str] = {}
