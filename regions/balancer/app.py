@@ -233,7 +233,10 @@ class Balancer:
                 continue
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
             self.sessions[b.name] = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),  # a backend's cookies are its clients'
             )
 
     async def _close_sessions(self, app: web.Application) -> None:

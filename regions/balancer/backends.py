@@ -232,15 +232,16 @@ class BackendPool:
             return self._snapshot
         self._version += 1
         views = self._views
-        if (
-            views is None
-            or now >= self._valid_until
-            or any(self._timed(self.backends[i]) for i in self._touched)
-        ):
-            views = self._rebuild_all(now)
-        else:
+        if views is not None and now < self._valid_until:
+            backends = self.backends
             for i in self._touched:
-                views[i] = self._view(self.backends[i], now, 0.0)[0]
+                b = backends[i]
+                if self._timed(b):
+                    views = None
+                    break
+                views[i] = self._view(b, now, 0.0)[0]
+        if views is None or now >= self._valid_until:
+            views = self._rebuild_all(now)
         self._touched.clear()
         self._snapshot = RegionSnapshot(tuple(views), self._version)
         return self._snapshot
@@ -264,7 +265,7 @@ class BackendPool:
         return views
 
     def _view(self, b: Backend, now: float, prior: float) -> tuple[BackendSnapshot, float]:
-        """One backend's frozen view, and until when it holds (ejection, slow start)."""
+        """One backend's view, and until when it holds (ejection, slow start)."""
         valid_until = math.inf
         ejected = b.ejected_until is not None and now < b.ejected_until
         if ejected:
@@ -283,25 +284,27 @@ class BackendPool:
                 cap = max(1, math.ceil(cap * elapsed / ramp))
                 prefetch = 0  # a returning backend ramps carefully
                 valid_until = min(valid_until, now + ramp / 16)
-        scraped = b.scraped
+        rate, ttft, scraped = b.rate.value, b.ttft, b.scraped
+        # positional, in field order: keyword arguments cost three times as much, and a view
+        # is built on every lease and release
         view = BackendSnapshot(
-            index=b.index,
-            name=b.name,
-            models=b.models,
-            healthy=b.healthy,
-            ejected=ejected,
-            draining=b.draining,
-            in_flight=b.in_flight,
-            cap=cap,
-            work_tokens=b.work_tokens,
-            tokens_per_s=b.rate.value if b.rate.value is not None else prior,
-            rate_learned=b.rate.value is not None,
-            prefetch=prefetch,
-            ttft_ewma_s=b.ttft.value,
-            ttft_samples=b.ttft.samples,
-            waiting=scraped.waiting,
-            running=scraped.running,
-            kv_usage=scraped.kv_usage,
+            b.index,
+            b.spec.name,
+            b.models,
+            b.healthy,
+            ejected,
+            bool(b.drains),  # draining
+            b.in_flight,
+            cap,
+            b.work_tokens,
+            prior if rate is None else rate,  # tokens_per_s
+            rate is not None,  # rate_learned
+            prefetch,
+            ttft.value,  # ttft_ewma_s
+            ttft.samples,
+            scraped.waiting,
+            scraped.running,
+            scraped.kv_usage,
         )
         return view, valid_until
 

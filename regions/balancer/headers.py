@@ -10,8 +10,6 @@ for ``Accept-Encoding: identity`` so streamed chunks can be counted as they pass
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from multidict import CIMultiDict, CIMultiDictProxy
 
 HOP_BY_HOP = frozenset(
@@ -40,9 +38,10 @@ def _connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> set
 
 
 def _filtered(
-    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: Iterable[str], *, control: bool
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str], *, control: bool
 ) -> CIMultiDict[str]:
-    dropped = set(drop) | _connection_tokens(headers)
+    named = _connection_tokens(headers)
+    dropped = drop | named if named else drop
     out: CIMultiDict[str] = CIMultiDict()
     for key, value in headers.items():
         lower = key.lower()

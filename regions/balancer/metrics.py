@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -55,6 +56,16 @@ class _PoolCollector(Collector):
         queue = GaugeMetricFamily("director_balancer_queue", "Requests waiting in the region queue")
         queue.add_metric([], self.dispatcher.queued)
         yield from (in_flight, work, rate, queue)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMetrics:
+    """One backend's children of the per-request metric families, looked up once (a
+    ``labels()`` call costs several times the update itself)."""
+
+    decisions: Counter
+    ttft: Histogram
+    e2e: Histogram
 
 
 class BalancerMetrics:
@@ -110,6 +121,17 @@ class BalancerMetrics:
             ["op"],
             registry=r,
         )
+
+        self._backends: dict[str, BackendMetrics] = {}
+
+    def backend(self, name: str) -> BackendMetrics:
+        """The per-request metrics of backend ``name`` (cached)."""
+        found = self._backends.get(name)
+        if found is None:
+            found = self._backends[name] = BackendMetrics(
+                self.decisions.labels(name), self.ttft.labels(name), self.e2e.labels(name)
+            )
+        return found
 
     def residency_refused(self, service: str) -> None:
         self.residency_refusals.labels(service or "*").inc()

@@ -2,9 +2,11 @@
 """The scheduling pipeline: filters drop, weighted scorers rank, a picker chooses.
 
 ``Profile.run(snapshot, request)`` is the hot path: synchronous, over a frozen
-``RegionSnapshot``, no I/O, no locks, no awaits. With ``explain=True`` the same code path
-also records every step as data (``Decision.steps``): what each filter dropped and why,
-each scorer's value per candidate, the weighted totals and the pick.
+``RegionSnapshot``, no I/O, no locks, no awaits; each filter and scorer makes one pass over
+the candidates (``Filter.keep``). With ``explain=True`` the same steps run through each
+filter's ``check``, which says why, and are recorded as data (``Decision.steps``): what
+each filter dropped and why, each scorer's value per candidate, the weighted totals and the
+pick. Both pick the same backend (``tests/balancer/test_fast_path.py``).
 
 Large regions: with more than ``sample`` backends, a run first considers ``sample`` of them
 drawn at random, with replacement (the power of k choices: with k = 8 the pick is nearly as
@@ -18,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from regions.balancer.types import (
     BackendSnapshot,
@@ -36,9 +38,12 @@ class WeightedScorer:
     weight: float = 1.0
 
 
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one run: ``chosen`` or, if none, ``stopped_at`` (the emptying filter)."""
+class Decision(NamedTuple):
+    """The outcome of one run: ``chosen`` or, if none, ``stopped_at`` (the emptying filter).
+
+    A named tuple rather than a frozen dataclass: every request builds one, and a tuple is
+    several times cheaper to build (a frozen dataclass sets each field through
+    ``object.__setattr__``)."""
 
     chosen: BackendSnapshot | None
     stopped_at: str | None = None
@@ -67,24 +72,23 @@ class Profile:
     def run(
         self, snapshot: RegionSnapshot, request: RequestInfo, *, explain: bool = False
     ) -> Decision:
+        run_on = self._explained if explain else self._pick
         backends = snapshot.backends
         if self.sample and len(backends) > self.sample:
             n, rnd = len(backends), self.rng.random
             sampled = [backends[i] for i in {int(rnd() * n) for _ in range(self.sample)}]
-            decision = self._run(sampled, request, explain)
+            decision = run_on(sampled, request)
             if decision.chosen is not None:
                 if explain:
                     step = {"stage": "sample", "kept": [b.name for b in sampled],
                             "of": len(backends)}
                     return Decision(decision.chosen, None, (step, *decision.steps))
                 return decision
-        return self._run(backends, request, explain)
+        return run_on(backends, request)
 
-    def _run(
-        self, backends: Sequence[BackendSnapshot], request: RequestInfo, explain: bool
-    ) -> Decision:
-        if not explain:
-            return self._pick(backends, request)
+    def _explained(self, backends: Sequence[BackendSnapshot], request: RequestInfo) -> Decision:
+        """One run that records every step (``explain``): each filter's verdict and reason
+        per backend, each scorer's values, the totals and the pick."""
         steps: list[dict[str, Any]] = []
         candidates: Sequence[BackendSnapshot] = backends
         for flt in self.filters:
@@ -94,17 +98,16 @@ class Profile:
                 reason = flt.check(request, b)
                 if reason is None:
                     kept.append(b)
-                elif explain:
+                else:
                     dropped[b.name] = reason
-            if explain:
-                steps.append(
-                    {
-                        "stage": "filter",
-                        "plugin": flt.name,
-                        "kept": [b.name for b in kept],
-                        "dropped": dropped,
-                    }
-                )
+            steps.append(
+                {
+                    "stage": "filter",
+                    "plugin": flt.name,
+                    "kept": [b.name for b in kept],
+                    "dropped": dropped,
+                }
+            )
             if not kept:
                 return Decision(None, flt.name, tuple(steps))
             candidates = kept
@@ -113,47 +116,43 @@ class Profile:
             values = ws.scorer.score(request, candidates)
             for i, v in enumerate(values):
                 totals[i] += ws.weight * v
-            if explain:
-                steps.append(
-                    {
-                        "stage": "scorer",
-                        "plugin": ws.scorer.name,
-                        "weight": ws.weight,
-                        "scores": {
-                            b.name: round(v, 6) for b, v in zip(candidates, values, strict=True)
-                        },
-                    }
-                )
-        index = self.picker.pick(candidates, totals)
-        chosen = candidates[index]
-        if explain:
             steps.append(
                 {
-                    "stage": "picker",
-                    "plugin": self.picker.name,
-                    "totals": {
-                        b.name: round(t, 6) for b, t in zip(candidates, totals, strict=True)
+                    "stage": "scorer",
+                    "plugin": ws.scorer.name,
+                    "weight": ws.weight,
+                    "scores": {
+                        b.name: round(v, 6) for b, v in zip(candidates, values, strict=True)
                     },
-                    "chosen": chosen.name,
                 }
             )
+        index = self.picker.pick(candidates, totals)
+        chosen = candidates[index]
+        steps.append(
+            {
+                "stage": "picker",
+                "plugin": self.picker.name,
+                "totals": {b.name: round(t, 6) for b, t in zip(candidates, totals, strict=True)},
+                "chosen": chosen.name,
+            }
+        )
         return Decision(chosen, None, tuple(steps))
 
     def _pick(self, candidates: Sequence[BackendSnapshot], request: RequestInfo) -> Decision:
-        """The same run without the record: what every request takes (kept lean)."""
+        """The same run without the record: what every request takes (kept lean: each
+        filter and scorer makes one pass over the candidates)."""
         for flt in self.filters:
-            check = flt.check
-            candidates = [b for b in candidates if check(request, b) is None]
+            candidates = flt.keep(request, candidates)
             if not candidates:
                 return Decision(None, flt.name)
         scorers = self.scorers
-        if len(scorers) == 1:
-            ws = scorers[0]
-            totals = [ws.weight * v for v in ws.scorer.score(request, candidates)]
-        else:
+        if not scorers:
             totals = [0.0] * len(candidates)
-            for ws in scorers:
+        else:  # the first scorer's weighted values, plus each other's in turn
+            weight = scorers[0].weight
+            totals = [weight * v for v in scorers[0].scorer.score(request, candidates)]
+            for ws in scorers[1:]:
                 weight = ws.weight
-                for i, v in enumerate(ws.scorer.score(request, candidates)):
-                    totals[i] += weight * v
+                values = ws.scorer.score(request, candidates)
+                totals = [t + weight * v for t, v in zip(totals, values, strict=False)]
         return Decision(candidates[self.picker.pick(candidates, totals)])

@@ -10,9 +10,10 @@
    backend (``max_retries``); the failed backend is excluded for this request and its
    error counted towards outlier ejection.
 4. The response is relayed chunk by chunk as it arrives (``StreamResponse``, no
-   buffering). SSE chunks are metered to learn the backend's decode rate. If the client
-   goes away the handler is cancelled and the upstream connection is closed, which aborts
-   the sequence on the GPU server.
+   buffering). SSE chunks are metered to learn the backend's decode rate, after each is
+   written on: the accounting never delays a chunk. If the client goes away the handler
+   is cancelled and the upstream connection is closed, which aborts the sequence on the
+   GPU server.
 5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
    not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier.
@@ -144,10 +145,11 @@ class Proxy:
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
                 self.metrics.retries.inc()
+            attempt_info = (
+                dataclasses.replace(info, exclude=frozenset(excluded)) if excluded else info
+            )
             try:
-                lease = await self.dispatcher.acquire(
-                    dataclasses.replace(info, exclude=frozenset(excluded)), timeout
-                )
+                lease = await self.dispatcher.acquire(attempt_info, timeout)
             except NoBackendError as exc:
                 if last_failure is not None:
                     return last_failure
@@ -164,7 +166,7 @@ class Proxy:
                 )
             with lease:
                 backend = lease.backend
-                self.metrics.decisions.labels(backend.name).inc()
+                self.metrics.backend(backend.name).decisions.inc()
                 session = self.sessions[backend.name]
                 sent_at = self.clock()
                 try:
@@ -219,6 +221,7 @@ class Proxy:
         sent_at: float,
     ) -> web.StreamResponse:
         backend = lease.backend
+        metrics = self.metrics.backend(backend.name)
         resp = web.StreamResponse(
             status=upstream.status,
             reason=upstream.reason,
@@ -248,17 +251,18 @@ class Proxy:
                 if not chunk:
                     break
                 now = self.clock()
-                if first_at is None:
-                    first_at = now
-                    self.metrics.ttft.labels(backend.name).observe(now - start)
-                    if upstream.status == 200:
-                        self._ttft(backend, now - sent_at)
-                if sse:
-                    meter.observe(chunk, now)
                 try:
-                    await resp.write(chunk)
+                    await resp.write(chunk)  # first: the accounting below can wait
                 except ConnectionResetError:  # client gone
                     return resp
+                finally:
+                    if first_at is None:  # the backend's first byte, even if the client left
+                        first_at = now
+                        metrics.ttft.observe(now - start)
+                        if upstream.status == 200:
+                            self._ttft(backend, now - sent_at)
+                if sse:
+                    meter.observe(chunk, now)
             await resp.write_eof()
             finished = True
         finally:
@@ -266,7 +270,7 @@ class Proxy:
                 upstream.release()
             else:
                 upstream.close()  # aborts the sequence on the GPU server
-        self.metrics.e2e.labels(backend.name).observe(self.clock() - start)
+        metrics.e2e.observe(self.clock() - start)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")
         else:

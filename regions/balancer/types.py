@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Types shared by the balancer's pipeline: the parsed request, the frozen backend view,
-and the three plugin Protocols (filter, scorer, picker).
+"""Types shared by the balancer's pipeline: the parsed request, the backend view, and the
+three plugin Protocols (filter, scorer, picker).
 
 Plugins are pure: they read a ``RequestInfo`` and ``BackendSnapshot`` values, never the
 mutable pool, and never await.
@@ -43,9 +43,14 @@ class RequestInfo:
     prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class BackendSnapshot:
-    """A frozen view of one backend at the time the region snapshot was built.
+    """A view of one backend at the time the region snapshot was built; read-only.
+
+    Not ``frozen``: the pool builds one on every lease and release (the hot path), and a
+    frozen dataclass costs several times as much to build (every field goes through
+    ``object.__setattr__``). Nothing writes to a view once built; a changed backend gets a
+    new one.
 
     ``cap`` is the effective concurrency cap (reduced during slow start); ``prefetch``
     how many requests beyond it may wait at the server itself (``limit = cap + prefetch``
@@ -107,11 +112,17 @@ class RegionSnapshot:
 
 
 class Filter(Protocol):
-    """Drops candidates: returns ``None`` to keep ``backend``, or the reason to drop it."""
+    """Drops candidates: ``check`` returns ``None`` to keep ``backend``, or the reason to
+    drop it; ``keep`` is the same verdict over many candidates at once, without reasons
+    (what every request runs): the candidates ``check`` keeps, in order."""
 
     name: str
 
     def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None: ...
+
+    def keep(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> Sequence[BackendSnapshot]: ...
 
 
 class Scorer(Protocol):

@@ -11,6 +11,7 @@ backend can start it soon, rather than queued behind a slow GPU. No parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
@@ -26,3 +27,8 @@ class CapacityFilter:
         if backend.in_flight < backend.limit:
             return None
         return f"full ({backend.in_flight}/{backend.limit} in flight)"
+
+    def keep(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> Sequence[BackendSnapshot]:
+        return [b for b in candidates if b.in_flight < b.cap + b.prefetch]

@@ -7,6 +7,7 @@ path) and ``draining`` (operator). No parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
@@ -24,3 +25,8 @@ class HealthFilter:
         if backend.draining:
             return "draining"
         return None
+
+    def keep(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> Sequence[BackendSnapshot]:
+        return [b for b in candidates if b.healthy and not b.ejected and not b.draining]

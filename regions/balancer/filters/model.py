@@ -7,6 +7,7 @@ where its name is listed among the backend's models. No parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
@@ -20,3 +21,9 @@ class ModelFilter:
         if request.model in backend.models:
             return None
         return f"does not serve model {request.model!r}"
+
+    def keep(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> Sequence[BackendSnapshot]:
+        model = request.model
+        return [b for b in candidates if model in b.models]

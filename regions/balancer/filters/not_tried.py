@@ -6,6 +6,7 @@ Reads ``RequestInfo.exclude``. No parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
@@ -19,3 +20,11 @@ class NotTriedFilter:
         if backend.name in request.exclude:
             return "already failed this request"
         return None
+
+    def keep(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> Sequence[BackendSnapshot]:
+        exclude = request.exclude
+        if not exclude:  # a first attempt: nothing to drop
+            return candidates
+        return [b for b in candidates if b.name not in exclude]

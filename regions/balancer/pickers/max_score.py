@@ -23,6 +23,6 @@ class MaxScorePicker:
     name: str = "max-score"
 
     def pick(self, candidates: Sequence[BackendSnapshot], scores: Sequence[float]) -> int:
-        best = max(scores)
-        ties = [i for i, s in enumerate(scores) if s >= best - TIE_EPSILON]
+        floor = max(scores) - TIE_EPSILON
+        ties = [i for i, s in enumerate(scores) if s >= floor]
         return ties[0] if len(ties) == 1 else self.rng.choice(ties)

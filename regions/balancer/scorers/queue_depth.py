@@ -18,4 +18,5 @@ class QueueDepthScorer:
     name: str = "queue-depth"
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
-        return [min(1.0, max(0.0, 1.0 - b.in_flight / max(b.cap, 1))) for b in candidates]
+        used = [b.in_flight / (b.cap if b.cap > 1 else 1) for b in candidates]
+        return [0.0 if u >= 1.0 else 1.0 if u <= 0.0 else 1.0 - u for u in used]

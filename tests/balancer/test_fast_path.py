@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The lean per-request path decides exactly as the plain algorithm: filters one backend at a
+time through ``check``, totals summed from zero, over randomized snapshots and requests; and
+the pool's views are what their keyword constructor would build."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from regions.balancer.backends import BackendPool, BackendSpec, ScrapedLoad
+from regions.balancer.filters.capacity import CapacityFilter
+from regions.balancer.filters.health import HealthFilter
+from regions.balancer.filters.model import ModelFilter
+from regions.balancer.filters.not_tried import NotTriedFilter
+from regions.balancer.pipeline import Profile
+from regions.balancer.registry import (
+    DEFAULT_SCORERS,
+    Registry,
+    build_profile,
+    register_builtin_plugins,
+)
+from regions.balancer.scorers.queue_depth import QueueDepthScorer
+from regions.balancer.types import BackendSnapshot, RegionSnapshot, RequestInfo
+from tests.balancer.helpers import req, snap
+
+MODELS = ("m1", "m2", "m3")
+
+PROFILES = {
+    "default": {},
+    "completion-time": {"scorers": (("completion-time", 2.0), ("queue-depth", 1.0))},
+    "affinity-weighted-random": {
+        "scorers": (("prefix-affinity", 2.0), ("session-affinity", 1.0), ("queue-depth", 1.0)),
+        "picker": "weighted-random",
+    },
+    "latency-scraped-power-of-two": {
+        "scorers": (("latency-ewma", 1.0), ("scraped-load", 0.5)),
+        "picker": "power-of-two",
+    },
+    "round-robin": {"filters": ("model", "health", "not-tried"), "scorers": (),
+                    "picker": "round-robin"},
+    "one-scorer": {"scorers": (("outstanding-work", 1.0),)},
+}
+
+
+def random_view(rng: random.Random, i: int) -> BackendSnapshot:
+    """A backend view with every field drawn, often at the edges the filters test."""
+    cap = rng.randint(1, 5)
+    ttft = rng.choice([None, rng.uniform(0.01, 2.0)])
+    return snap(
+        f"b{i}",
+        i,
+        models=frozenset(rng.sample(MODELS[:2], rng.randint(1, 2))),
+        healthy=rng.random() > 0.15,
+        ejected=rng.random() < 0.1,
+        draining=rng.random() < 0.1,
+        in_flight=rng.randint(0, cap + 1),
+        cap=cap,
+        prefetch=rng.randint(0, 1),
+        work_tokens=rng.choice([0.0, rng.uniform(0.0, 800.0)]),
+        tokens_per_s=rng.uniform(10.0, 120.0),
+        ttft_ewma_s=ttft,
+        ttft_samples=0 if ttft is None else rng.randint(1, 20),
+        waiting=rng.choice([None, float(rng.randint(0, 8))]),
+        kv_usage=rng.choice([None, rng.random()]),
+    )
+
+
+def random_request(rng: random.Random, n: int) -> RequestInfo:
+    prompt = rng.randint(1, 4000)
+    output = float(rng.randint(1, 800))
+    return req(
+        model=rng.choice(MODELS[:2] * 5 + MODELS[2:]),
+        prompt_tokens=prompt,
+        max_tokens=rng.choice([None, int(output), 1000]),
+        output_tokens=output,
+        cost_tokens=prompt / 150.0 + output,
+        exclude=frozenset(f"b{rng.randrange(n)}" for _ in range(rng.choice([0, 0, 1, 3]))),
+        session=rng.choice([None, "alice", "bob", "carol"]),
+        prefix=tuple(range(rng.choice([0, 1, 4]))),
+    )
+
+
+def reference_run(profile: Profile, snapshot: RegionSnapshot, request: RequestInfo) -> tuple:
+    """``Profile.run`` as first written: the same sampling, then each filter over each
+    candidate through ``check``, the weighted totals summed from 0.0, the picker."""
+
+    def run_on(candidates: Sequence[BackendSnapshot]) -> tuple:
+        for flt in profile.filters:
+            candidates = [b for b in candidates if flt.check(request, b) is None]
+            if not candidates:
+                return None, flt.name
+        totals = [0.0] * len(candidates)
+        for ws in profile.scorers:
+            for i, v in enumerate(ws.scorer.score(request, candidates)):
+                totals[i] += ws.weight * v
+        return candidates[profile.picker.pick(candidates, totals)], None
+
+    backends = snapshot.backends
+    if profile.sample and len(backends) > profile.sample:
+        n, rnd = len(backends), profile.rng.random
+        sampled = [backends[i] for i in {int(rnd() * n) for _ in range(profile.sample)}]
+        chosen, stopped_at = run_on(sampled)
+        if chosen is not None:
+            return chosen, stopped_at
+    return run_on(backends)
+
+
+def paired_profiles(name: str, seed: int, sample: int) -> tuple[Profile, Profile]:
+    """Two profiles alike down to their plugins' state and random streams."""
+    registry = register_builtin_plugins(Registry())
+    options = {"scorers": DEFAULT_SCORERS, **PROFILES[name]}
+
+    def build() -> Profile:
+        return build_profile(registry, rng=random.Random(seed), sample=sample, **options)
+
+    return build(), build()
+
+
+def bind_hooks(profile: Profile, request: RequestInfo, chosen: BackendSnapshot) -> None:
+    """What the dispatcher does after a bind: the scorers that learn from binds learn."""
+    for ws in profile.scorers:
+        hook = getattr(ws.scorer, "on_bind", None)
+        if hook is not None:
+            hook(request, chosen)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("seed", range(6))
+def test_the_lean_run_picks_what_the_plain_algorithm_picks(name: str, seed: int) -> None:
+    rng = random.Random(seed)
+    fast, plain = paired_profiles(name, seed, sample=rng.choice([0, 4, 8]))
+    for step in range(120):
+        n = rng.choice([1, 2, 6, 12, 40])
+        snapshot = RegionSnapshot(tuple(random_view(rng, i) for i in range(n)), step)
+        request = random_request(rng, n)
+        for a, b in zip(fast.scorers, plain.scorers, strict=True):  # size-aware learns sizes
+            if hasattr(a.scorer, "refine"):
+                refined = a.scorer.refine(request)
+                assert b.scorer.refine(request) == refined
+                request = refined
+        decision = fast.run(snapshot, request)
+        chosen, stopped_at = reference_run(plain, snapshot, request)
+        assert (decision.chosen, decision.stopped_at) == (chosen, stopped_at), step
+        if chosen is not None:
+            bind_hooks(fast, request, chosen)
+            bind_hooks(plain, request, chosen)
+
+
+FILTERS = [ModelFilter(), HealthFilter(), NotTriedFilter(), CapacityFilter()]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=[f.name for f in FILTERS])
+def test_keep_is_check_over_many(flt) -> None:
+    rng = random.Random(flt.name)
+    for _ in range(300):
+        n = rng.randint(0, 12)
+        candidates = [random_view(rng, i) for i in range(n)]
+        request = random_request(rng, max(n, 1))
+        expected = [b for b in candidates if flt.check(request, b) is None]
+        assert list(flt.keep(request, candidates)) == expected
+
+
+def test_queue_depth_is_the_clamped_formula() -> None:
+    rng = random.Random(7)
+    candidates = [snap(f"b{i}", i, in_flight=rng.randint(-1, 9), cap=rng.randint(-1, 6))
+                  for i in range(400)]
+    expected = [min(1.0, max(0.0, 1.0 - b.in_flight / max(b.cap, 1))) for b in candidates]
+    assert QueueDepthScorer().score(req(), candidates) == expected
+
+
+def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
+    rng = random.Random(11)
+    specs = [BackendSpec(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m1", "m2")[: i % 2 + 1],
+                         rng.randint(1, 8)) for i in range(12)]
+    pool = BackendPool(specs, prefetch=1)
+    leases = []
+    for _ in range(400):
+        b = pool.backends[rng.randrange(len(specs))]
+        op = rng.randrange(6)
+        if op == 0:
+            leases.append(pool.lease(b.index, rng.uniform(1.0, 300.0)))
+        elif op == 1 and leases:
+            leases.pop(rng.randrange(len(leases))).release()
+        elif op == 2:
+            pool.record_rate(b, rng.uniform(10.0, 100.0))
+        elif op == 3:  # a sample shows from the view's next rebuild (its lease's release)
+            pool.record_ttft(b, rng.uniform(0.01, 0.3))
+            pool.invalidate(b.index)
+        elif op == 4:
+            pool.set_scraped(b.name, ScrapedLoad(rng.random(), rng.random(), rng.random()))
+        else:
+            pool.set_draining(b.name, rng.random() < 0.5)
+        for b, view in zip(pool.backends, pool.snapshot().backends, strict=True):
+            prior = pool.prior_tokens_per_s()
+            assert view == BackendSnapshot(
+                index=b.index,
+                name=b.name,
+                models=b.models,
+                healthy=b.healthy,
+                ejected=False,
+                draining=b.draining,
+                in_flight=b.in_flight,
+                cap=b.spec.max_concurrency,
+                work_tokens=b.work_tokens,
+                tokens_per_s=b.rate.value if b.rate.value is not None else prior,
+                rate_learned=b.rate.value is not None,
+                prefetch=1,
+                ttft_ewma_s=b.ttft.value,
+                ttft_samples=b.ttft.samples,
+                waiting=b.scraped.waiting,
+                running=b.scraped.running,
+                kv_usage=b.scraped.kv_usage,
+            )
