@@ -243,7 +243,7 @@ class BackendPool:
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
         self._touched.clear()
-        self._snapshot = RegionSnapshot(tuple(views), self._version)
+        self._snapshot = RegionSnapshot(views, self._version)  # shared, see RegionSnapshot
         return self._snapshot
 
     @staticmethod

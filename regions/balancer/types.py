@@ -99,9 +99,15 @@ class BackendSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class RegionSnapshot:
-    """Every backend of the region, frozen; rebuilt (never mutated) when anything changes."""
+    """Every backend of the region as of ``version``, for synchronous use.
 
-    backends: tuple[BackendSnapshot, ...]
+    Each view is immutable, but ``backends`` is the pool's own list: when a backend changes,
+    the pool puts a new view in its slot (and makes a new snapshot). Copying a 1,000-backend
+    list on every lease and release cost a fifth of the decision time, and every reader
+    (the pipeline, admission, metrics, the admin state) reads a snapshot without awaiting
+    in between. Copy ``list(snapshot.backends)`` to keep views past the next lease."""
+
+    backends: Sequence[BackendSnapshot]
     version: int
 
     @property
