@@ -53,7 +53,7 @@ from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.load_report import ArrivalRate, region_load
-from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics
+from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import PolicyFollow
 from regions.balancer.pool_update import PoolChange
@@ -170,6 +170,8 @@ class Balancer:
         self.link: StateLink | None = None
         self._link_lock = asyncio.Lock()
         self.overflow = Overflow(region, overflow, residency) if overflow else None
+        if self.overflow is not None:
+            self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, follow_policy)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None

@@ -9,17 +9,19 @@
   ``director_balancer_upstream_errors_total{backend,kind}``;
 - ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
 - ``director_balancer_state_reachable`` (1/0, shared state server),
-  ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``).
+  ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
+- with overflow on, ``director_balancer_overflow_total{outcome,sibling}``: what would have
+  been shed, by outcome (``redirect``, ``proxy``, ``unreachable``, ``none-allowed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -66,6 +68,25 @@ class BackendMetrics:
     decisions: Counter
     ttft: Histogram
     e2e: Histogram
+
+
+class OverflowCollector(Collector):
+    """The overflow counts (``Overflow.counts``, keys ``outcome`` or ``outcome:sibling``),
+    read at scrape time."""
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "director_balancer_overflow",
+            "Requests the region would have shed, by what overflow did with them",
+            labels=["outcome", "sibling"],
+        )
+        for key, count in sorted(self.counts.items()):
+            outcome, _, sibling = key.partition(":")
+            family.add_metric([outcome, sibling], count)
+        yield family
 
 
 class BalancerMetrics:
