@@ -13,6 +13,9 @@ drawn at random, with replacement (the power of k choices: with k = 8 the pick i
 good as over all of them, at a cost that does not grow with the region) and falls back to
 all of them when no sampled backend can take the request, so sampling never turns a
 servable request away or makes it wait. ``sample = 0`` always considers every backend.
+Scorers that favour particular backends whatever their load (prefix and session
+affinity) name them (``Preferring.preferred``) and those join the sample, so affinity
+does not miss its backend in a large region.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from regions.balancer.types import (
     BackendSnapshot,
@@ -30,6 +33,15 @@ from regions.balancer.types import (
     RequestInfo,
     Scorer,
 )
+
+
+@runtime_checkable
+class Preferring(Protocol):
+    """A scorer that favours particular backends (by affinity, not load)."""
+
+    def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
+        """Indices into ``backends`` this scorer would favour for ``request``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,11 @@ class Profile:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     sample: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
+    _preferring: tuple[Preferring, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        preferring = tuple(ws.scorer for ws in self.scorers if isinstance(ws.scorer, Preferring))
+        object.__setattr__(self, "_preferring", preferring)
 
     def run(
         self, snapshot: RegionSnapshot, request: RequestInfo, *, explain: bool = False
@@ -76,7 +93,10 @@ class Profile:
         backends = snapshot.backends
         if self.sample and len(backends) > self.sample:
             n, rnd = len(backends), self.rng.random
-            sampled = [backends[i] for i in {int(rnd() * n) for _ in range(self.sample)}]
+            picked = {int(rnd() * n) for _ in range(self.sample)}
+            for preferring in self._preferring:
+                picked.update(preferring.preferred(request, backends))
+            sampled = [backends[i] for i in picked]
             decision = run_on(sampled, request)
             if decision.chosen is not None:
                 if explain:

@@ -22,7 +22,13 @@ from regions.balancer.registry import (
     build_profile,
     register_builtin_plugins,
 )
+from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
+from regions.balancer.scorers.session_affinity import (
+    PREFERRED,
+    SessionAffinityScorer,
+    rendezvous_weight,
+)
 from regions.balancer.types import BackendSnapshot, RegionSnapshot, RequestInfo
 from tests.balancer.helpers import req, snap
 
@@ -101,11 +107,29 @@ def reference_run(profile: Profile, snapshot: RegionSnapshot, request: RequestIn
     backends = snapshot.backends
     if profile.sample and len(backends) > profile.sample:
         n, rnd = len(backends), profile.rng.random
-        sampled = [backends[i] for i in {int(rnd() * n) for _ in range(profile.sample)}]
+        picked = {int(rnd() * n) for _ in range(profile.sample)}
+        for ws in profile.scorers:  # the affinity scorers' backends join the sample
+            picked.update(reference_preferred(ws.scorer, backends, request))
+        sampled = [backends[i] for i in picked]
         chosen, stopped_at = run_on(sampled)
         if chosen is not None:
             return chosen, stopped_at
     return run_on(backends)
+
+
+def reference_preferred(scorer: object, backends: Sequence[BackendSnapshot],
+                        request: RequestInfo) -> list[int]:
+    """What an affinity scorer favours, by definition: the backends holding some of the
+    prefix, or the session's ``PREFERRED`` highest rendezvous weights over every backend."""
+    names = [b.name for b in backends]
+    if isinstance(scorer, PrefixAffinityScorer) and request.prefix:
+        held = scorer.index.match(request.prefix)  # names of other snapshots are left out
+        return [names.index(name) for name in held if name in names]
+    if isinstance(scorer, SessionAffinityScorer) and request.session:
+        ranked = sorted(names, key=lambda name: rendezvous_weight(request.session, name),
+                        reverse=True)
+        return [names.index(name) for name in ranked[:PREFERRED]]
+    return []
 
 
 def paired_profiles(name: str, seed: int, sample: int) -> tuple[Profile, Profile]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from regions.balancer.backends import BackendPool, BackendSpec
 from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scorers.session_affinity import rendezvous_weight
 from regions.balancer.types import RegionSnapshot
 from tests.balancer.helpers import MODEL, req, snap
 
@@ -74,3 +75,33 @@ def test_sampling_falls_back_to_every_backend_when_the_sample_cannot_serve() -> 
 def test_small_regions_are_never_sampled() -> None:
     region = RegionSnapshot(tuple(snap(f"b{i}", i) for i in range(16)), 1)
     assert profile(16).run(region, req(), explain=True).steps[0]["stage"] == "filter"
+
+
+def affinity_profile(scorer: str):
+    """Affinity first, then the default scorers' tie-breaking, sampling 8 of a large region."""
+    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(5), sample=8,
+                         scorers=((scorer, 10.0), ("outstanding-work", 1.0)))
+
+
+def test_prefix_affinity_finds_its_backend_in_a_sampled_region() -> None:
+    region = RegionSnapshot(tuple(snap(f"b{i}", i) for i in range(300)), 1)
+    p = affinity_profile("prefix-affinity")
+    request = req(prefix=(11, 22, 33, 44))
+    scorer = p.scorers[0].scorer
+    scorer.on_bind(request, region.backends[137])
+    # without the held backend in the sample, 8 draws of 300 would find it ~3% of the time
+    assert {p.run(region, request).chosen.name for _ in range(40)} == {"b137"}
+
+
+def test_session_affinity_keeps_a_session_on_one_backend_in_a_sampled_region() -> None:
+    region = RegionSnapshot(tuple(snap(f"b{i}", i) for i in range(300)), 1)
+    p = affinity_profile("session-affinity")
+    owner = max(region.backends, key=lambda b: rendezvous_weight("alice", b.name)).name
+    assert {p.run(region, req(session="alice")).chosen.name for _ in range(40)} == {owner}
+    # the owner full: its sessions spill to their next choice, again one backend
+    backends = list(region.backends)
+    at = next(b.index for b in backends if b.name == owner)
+    backends[at] = snap(owner, at, in_flight=4)
+    spilled = RegionSnapshot(tuple(backends), 2)
+    picks = {p.run(spilled, req(session="alice")).chosen.name for _ in range(40)}
+    assert len(picks) == 1 and picks != {owner}

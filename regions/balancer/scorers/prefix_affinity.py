@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from regions.balancer.affinity_index import AffinityIndex
 from regions.balancer.load_bound import load_cap, within_bound
+from regions.balancer.name_positions import NamePositions
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
 
@@ -33,6 +34,7 @@ class PrefixAffinityScorer:
     epsilon: float = 0.25
     index: AffinityIndex = field(default_factory=AffinityIndex)
     name: str = "prefix-affinity"
+    _positions: NamePositions = field(default_factory=NamePositions, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.epsilon < 0:
@@ -51,6 +53,14 @@ class PrefixAffinityScorer:
             held.get(b.name, 0) / blocks if b.in_flight < b.cap and within_bound(b, cap) else 0.0
             for b in candidates
         ]
+
+    def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
+        """The positions of the backends holding some of the request's prefix (for the
+        pipeline's sample in a large region)."""
+        if not request.prefix:
+            return []
+        held = self.index.match(request.prefix)
+        return self._positions.of(backends, held) if held else []
 
     def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
         """The request was bound to ``backend``: it now holds the request's prefix."""

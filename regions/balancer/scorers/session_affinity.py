@@ -22,12 +22,15 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from regions.balancer.load_bound import load_cap, within_bound
+from regions.balancer.name_positions import NamePositions
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
 _MASK = (1 << 64) - 1
+PREFERRED = 3  # a session's top backends offered to a sampling pipeline (spill included)
+_PREFERRED_MEMO = 65_536
 
 
 def _h64(text: str) -> int:
@@ -52,10 +55,34 @@ def rendezvous_weight(session: str, backend: str) -> int:
 class SessionAffinityScorer:
     c: float = 1.25
     name: str = "session-affinity"
+    _positions: NamePositions = field(default_factory=NamePositions, repr=False, compare=False)
+    _top: dict[str, tuple[int, list[str]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )  # session -> (positions generation, its highest-weight backend names)
 
     def __post_init__(self) -> None:
         if self.c < 1:
             raise ValueError(f"session-affinity: c: must be >= 1, got {self.c}")
+
+    def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
+        """The positions of the session's ``PREFERRED`` highest-weight backends of the
+        whole region (for the pipeline's sample in a large region); a walk over every
+        backend once per session and region layout, then a memo."""
+        session = request.session
+        if not session:
+            return []
+        positions = self._positions
+        positions.sync(backends)
+        memo = self._top.get(session)
+        if memo is None or memo[0] != positions.generation:
+            key = _h64(session)
+            ranked = sorted(backends, key=lambda b: _mix64(key ^ _name_hash(b.name)),
+                            reverse=True)
+            if len(self._top) >= _PREFERRED_MEMO:
+                self._top.clear()
+            memo = self._top[session] = (positions.generation,
+                                         [b.name for b in ranked[:PREFERRED]])
+        return positions.of(backends, memo[1])
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         scores = [0.0] * len(candidates)
