@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regions.balancer.backends import BackendPool, BackendSpec
+from regions.balancer.name_positions import NamePositions
 from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.scorers.session_affinity import rendezvous_weight
 from regions.balancer.types import RegionSnapshot
@@ -105,3 +106,15 @@ def test_session_affinity_keeps_a_session_on_one_backend_in_a_sampled_region() -
     spilled = RegionSnapshot(tuple(backends), 2)
     picks = {p.run(spilled, req(session="alice")).chosen.name for _ in range(40)}
     assert len(picks) == 1 and picks != {owner}
+
+
+def test_name_positions_follow_the_region_and_skip_names_not_in_it() -> None:
+    positions = NamePositions()
+    first = [snap(f"b{i}", i) for i in range(5)]
+    assert positions.of(first, ["b3", "gone", "b0"]) == [3, 0]
+    generation = positions.generation
+    assert positions.of(first, ["gone"]) == [] and positions.generation == generation
+    # same length, other membership (a new list, as the pool builds one): found again
+    second = [snap(f"b{i}", i) for i in (0, 1, 2, 7, 4)]
+    assert positions.of(second, ["b7", "b3"]) == [3]
+    assert positions.generation == generation + 1
