@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The scheduling pipeline: filters drop, weighted scorers rank, a picker chooses.
 
-``Profile.run(snapshot, request)`` is the hot path: synchronous, over a frozen
-``RegionSnapshot``, no I/O, no locks, no awaits; each filter and scorer makes one pass over
-the candidates (``Filter.keep``). With ``explain=True`` the same steps run through each
-filter's ``check``, which says why, and are recorded as data (``Decision.steps``): what
-each filter dropped and why, each scorer's value per candidate, the weighted totals and the
-pick. Both pick the same backend (``tests/balancer/test_fast_path.py``).
+``Profile.run(snapshot, request)`` is the hot path: synchronous, over a ``RegionSnapshot``
+of immutable backend views, no I/O, no locks, no awaits; each filter and scorer makes one
+pass over the candidates (``Filter.keep``). With ``explain=True`` the same steps run
+through each filter's ``check``, which says why, and are recorded as data
+(``Decision.steps``): what each filter dropped and why, each scorer's value per candidate,
+the weighted totals and the pick. Both pick the same backend
+(``tests/balancer/test_fast_path.py``).
 
 Large regions: with more than ``sample`` backends, a run first considers ``sample`` of them
 drawn at random, with replacement (the power of k choices: with k = 8 the pick is nearly as

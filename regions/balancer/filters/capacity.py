@@ -31,4 +31,4 @@ class CapacityFilter:
     def keep(
         self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
     ) -> Sequence[BackendSnapshot]:
-        return [b for b in candidates if b.in_flight < b.cap + b.prefetch]
+        return [b for b in candidates if b.in_flight < b.cap + b.prefetch]  # b.limit, inlined
