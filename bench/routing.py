@@ -5,7 +5,11 @@ Replays the Azure LLM inference 2023 conversation trace (CC BY 4.0; Patel et al.
 "Splitwise", ISCA 2024) open-loop, streaming and time-compressed against 6 simulated GPU
 servers of mixed speed (2 x 1.0, 2 x 0.6, 2 x 0.4, each its own process; no balancer is
 told the speeds), at 70% and 90% of the fleet's capacity (12.1 req/s: 3.02 / 1.82 / 1.22
-req/s per server of speed 1.0 / 0.6 / 0.4, see ``regions/simulator/engine.py``), through:
+req/s per server of speed 1.0 / 0.6 / 0.4, see ``regions/simulator/engine.py``), in work:
+each slice's rate is set so that the work arriving in its warm-up and counted window
+(prefill plus full-batch decode time, ``routing_trace.work_seconds``) is that share of the
+fleet's (a slice of long answers gets fewer requests per second; the run prints each slice's
+rate and work share), through:
 
 - ``ours``: our balancer, default profile (learned speeds; the ``size-aware`` scorer over
   the predicted sizes, then outstanding work and queue depth; late binding in the region
@@ -133,7 +137,7 @@ from routing_procs import (
     start_ours,
     start_simulator,
 )
-from routing_trace import load_trace, replay
+from routing_trace import arrivals_at_load, load_trace
 
 FLEET = (("gpu0", 1.0), ("gpu1", 1.0), ("gpu2", 0.6), ("gpu3", 0.6), ("gpu4", 0.4), ("gpu5", 0.4))
 REQ_PER_S_AT_SPEED_1 = 3.02  # model req/s on this trace (bench/simulator_check.py)
@@ -487,6 +491,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     offsets = [rng.randrange(len(trace)) for _ in range(args.repeats)]
     runs: dict[tuple[float, str], list[RunStats]] = {}
+    offered: dict[float, list[float]] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="director-routing-") as tmp:
         workdir = Path(tmp)
@@ -494,12 +499,23 @@ def main() -> int:
         try:
             for repeat, offset in enumerate(offsets):
                 for load in loads:
-                    rate = load * CAPACITY
-                    count = round(rate * (args.warmup + args.measure + TAIL_LOAD_S))
-                    arrivals = replay(trace, offset, count, rate)
+                    piece = arrivals_at_load(
+                        trace,
+                        offset,
+                        load,
+                        CAPACITY,
+                        until=args.warmup + args.measure,
+                        span=args.warmup + args.measure + TAIL_LOAD_S,
+                    )
+                    offered.setdefault(load, []).append(piece.rate)
+                    print(
+                        f"repeat {repeat + 1} load {load:.0%}: offset {offset}, "
+                        f"{piece.rate:.2f} req/s offered, work {piece.demand:.0%} of capacity",
+                        file=sys.stderr,
+                    )
                     for setup in setups:
                         tag = {"repeat": repeat + 1, "load": load}
-                        stats = run_one(setup, workdir, sims, arrivals, args, tag)
+                        stats = run_one(setup, workdir, sims, piece.arrivals, args, tag)
                         runs.setdefault((load, setup), []).append(stats)
                         print(
                             f"[{time.monotonic() - started:5.0f}s] repeat {repeat + 1} "
@@ -514,7 +530,7 @@ def main() -> int:
                 p.stop()
     for load in loads:
         results = {s: median_stats(runs[(load, s)]) for s in setups if (load, s) in runs}
-        print_table(load, load * CAPACITY, results, args)
+        print_table(load, statistics.median(offered[load]), results, args)
     print(f"\n(wall time {time.monotonic() - started:.0f} s)")
     return 0
 

@@ -6,6 +6,11 @@ that its mean rate is the target rate (in model requests per second), which keep
 trace's own burstiness. Token counts are used as they are (prompt capped so that prompt +
 output fits the simulator's ``max_model_len``). Trace: CC BY 4.0, Patel et al., "Splitwise",
 ISCA 2024 (see the trace's README).
+
+A slice's requests are not the trace's average: a stretch of long answers holds more work
+than its request count says. ``arrivals_at_load`` therefore sets the rate from the work
+the slice holds, so that a "90%" replay offers 90% of the fleet's capacity in work and not
+only in requests.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import itertools
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from regions.simulator.config import EngineConfig
 
 TRACE = (Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure-llm-2023"
          / "AzureLLMInferenceTrace_conv.csv.gz")
@@ -67,3 +74,54 @@ def replay(trace: list[TraceRequest], offset: int, count: int, rate: float) -> l
         at += gap * scale
         out.append(Arrival(at, r.prompt_tokens, r.output_tokens))
     return out
+
+
+def work_seconds(prompt_tokens: int, output_tokens: int, config: EngineConfig) -> float:
+    """Model seconds one request occupies a speed-1.0 server at a full batch: its prefill
+    (which stalls the batch) plus its share of the full batch's decode steps."""
+    per_token = config.decode_step_seconds(config.max_num_seqs) / config.max_num_seqs
+    return config.prefill_seconds(prompt_tokens) + output_tokens * per_token
+
+
+@dataclass(frozen=True)
+class Slice:
+    arrivals: list[Arrival]
+    rate: float  # mean arrival rate of the slice, requests per model second
+    demand: float  # work arriving before ``until`` as a share of the fleet's capacity
+
+
+def arrivals_at_load(
+    trace: list[TraceRequest],
+    offset: int,
+    load: float,
+    capacity: float,
+    until: float,
+    span: float,
+    config: EngineConfig | None = None,
+    rounds: int = 8,
+) -> Slice:
+    """The slice from ``offset``, covering ``span`` model seconds, at the rate at which the
+    work arriving before ``until`` is ``load`` of a fleet serving ``capacity`` average trace
+    requests per second. The rate is refined a few rounds (the slice's make-up changes with
+    its length) until the demand is within 1% of ``load``."""
+    config = config or EngineConfig()
+    mean_work = sum(work_seconds(r.prompt_tokens, r.output_tokens, config) for r in trace) / len(
+        trace
+    )
+    capacity_work = capacity * mean_work  # work seconds the fleet serves per model second
+    rate = load * capacity
+    best: Slice | None = None
+    for _ in range(rounds):
+        arrivals = replay(trace, offset, max(2, round(rate * span)), rate)
+        work = sum(
+            work_seconds(a.prompt_tokens, a.output_tokens, config) for a in arrivals if a.at < until
+        )
+        demand = work / until / capacity_work
+        current = Slice(arrivals, rate, demand)
+        if best is None or abs(demand - load) < abs(best.demand - load):
+            best = current
+        if abs(demand - load) <= 0.01 * load or demand <= 0:
+            break
+        rate *= load / demand
+    assert best is not None
+    return best
