@@ -363,15 +363,12 @@ class Balancer:
     ) -> dict[str, Any]:
         """Why this request would go where: the pipeline's chain of steps, as data."""
         endpoint = Endpoint(path)
-        learned = (
-            self.proxy.output_lengths.get(body.get("model")) if isinstance(body, dict) else None
-        )
         info = parse_request(
             endpoint,
             body,
             headers or {},
             prefill_ratio=self.config.prefill_ratio,
-            learned_output=learned.value if learned else None,
+            lengths=self.proxy.output_lengths,
         )
         decision = self.dispatcher.explain(info)
         return {

@@ -34,8 +34,9 @@ from regions.balancer.backends import Backend, BackendPool, Lease
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
 from regions.balancer.headers import downstream_response_headers, upstream_request_headers
 from regions.balancer.metrics import BalancerMetrics
+from regions.balancer.output_lengths import OutputLengths
 from regions.balancer.request_info import parse_request
-from regions.balancer.speed import Ewma, StreamMeter
+from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
 
 REGION_HEADER = "x-director-region"
@@ -88,7 +89,7 @@ class Proxy:
         self.metrics = metrics
         self.sessions = sessions
         self.clock = clock
-        self.output_lengths: dict[str, Ewma] = {}
+        self.output_lengths = OutputLengths()
 
     # -- parsing -------------------------------------------------------------------------
 
@@ -106,14 +107,12 @@ class Proxy:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestRejected(400, "request body is not valid JSON") from None
-        model = body.get("model") if isinstance(body, dict) else None
-        learned = self.output_lengths.get(model) if isinstance(model, str) else None
         info = parse_request(
             endpoint,
             body,
             request.headers,
             prefill_ratio=self.settings.prefill_ratio,
-            learned_output=learned.value if learned else None,
+            lengths=self.output_lengths,
             with_prefix=self.settings.prefix_hashes,
         )
         return raw, info
@@ -295,4 +294,6 @@ class Proxy:
         if rate is not None:
             self.pool.record_rate(backend, rate)
         if meter.events:
-            self.output_lengths.setdefault(info.model, Ewma(alpha=0.05)).update(meter.events)
+            self.output_lengths.observe(
+                info.model, info.prompt_tokens, info.max_tokens, meter.events
+            )

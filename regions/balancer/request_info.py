@@ -4,9 +4,10 @@
 - prompt tokens: the non-standard ``x_prompt_tokens`` body field when present, else
   ``ceil(chars / 4)`` over the prompt (chat: message contents, plus 4 per message;
   embeddings: the inputs); a tokenized prompt counts its ids;
-- output tokens: ``max_tokens`` (``max_completion_tokens`` for chat) capped by the
-  learned mean output length of the model when one is known, else ``max_tokens``, else the
-  OpenAI default (16 for completions, 256 for chat; 0 for embeddings);
+- output tokens: the learned prediction for the model, prompt size and ``max_tokens``
+  (``max_completion_tokens`` for chat) when there is one (``output_lengths``), at most
+  ``max_tokens``; else ``max_tokens``; else the OpenAI default (16 for completions, 256 for
+  chat); 0 for embeddings;
 - ``cost_tokens = prompt_tokens / prefill_ratio + output_tokens``;
 - priority: header ``x-director-priority`` (integer, higher first, clamped to ±1000);
 - session: header ``x-director-session``, else the body's ``user``;
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from regions.balancer.errors import RequestRejected
+from regions.balancer.output_lengths import OutputLengths
 from regions.balancer.types import Endpoint, RequestInfo
 
 CHARS_PER_TOKEN = 4
@@ -145,10 +147,11 @@ def parse_request(
     headers: Mapping[str, str],
     *,
     prefill_ratio: float,
-    learned_output: float | None = None,
+    lengths: OutputLengths | None = None,
     with_prefix: bool = True,
 ) -> RequestInfo:
     """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body.
+    ``lengths``: what was learned of answer lengths (None: take ``max_tokens`` as it is).
     ``with_prefix=False`` skips the prefix hashes (no scorer of the profile reads them)."""
     if not isinstance(body, dict):
         raise RequestRejected(400, "request body must be a JSON object")
@@ -163,10 +166,13 @@ def parse_request(
         )
     elif endpoint is Endpoint.COMPLETIONS:
         max_tokens = _opt_positive_int(body, "max_tokens")
+    learned = None
+    if lengths is not None and endpoint is not Endpoint.EMBEDDINGS:
+        learned = lengths.predict(model, prompt, max_tokens)
     if endpoint is Endpoint.EMBEDDINGS:
         output = 0.0
-    elif learned_output is not None:
-        output = min(float(max_tokens), learned_output) if max_tokens else learned_output
+    elif learned is not None:
+        output = min(float(max_tokens), learned) if max_tokens else learned
     else:
         output = float(max_tokens if max_tokens is not None else DEFAULT_OUTPUT[endpoint])
     user = body.get("user") if isinstance(body.get("user"), str) else None

@@ -8,6 +8,7 @@ from multidict import CIMultiDict
 
 from regions.balancer.errors import RequestRejected
 from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.output_lengths import OutputLengths
 from regions.balancer.request_info import parse_request
 from regions.balancer.types import Endpoint
 
@@ -61,20 +62,42 @@ def test_parse(endpoint, body, headers, expected) -> None:
     assert info.cost_tokens == pytest.approx(info.prompt_tokens / 100.0 + info.output_tokens)
 
 
-def test_learned_output_is_capped_by_max_tokens() -> None:
-    body = {"model": "m", "prompt": "x", "max_tokens": 50}
-    assert (
-        parse_request(
-            Endpoint.COMPLETIONS, body, {}, prefill_ratio=100.0, learned_output=20.0
-        ).output_tokens
-        == 20.0
+def _lengths(prompt_chars: int, cap: int | None, output: int, n: int = 8) -> OutputLengths:
+    lengths = OutputLengths()
+    for _ in range(n):
+        lengths.observe("m", prompt_chars // 4, cap, output)
+    return lengths
+
+
+@pytest.mark.parametrize(
+    ("learned_cap", "learned_output", "max_tokens", "expected"),
+    [
+        (1000, 20, 50, 50 * 0.02),  # a share of 2% of the cap, of this request's cap
+        (None, 20, None, 20.0),  # no caps: the mean answer
+        (None, 80, 50, 50.0),  # a learned mean above this request's cap: the cap
+        (100, 100, None, 100.0),  # no cap: the mean answer, capped ones included
+        (None, None, 50, 50.0),  # nothing learned: the cap
+    ],
+    ids=["share", "mean", "capped", "no-cap", "nothing"],
+)
+def test_learned_output(learned_cap, learned_output, max_tokens, expected) -> None:
+    lengths = (
+        _lengths(400, learned_cap, learned_output) if learned_output is not None else None
     )
-    assert (
-        parse_request(
-            Endpoint.COMPLETIONS, body, {}, prefill_ratio=100.0, learned_output=80.0
-        ).output_tokens
-        == 50.0
+    body = {"model": "m", "prompt": "x" * 400}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    info = parse_request(Endpoint.COMPLETIONS, body, {}, prefill_ratio=100.0, lengths=lengths)
+    assert info.output_tokens == pytest.approx(expected)
+    assert info.cost_tokens == pytest.approx(info.prompt_tokens / 100.0 + expected)
+
+
+def test_embeddings_predict_no_output_whatever_was_learned() -> None:
+    body = {"model": "m", "input": "x" * 400}
+    info = parse_request(
+        Endpoint.EMBEDDINGS, body, {}, prefill_ratio=100.0, lengths=_lengths(400, None, 300)
     )
+    assert info.output_tokens == 0.0
 
 
 @pytest.mark.parametrize(

@@ -40,69 +40,34 @@ def test_window_abstains_until_sizes_differ() -> None:
     w = window()
     w.observe_rate("b0", 50.0)
     for _ in range(10):
-        w.observe(10.0, 1000, 1000.0)  # one cap for all: nothing to sort by
+        w.observe(10.0, 1000.0)  # one cap for all, nothing learned: nothing to sort by
     assert w.reference() is None
     for cap in DECLARED:
-        w.observe(10.0, cap, float(cap))
+        w.observe(10.0, float(cap))
     assert w.reference() == (1010.0, 50.0)  # q95 of the sizes (prompt included), fastest
 
 
 def test_window_needs_samples_and_a_rate() -> None:
     w = SizeWindow(min_samples=8, refresh=1)
     for cap in DECLARED[:7]:
-        w.observe(0.0, cap, float(cap))
+        w.observe(0.0, float(cap))
     assert w.reference() is None  # rates unknown, and too few requests
     w.observe_rate("b0", 10.0)
-    w.observe(0.0, 600, 600.0)
+    w.observe(0.0, 600.0)
     assert w.reference() is not None
 
 
-@pytest.mark.parametrize(
-    ("mean", "updates", "caps", "cap", "expected"),
-    [
-        (None, 0, [1000], 1000, 1000.0),  # nothing learned yet: the cap at face value
-        (211.0, 10, [1000], 1000, 1000.0),  # the mean has not settled: still face value
-        (211.0, 64, [1000], 1000, 211.0),  # one loose cap for all: the mean
-        (211.0, 64, [1000], 100, 100.0),  # a tighter cap still bounds it
-        (211.0, 64, [150, 250], 400, 400.0),  # caps are tight (fill 1): the cap
-        (100.0, 64, [100, 300], 300, 150.0),  # half-filled caps: half the cap
-        (100.0, 64, [100, 300], None, 42.0),  # no cap: what request_info said
-    ],
-    ids=["unknown", "unsettled", "loose", "tighter", "tight", "half", "no-cap"],
-)
-def test_predicted_output(mean, updates, caps, cap, expected) -> None:
-    w = SizeWindow(settle=64)
-    for c in caps:
-        w.observe(0.0, c, float(c))
-    w.mean_output = mean
-    w._mean_updates = updates
-    assert w.predicted_output(cap, 42.0) == pytest.approx(expected)
-
-
-def test_a_cap_above_request_infos_prediction_reveals_the_mean() -> None:
-    w = window(settle=2)
-    w.observe(5.0, 1000, 211.0)
-    w.observe(5.0, 1000, 213.0)
-    w.observe(5.0, 1000, 213.0)  # unchanged: not a new update
-    w.observe(5.0, 80, 80.0)  # capped by its own cap: reveals nothing
-    assert w.mean_output == 213.0 and w._mean_updates == 2
-    assert w.fill() == pytest.approx(213.0 * 4 / 3080)
-
-
-def test_refine_sizes_declared_lengths_and_leaves_one_cap_alone() -> None:
+def test_refine_records_the_prediction_and_changes_nothing() -> None:
     scorer = trained()
-    scorer.window.mean_output, scorer.window._mean_updates = 320.0, 100  # settled, fill 1
-    long = req(max_tokens=600, output_tokens=211.0, cost_tokens=221.0)  # request_info capped it
-    refined = scorer.refine(long, learn=False)
-    assert refined.output_tokens == 600.0 and refined.cost_tokens == 610.0
-    short = sized(80)
-    assert scorer.refine(short, learn=False) is short
+    long = req(max_tokens=1000, output_tokens=350.0, cost_tokens=360.0)
+    assert scorer.refine(long) is long
+    assert scorer.window._seen[-1] == (10.0, 350.0)
     hidden = SizeAwareScorer(window=window())
     hidden.on_bind(req(), snap("b0"))
     for _ in range(40):
-        r = req(max_tokens=1000, output_tokens=211.0, cost_tokens=221.0)
+        r = req(max_tokens=1000, output_tokens=1000.0, cost_tokens=1010.0)
         assert hidden.refine(r) is r
-    assert hidden.budget_s() is None
+    assert hidden.budget_s() is None  # every request looks alike: the scorer abstains
 
 
 # -- score -----------------------------------------------------------------------------------

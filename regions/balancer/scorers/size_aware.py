@@ -2,20 +2,12 @@
 """``size-aware`` scorer: keep the fast GPUs for the long requests (size-interval placement),
 and tell the dispatcher when a request is worth holding for one (late binding).
 
-Size. ``request_info`` predicts a request's output as ``min(max_tokens, learned mean)``,
-which is right when ``max_tokens`` is a loose cap and wrong when clients declare the
-length (a trace replayed as vLLM's ``benchmark_serving`` does, an app that knows its
-answer size). ``refine`` (the dispatcher calls it once per request) learns which case
-holds from two means over the recent requests, the model's learned mean output ``m`` and
-the mean ``max_tokens`` ``M``::
-
-    fill      = min(1, m / mean(M))                 how full requests fill their cap
-    predicted = min(max_tokens, max(m, fill * max_tokens))
-    size      = cost_tokens with that output (prompt / prefill_ratio + predicted)
-
-``fill`` is 1 (caps at face value) until ``m`` has settled. With one cap for everyone
-(``M`` = 1000, ``m`` = 211) sizes do not differ and nothing changes (below); with declared
-lengths ``fill`` is ~1 and a request's size is its own.
+Size. ``request_info`` predicts a request's output from what was learned of the model's
+answers (``output_lengths``: the share of its cap an answer fills, per prompt and cap size),
+so with declared lengths a request's size is its own and with one loose cap for all it is
+the mean answer to prompts of its size; ``size`` is its ``cost_tokens`` (prompt /
+prefill_ratio + predicted output). ``refine`` (the dispatcher calls it once per request)
+records it in the window.
 
 Budget. Learned over the recent requests (``SizeWindow``)::
 
@@ -53,13 +45,12 @@ Late binding, asked by the dispatcher (``admission``):
   end-to-end time is the wait plus a long service).
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 1.0, ``lead``
-0.3, ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2, ``settle`` 64).
+0.3, ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
 One window per balancer: with several models their sizes and means mix.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -79,15 +70,12 @@ def finish_s(backend: BackendSnapshot, tokens: float) -> float:
 
 @dataclass
 class SizeWindow:
-    """What the scorer learns from recent requests: their prompts and caps, the model's
-    learned mean output, and each backend's latest decode rate.
+    """What the scorer learns from recent requests: their predicted sizes and outputs, and
+    each backend's latest decode rate.
 
-    Sizes are predicted with the current mean and fill (``predicted_output``), also for the
-    requests already in the window, so a drifting mean does not look like a spread of
-    sizes. ``reference()`` is ``(q_size, fastest_rate)``, or None while fewer than
-    ``min_samples`` requests were seen or when the predicted outputs do not differ
-    (``q < spread * median``); recomputed every ``refresh`` requests, so reading it costs
-    nothing.
+    ``reference()`` is ``(q_size, fastest_rate)``, or None while fewer than ``min_samples``
+    requests were seen or when the predicted outputs do not differ (``q < spread *
+    median``); recomputed every ``refresh`` requests, so reading it costs nothing.
     """
 
     size: int = 512
@@ -95,12 +83,7 @@ class SizeWindow:
     spread: float = 1.2
     min_samples: int = 32
     refresh: int = 64
-    settle: int = 64
-    mean_output: float | None = None  # the model's learned mean output, once revealed
-    _mean_updates: int = field(default=0, init=False, repr=False)
-    _seen: deque[tuple[float, int | None, float]] = field(init=False, repr=False)
-    _caps_sum: int = field(default=0, init=False, repr=False)
-    _caps_n: int = field(default=0, init=False, repr=False)
+    _seen: deque[tuple[float, float]] = field(init=False, repr=False)
     _rates: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _reference: tuple[float, float] | None = field(default=None, init=False, repr=False)
     _stale: int = field(default=0, init=False, repr=False)
@@ -113,35 +96,10 @@ class SizeWindow:
             )
         self._seen = deque(maxlen=self.size)
 
-    def fill(self) -> float:
-        """``min(1, mean output / mean max_tokens)``, or 1 (caps at face value) until the
-        learned mean has settled: it starts from the first answers, which are the short
-        ones, and has moved ``settle`` times."""
-        if self.mean_output is None or self._mean_updates < self.settle or not self._caps_n:
-            return 1.0
-        return min(1.0, self.mean_output * self._caps_n / self._caps_sum)
-
-    def predicted_output(self, cap: int | None, output: float) -> float:
-        """Output tokens to expect of a request with this cap (``output``: what
-        ``request_info`` predicted)."""
-        if cap is None:
-            return output
-        return min(float(cap), max(self.mean_output or 0.0, self.fill() * cap))
-
-    def observe(self, prompt_cost: float, cap: int | None, output: float) -> None:
-        """One request: its prompt in decode-token equivalents, ``max_tokens``, and the
-        output ``request_info`` predicted. A cap above that prediction reveals the mean."""
-        if cap is not None and output < cap and output != self.mean_output:
-            self.mean_output = output
-            self._mean_updates += 1
+    def observe(self, prompt_cost: float, output: float) -> None:
+        """One request: its prompt in decode-token equivalents and its predicted output."""
         seen = self._seen
-        if len(seen) == seen.maxlen and seen[0][1] is not None:
-            self._caps_sum -= seen[0][1] or 0
-            self._caps_n -= 1
-        seen.append((prompt_cost, cap, output))
-        if cap is not None:
-            self._caps_sum += cap
-            self._caps_n += 1
+        seen.append((prompt_cost, output))
         self._stale += 1
         if self._stale >= self.refresh or len(seen) == self.min_samples:
             self._recompute()
@@ -160,12 +118,8 @@ class SizeWindow:
         if n < self.min_samples or not self._rates:
             self._reference = None
             return
-        fill, mean = self.fill(), self.mean_output or 0.0
-        outputs = [
-            out if cap is None else min(cap, max(mean, fill * cap)) for _, cap, out in self._seen
-        ]
-        sizes = sorted(p + o for (p, _, _), o in zip(self._seen, outputs, strict=True))
-        outputs.sort()
+        sizes = sorted(p + o for p, o in self._seen)
+        outputs = sorted(o for _, o in self._seen)
         at = min(n - 1, int(self.quantile * n))
         fastest = max(self._rates.values())
         informative = outputs[at] >= self.spread * outputs[n // 2] and fastest > 0
@@ -199,17 +153,11 @@ class SizeAwareScorer:
     # -- engine hooks --------------------------------------------------------------------
 
     def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
-        """``request`` with its output predicted from its own ``max_tokens`` and the learned
-        fill (see the module docstring); learns from it unless ``learn`` is False."""
-        prompt_cost = request.cost_tokens - request.output_tokens
+        """``request`` as it is (``request_info`` predicted its output); recorded in the
+        window unless ``learn`` is False."""
         if learn:
-            self.window.observe(prompt_cost, request.max_tokens, request.output_tokens)
-        if self.window.reference() is None:
-            return request  # sizes do not differ: leave the prediction as it is
-        output = self.window.predicted_output(request.max_tokens, request.output_tokens)
-        if output == request.output_tokens:
-            return request
-        return dataclasses.replace(request, output_tokens=output, cost_tokens=prompt_cost + output)
+            self.window.observe(request.cost_tokens - request.output_tokens, request.output_tokens)
+        return request
 
     def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
         """A request was bound to ``backend``: remember that backend's latest rate."""
