@@ -121,6 +121,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,11 +273,14 @@ async def wait_idle(sims: list[Proc], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
-def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str) -> Proc:
+def start_proxy(
+    setup: str, workdir: Path, sims: list[Proc], loop: str, ours_params: Sequence[str] = ()
+) -> Proc:
     upstreams = [(p.name, "127.0.0.1", int(p.url.rsplit(":", 1)[1])) for p in sims]
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setup}-", dir=workdir))
     if setup == "ours":
-        return start_ours(run_dir, "default", upstreams, loop)
+        extra = [a for p in ours_params for a in ("--scorer-param", p)]
+        return start_ours(run_dir, "default", upstreams, loop, extra)
     if setup == "round-robin":
         return start_ours(run_dir, "round-robin", upstreams, loop)
     if setup == "ours-ct":
@@ -323,7 +327,7 @@ def run_one(
 def _run_one(
     setup: str, workdir: Path, sims: list[Proc], arrivals, args, tag: dict[str, object]
 ) -> RunStats:
-    proxy = start_proxy(setup, workdir, sims, args.loop)
+    proxy = start_proxy(setup, workdir, sims, args.loop, args.ours_param)
     try:
         before = asyncio.run(sim_states(sims))
         cpu0, wall0 = proxy.cpu_seconds(), time.monotonic()
@@ -371,6 +375,8 @@ def print_table(load: float, offered: float, results: dict[str, RunStats], args)
         f"{args.repeats} repeat(s), time scale {args.time_scale:g}, "
         f"{max_tokens_mode(args.max_tokens)}) =="
     )
+    if args.ours_param:
+        print(f"ours: {', '.join(args.ours_param)}")
     print(
         f"{'setup':<12} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
         f"{'req/s':>6} {'tok/s':>6} {'429':>4} {'err':>4} {'cpu':>5} {'lost':>5}  "
@@ -449,6 +455,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of our balancer"
+    )
+    parser.add_argument(
+        "--ours-param",
+        action="append",
+        default=[],
+        metavar="SCORER.NAME=VALUE",
+        help="a scorer parameter for the ours setup, e.g. size-aware.hold=0.5 (repeatable)",
     )
     parser.add_argument(
         "--dump",

@@ -52,6 +52,18 @@ async def run(listen: tuple[str, int], backends: list[BackendSpec], config: Bala
         await task
 
 
+def scorer_params(items: list[str]) -> dict[str, dict[str, float]]:
+    """``["size-aware.hold=0.5", ...]`` -> ``{"size-aware": {"hold": 0.5}}``."""
+    params: dict[str, dict[str, float]] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        scorer, _, name = key.rpartition(".")
+        if not scorer or not name or not value:
+            raise SystemExit(f"--scorer-param: expected SCORER.NAME=VALUE, got {item!r}")
+        params.setdefault(scorer, {})[name] = float(value)
+    return params
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--listen", required=True, help="HOST:PORT")
@@ -59,10 +71,19 @@ def main() -> int:
     parser.add_argument("--backend", action="append", required=True, help="NAME=URL")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     parser.add_argument("--cap", type=int, default=None, help="per-backend concurrency cap")
+    parser.add_argument(
+        "--scorer-param",
+        action="append",
+        default=[],
+        metavar="SCORER.NAME=VALUE",
+        help="a scorer's parameter, e.g. size-aware.hold=0.5 (repeatable)",
+    )
     args = parser.parse_args()
     config = PROFILES[args.profile]
     if args.cap is not None:
         config = dataclasses.replace(config, max_concurrency=args.cap)
+    if args.scorer_param:
+        config = dataclasses.replace(config, scorer_params=scorer_params(args.scorer_param))
     backends = []
     for item in args.backend:
         name, _, url = item.partition("=")

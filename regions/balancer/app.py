@@ -38,7 +38,7 @@ import ipaddress
 import json
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -82,7 +82,8 @@ class BalancerConfig:
     ``max_concurrency``: sequences a backend runs at once (vLLM's ``--max-num-seqs``);
     ``prefetch``: requests allowed to wait at a backend beyond that, so its batch refills
     without waiting for the balancer's round trip (everything beyond waits in the region
-    queue, late bound).
+    queue, late bound); ``scorer_params``: keyword arguments per scorer name, e.g.
+    ``{"size-aware": {"hold": 0.5}}``.
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -96,6 +97,7 @@ class BalancerConfig:
     filters: tuple[str, ...] = DEFAULT_FILTERS
     scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
     picker: str = DEFAULT_PICKER
+    scorer_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
 
@@ -139,6 +141,7 @@ class Balancer:
             scorers=cfg.scorers,
             picker=cfg.picker,
             rng=rng or random.Random(0),
+            scorer_params=cfg.scorer_params,
         )
         self.dispatcher = Dispatcher(self.pool, self.profile, cfg.admission)
         for ws in self.profile.scorers:  # e.g. prefix-affinity learns what each backend holds

@@ -19,7 +19,7 @@ weighted above the others' sum).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from regions.balancer.errors import BalancerConfigError
@@ -75,7 +75,12 @@ class Registry:
             raise BalancerConfigError(
                 f"profile: unknown {kind} {name!r} (known: {known})"
             ) from None
-        return factory(**params)
+        try:
+            return factory(**params)
+        except TypeError as exc:  # an unknown parameter name
+            raise BalancerConfigError(f"profile: {kind} {name!r}: {exc}") from None
+        except ValueError as exc:  # a value out of range
+            raise BalancerConfigError(f"profile: {kind} {name!r}: {exc}") from None
 
     def names(self, kind: Kind) -> list[str]:
         return sorted(n for k, n in self._factories if k == kind)
@@ -112,14 +117,23 @@ def build_profile(
     picker: str = DEFAULT_PICKER,
     rng: random.Random | None = None,
     sample: int = DEFAULT_SAMPLE,
+    scorer_params: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Profile:
     """A ``Profile`` from plugin names; the picker and the sampling share the injected
-    ``rng``; ``sample``: see ``pipeline`` (0: always every backend)."""
+    ``rng``; ``sample``: see ``pipeline`` (0: always every backend); ``scorer_params``:
+    keyword arguments per scorer name (e.g. ``{"size-aware": {"hold": 0.5}}``)."""
     rng = rng or random.Random(0)
+    params = dict(scorer_params or {})
+    unused = sorted(set(params) - {s for s, _ in scorers})
+    if unused:
+        raise BalancerConfigError(f"profile: parameters for scorers not in it: {unused}")
     return Profile(
         name=name,
         filters=tuple(registry.create("filter", f) for f in filters),
-        scorers=tuple(WeightedScorer(registry.create("scorer", s), float(w)) for s, w in scorers),
+        scorers=tuple(
+            WeightedScorer(registry.create("scorer", s, **params.get(s, {})), float(w))
+            for s, w in scorers
+        ),
         picker=registry.create("picker", picker, rng=rng),
         sample=sample,
         rng=rng,

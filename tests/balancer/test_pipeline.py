@@ -72,3 +72,16 @@ def test_registry_is_frozen_and_names_unknown_plugins() -> None:
     assert registry.names("picker") == [
         "max-score", "power-of-two", "round-robin", "weighted-random"
     ]
+
+
+def test_scorer_params_reach_the_scorer_and_bad_ones_are_named() -> None:
+    registry = register_builtin_plugins(Registry())
+    built = build_profile(registry, scorer_params={"size-aware": {"hold": 0.25, "lead": 1.0}})
+    size_aware = next(ws.scorer for ws in built.scorers if ws.scorer.name == "size-aware")
+    assert (size_aware.hold, size_aware.lead) == (0.25, 1.0)
+    with pytest.raises(BalancerConfigError, match=r"size-aware.*nope"):
+        build_profile(registry, scorer_params={"size-aware": {"nope": 1.0}})
+    with pytest.raises(BalancerConfigError, match=r"size-aware.*kappa"):
+        build_profile(registry, scorer_params={"size-aware": {"kappa": 0.5}})
+    with pytest.raises(BalancerConfigError, match=r"not in it.*latency-ewma"):
+        build_profile(registry, scorer_params={"latency-ewma": {"alpha": 0.5}})
