@@ -277,9 +277,10 @@ def start_proxy(
     setup: str, workdir: Path, sims: list[Proc], loop: str, ours_params: Sequence[str] = ()
 ) -> Proc:
     upstreams = [(p.name, "127.0.0.1", int(p.url.rsplit(":", 1)[1])) for p in sims]
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{setup}-", dir=workdir))
-    if setup == "ours":
-        extra = [a for p in ours_params for a in ("--scorer-param", p)]
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{setup.partition(':')[0]}-", dir=workdir))
+    if setup == "ours" or setup.startswith("ours:"):
+        params = [*ours_params, *(p for p in setup[5:].split("+") if p)]
+        extra = [a for p in params for a in ("--scorer-param", p)]
         return start_ours(run_dir, "default", upstreams, loop, extra)
     if setup == "round-robin":
         return start_ours(run_dir, "round-robin", upstreams, loop)
@@ -389,20 +390,20 @@ def print_table(load: float, offered: float, results: dict[str, RunStats], args)
             f"{r.e2e_p99:>8.2f} {r.req_per_s:>6.2f} {r.tok_per_s:>6.0f} {r.shed:>4} "
             f"{r.errors:>4} {r.cpu:>5.0%} {r.lost:>5.1f}  {util}"
         )
-    ours = results.get("ours")
-    if ours is None:
-        return
-    for peer in PEERS:
-        p = results.get(peer)
-        if p is None:
+    for name, ours in results.items():
+        if name != "ours" and not name.startswith("ours:"):
             continue
-        print(
-            f"  ours/{peer:<12} TTFT p50 {ours.ttft_p50 / p.ttft_p50:5.2f}x   "
-            f"TTFT p99 {ours.ttft_p99 / p.ttft_p99:5.2f}x   "
-            f"E2E p50 {ours.e2e_p50 / p.e2e_p50:5.2f}x   "
-            f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
-            f"req/s {ours.req_per_s / p.req_per_s:5.2f}x"
-        )
+        for peer in PEERS:
+            p = results.get(peer)
+            if p is None:
+                continue
+            print(
+                f"  {name}/{peer:<12} TTFT p50 {ours.ttft_p50 / p.ttft_p50:5.2f}x   "
+                f"TTFT p99 {ours.ttft_p99 / p.ttft_p99:5.2f}x   "
+                f"E2E p50 {ours.e2e_p50 / p.e2e_p50:5.2f}x   "
+                f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
+                f"req/s {ours.req_per_s / p.req_per_s:5.2f}x"
+            )
 
 
 def max_tokens_mode(max_tokens: int | None) -> str:
@@ -432,7 +433,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--setups",
         default=",".join(SETUPS),
-        help=f"comma-separated, of {', '.join(SETUPS)}, ours-ct, ours-ow",
+        help=f"comma-separated, of {', '.join(SETUPS)}, ours-ct, ours-ow, and variants of ours "
+        "with scorer parameters, e.g. ours:size-aware.hold=0.5+size-aware.lead=1",
     )
     parser.add_argument(
         "--measure",
