@@ -233,23 +233,40 @@ class BackendPool:
         self._version += 1
         views = self._views
         if views is not None and now < self._valid_until:
-            backends = self.backends
+            backends, prefetch = self.backends, self.prefetch
             for i in self._touched:
                 b = backends[i]
-                if self._timed(b):
-                    views = None
+                rate = b.rate.value
+                if rate is None or b.ejected_until is not None or b.slow_start_from is not None:
+                    views = None  # a view that depends on time or on the fleet's prior rate
                     break
-                views[i] = self._view(b, now, 0.0)[0]
+                # what _view builds for a steady backend (not ejected, no slow start, a
+                # learned rate), inlined: one is built on every lease and release
+                ttft, scraped = b.ttft, b.scraped
+                views[i] = BackendSnapshot(
+                    b.index,
+                    b.spec.name,
+                    b.models,
+                    b.healthy,
+                    False,  # ejected
+                    bool(b.drains),  # draining
+                    b.in_flight,
+                    b.spec.max_concurrency,  # cap
+                    b.work_tokens,
+                    rate,  # tokens_per_s
+                    True,  # rate_learned
+                    prefetch,
+                    ttft.value,  # ttft_ewma_s
+                    ttft.samples,
+                    scraped.waiting,
+                    scraped.running,
+                    scraped.kv_usage,
+                )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
         self._touched.clear()
         self._snapshot = RegionSnapshot(views, self._version)  # shared, see RegionSnapshot
         return self._snapshot
-
-    @staticmethod
-    def _timed(b: Backend) -> bool:
-        """A view that depends on time or on the fleet's prior rate: rebuild them all."""
-        return b.ejected_until is not None or b.slow_start_from is not None or b.rate.value is None
 
     def _rebuild_all(self, now: float) -> list[BackendSnapshot]:
         prior = self.prior_tokens_per_s()
