@@ -22,7 +22,7 @@ does not miss its backend in a large region.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -70,6 +70,9 @@ class Decision(NamedTuple):
         }
 
 
+_new_tuple = tuple.__new__
+
+
 @dataclass(frozen=True)
 class Profile:
     """One scheduling profile: filters in order, weighted scorers, one picker."""
@@ -82,10 +85,18 @@ class Profile:
     sample: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
     _preferring: tuple[Preferring, ...] = field(init=False, repr=False, compare=False)
+    # the lean run's calls, bound once: (keep, name) per filter, (score, weight) per scorer
+    _keeps: tuple[tuple[Callable[..., Sequence[BackendSnapshot]], str], ...] = field(
+        init=False, repr=False, compare=False)
+    _scores: tuple[tuple[Callable[..., list[float]], float], ...] = field(
+        init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         preferring = tuple(ws.scorer for ws in self.scorers if isinstance(ws.scorer, Preferring))
         object.__setattr__(self, "_preferring", preferring)
+        object.__setattr__(self, "_keeps", tuple((f.keep, f.name) for f in self.filters))
+        object.__setattr__(
+            self, "_scores", tuple((ws.scorer.score, ws.weight) for ws in self.scorers))
 
     def run(
         self, snapshot: RegionSnapshot, request: RequestInfo, *, explain: bool = False
@@ -161,19 +172,33 @@ class Profile:
 
     def _pick(self, candidates: Sequence[BackendSnapshot], request: RequestInfo) -> Decision:
         """The same run without the record: what every request takes (kept lean: each
-        filter and scorer makes one pass over the candidates)."""
-        for flt in self.filters:
-            candidates = flt.keep(request, candidates)
+        filter and scorer makes one pass over the candidates, through calls bound once)."""
+        for keep, name in self._keeps:
+            candidates = keep(request, candidates)
             if not candidates:
-                return Decision(None, flt.name)
-        scorers = self.scorers
-        if not scorers:
-            totals = [0.0] * len(candidates)
-        else:  # the first scorer's weighted values, plus each other's in turn
-            weight = scorers[0].weight
-            totals = [weight * v for v in scorers[0].scorer.score(request, candidates)]
-            for ws in scorers[1:]:
-                weight = ws.weight
-                values = ws.scorer.score(request, candidates)
-                totals = [t + weight * v for t, v in zip(totals, values, strict=False)]
-        return Decision(candidates[self.picker.pick(candidates, totals)])
+                return Decision(None, name)
+        totals = _weighted_totals(
+            [(score(request, candidates), weight) for score, weight in self._scores],
+            len(candidates),
+        )
+        chosen = candidates[self.picker.pick(candidates, totals)]
+        return _new_tuple(Decision, (chosen, None, ()))  # Decision(chosen), without its __new__
+
+
+def _weighted_totals(scored: list[tuple[list[float], float]], n: int) -> list[float]:
+    """``sum(weight * value)`` per candidate, added left to right from the first scorer's
+    product: ``((w0 * a + w1 * b) + w2 * c)``, the same floats as a running total from the
+    first term. One pass for up to three scorers (the default profile has three)."""
+    if not scored:
+        return [0.0] * n
+    if len(scored) == 1:
+        [(a, wa)] = scored
+        return [wa * x for x in a]
+    if len(scored) == 2:
+        (a, wa), (b, wb) = scored
+        return [wa * x + wb * y for x, y in zip(a, b, strict=False)]
+    (a, wa), (b, wb), (c, wc) = scored[:3]
+    totals = [wa * x + wb * y + wc * z for x, y, z in zip(a, b, c, strict=False)]
+    for values, weight in scored[3:]:
+        totals = [t + weight * v for t, v in zip(totals, values, strict=False)]
+    return totals

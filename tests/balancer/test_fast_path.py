@@ -15,7 +15,7 @@ from regions.balancer.filters.capacity import CapacityFilter
 from regions.balancer.filters.health import HealthFilter
 from regions.balancer.filters.model import ModelFilter
 from regions.balancer.filters.not_tried import NotTriedFilter
-from regions.balancer.pipeline import Profile
+from regions.balancer.pipeline import Profile, _weighted_totals
 from regions.balancer.registry import (
     DEFAULT_SCORERS,
     Registry,
@@ -171,6 +171,22 @@ def test_the_lean_run_picks_what_the_plain_algorithm_picks(name: str, seed: int)
         if chosen is not None:
             bind_hooks(fast, request, chosen)
             bind_hooks(plain, request, chosen)
+
+
+@pytest.mark.parametrize("scorers", range(6))
+def test_weighted_totals_are_the_running_total_from_zero(scorers: int) -> None:
+    """One pass over several scorers adds the same floats as ``total += weight * value``."""
+    rng = random.Random(scorers)
+    for _ in range(300):
+        n = rng.randint(0, 12)
+        scored = [([rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in range(n)],
+                   rng.choice([1.0, 2.0, 8.0, 0.5, rng.uniform(0.1, 10.0)]))
+                  for _ in range(scorers)]
+        expected = [0.0] * n
+        for values, weight in scored:
+            for i, v in enumerate(values):
+                expected[i] += weight * v
+        assert _weighted_totals(scored, n) == expected
 
 
 FILTERS = [ModelFilter(), HealthFilter(), NotTriedFilter(), CapacityFilter()]
