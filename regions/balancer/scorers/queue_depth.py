@@ -18,5 +18,9 @@ class QueueDepthScorer:
     name: str = "queue-depth"
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
-        used = [b.in_flight / (b.cap if b.cap > 1 else 1) for b in candidates]
-        return [0.0 if u >= 1.0 else 1.0 if u <= 0.0 else 1.0 - u for u in used]
+        # one pass; ``for u in [x]`` is compiled as a plain assignment
+        return [
+            0.0 if u >= 1.0 else 1.0 if u <= 0.0 else 1.0 - u
+            for b in candidates
+            for u in [b.in_flight / (b.cap if b.cap > 1 else 1)]
+        ]
