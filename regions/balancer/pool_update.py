@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from regions.balancer.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.backends import Backend, BackendPool, BackendSpec, model_set
 from regions.balancer.errors import BalancerConfigError
 
 POLICY = "policy"
@@ -86,7 +86,7 @@ def apply_specs(pool: BackendPool, specs: Sequence[BackendSpec]) -> PoolChange:
         else:
             if b.spec != spec:
                 b.spec = spec
-                b.models = frozenset(spec.models)
+                b.models = model_set(spec.models)
                 updated.append(name)
             if POLICY in b.drains:
                 b.drains.discard(POLICY)

@@ -7,6 +7,7 @@ import pytest
 
 from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.errors import BalancerConfigError
+from regions.balancer.pool_update import apply_specs
 from regions.balancer.speed import Ewma, StreamMeter
 
 
@@ -41,6 +42,19 @@ def test_snapshot_is_reused_until_something_changes() -> None:
     assert p.snapshot() is first
     p.lease(1, 1.0)
     assert p.snapshot() is not first
+
+
+def test_backends_serving_the_same_models_share_one_set() -> None:
+    specs = [BackendSpec(f"b{i}", f"http://127.0.0.1:{9000 + i}", models, 4)
+             for i, models in enumerate([("m", "n"), ("n", "m"), ("m",), ("n", "m")])]
+    p = BackendPool(specs)
+    views = p.snapshot().backends
+    assert [v.models for v in views] == [{"m", "n"}, {"m", "n"}, {"m"}, {"m", "n"}]
+    assert views[0].models is views[1].models is views[3].models
+    assert views[2].models is not views[0].models
+    specs[2] = BackendSpec("b2", "http://127.0.0.1:9002", ("n", "m"), 4)  # models changed
+    apply_specs(p, specs)
+    assert p.snapshot().backends[2].models is views[0].models
 
 
 def test_ejection_after_consecutive_errors_then_slow_start() -> None:
