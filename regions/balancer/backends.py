@@ -348,7 +348,8 @@ class BackendPool:
         b.in_flight += 1
         b.work_tokens += cost_tokens
         b.requests += 1
-        self.invalidate(index)
+        self._snapshot = None  # invalidate(index), inlined: every bind takes a lease
+        self._touched.add(index)
         return Lease(self, b, cost_tokens)
 
     def _release(self, lease: Lease) -> None:
