@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from math import trunc
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from regions.balancer.types import (
@@ -90,6 +91,7 @@ class Profile:
         init=False, repr=False, compare=False)
     _scores: tuple[tuple[Callable[..., list[float]], float], ...] = field(
         init=False, repr=False, compare=False)
+    _draws: range = field(init=False, repr=False, compare=False)  # range(sample)
 
     def __post_init__(self) -> None:
         preferring = tuple(ws.scorer for ws in self.scorers if isinstance(ws.scorer, Preferring))
@@ -97,6 +99,7 @@ class Profile:
         object.__setattr__(self, "_keeps", tuple((f.keep, f.name) for f in self.filters))
         object.__setattr__(
             self, "_scores", tuple((ws.scorer.score, ws.weight) for ws in self.scorers))
+        object.__setattr__(self, "_draws", range(self.sample))
 
     def run(
         self, snapshot: RegionSnapshot, request: RequestInfo, *, explain: bool = False
@@ -105,7 +108,8 @@ class Profile:
         backends = snapshot.backends
         if self.sample and len(backends) > self.sample:
             n, rnd = len(backends), self.rng.random
-            picked = {int(rnd() * n) for _ in range(self.sample)}
+            # trunc: the same int as int(), through a cheaper call
+            picked = {trunc(rnd() * n) for _ in self._draws}
             for preferring in self._preferring:
                 picked.update(preferring.preferred(request, backends))
             sampled = [backends[i] for i in picked]
