@@ -98,6 +98,31 @@ def test_score_table(output, candidates, expected) -> None:
     assert got == pytest.approx(expected, rel=0.05)
 
 
+@pytest.mark.parametrize(
+    ("prompt_cost", "expected"),
+    [
+        # a median prompt (10) prefills in 0.25 s on the slow one: limit 1.5 * 0.25 s
+        (12.0, [1.0, 1.0]),  # 0.3 s on the slow one: fine
+        (40.0, [1.0, 0.5 * 1.2 / 3.0]),  # 1.0 s there, 0.4 s on the fast one: only fast
+    ],
+    ids=["typical-prompt", "long-prompt"],
+)
+def test_a_long_prompt_avoids_a_slow_prefill(prompt_cost: float, expected: list[float]) -> None:
+    scorer = trained()
+    assert scorer.window.typical_first_s() == pytest.approx(10.0 / 40.0)
+    got = scorer.score(sized(80, prompt_cost=prompt_cost), [FAST, SLOW])
+    assert got == pytest.approx(expected, rel=0.05)
+
+
+def test_first_token_rule_keeps_the_soonest_within_first_kappa() -> None:
+    """Every backend slow to prefill this prompt: those within first_kappa of the soonest."""
+    scorer = trained(first_kappa=2.0)
+    mid = snap("mid", 2, tokens_per_s=60.0, cap=16)
+    got = scorer.score(sized(80, prompt_cost=100.0), [FAST, mid, SLOW])
+    # prefill 1.0 / 1.67 / 2.5 s: the slow one is beyond 2 x 1.0 s
+    assert got[:2] == [1.0, 1.0] and got[2] < 1.0
+
+
 def test_score_abstains_without_size_information() -> None:
     scorer = trained(caps=[1000] * 20)
     assert scorer.score(sized(600), [FAST, SLOW]) == [1.0, 1.0]

@@ -23,9 +23,21 @@ Score. For each candidate ``b`` (the ``capacity`` filter has run: each has room)
     wait_b   = 0 if in_flight_b < cap_b, else (in_flight_b - cap_b + 1) * job_s_b / cap_b,
                job_s_b = work_tokens_b / in_flight_b / tokens_per_s_b   (prefetched: it queues)
     limit    = max(kappa * min_c finish_c, budget_s)
-    score_b  = 1                          if finish_b <= limit and (in_flight_b < cap_b or
+    score_b  = 1                          if finish_b <= limit, its first token is within
+                                          first_limit (below) and (in_flight_b < cap_b or
                                           no candidate has a free slot)   (acceptable)
              = 0.5 * min_c finish_c / finish_b   otherwise
+
+First token. A long prompt with a short answer is small work but a long prefill: on a slow
+GPU its first token (and the first tokens of whatever queues behind its prefill) comes late.
+So a candidate is acceptable only if the prompt's prefill there (its cost over the
+backend's rate, after any wait) ends within::
+
+    first_limit = max(first_kappa * min_c first_c,
+                      first_slack * median recent prompt cost / slowest rate)
+
+that is, no later than a typical prompt does on the slowest GPU, or nearly as soon as
+anywhere.
 
 With a weight above twice the sum of the other scorers' weights (the default profile: 8
 against 2 + 1) this is a hard preference: the others (outstanding work, queue depth) choose
@@ -45,7 +57,8 @@ Late binding, asked by the dispatcher (``admission``):
   end-to-end time is the wait plus a long service).
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 1.0, ``lead``
-0.3, ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
+0.3, ``first_kappa`` 1.5, ``first_slack`` 1.5, ``window`` (a fresh ``SizeWindow``: 512
+requests, q95, spread 1.2).
 One window per balancer: with several models their sizes and means mix.
 """
 
@@ -86,6 +99,7 @@ class SizeWindow:
     _seen: deque[tuple[float, float]] = field(init=False, repr=False)
     _rates: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _reference: tuple[float, float] | None = field(default=None, init=False, repr=False)
+    _typical_first: float = field(default=0.0, init=False, repr=False)
     _stale: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +126,11 @@ class SizeWindow:
     def reference(self) -> tuple[float, float] | None:
         return self._reference
 
+    def typical_first_s(self) -> float:
+        """Seconds the median recent prompt takes to prefill on the slowest backend (its
+        cost over that backend's decode rate); 0 until ``reference()`` is known."""
+        return self._typical_first
+
     def _recompute(self) -> None:
         self._stale = 0
         n = len(self._seen)
@@ -124,6 +143,9 @@ class SizeWindow:
         fastest = max(self._rates.values())
         informative = outputs[at] >= self.spread * outputs[n // 2] and fastest > 0
         self._reference = (sizes[at], fastest) if informative else None
+        slowest = min(self._rates.values())
+        median_prompt = sorted(p for p, _ in self._seen)[n // 2]
+        self._typical_first = median_prompt / slowest if informative and slowest > 0 else 0.0
 
 
 @dataclass
@@ -133,6 +155,8 @@ class SizeAwareScorer:
     busy: float = 0.85
     hold: float = 1.0
     lead: float = 0.3
+    first_kappa: float = 1.5
+    first_slack: float = 1.5
     window: SizeWindow = field(default_factory=SizeWindow)
     name: str = "size-aware"
 
@@ -143,11 +167,14 @@ class SizeAwareScorer:
             or not 0 <= self.busy <= 1
             or self.hold < 0
             or self.lead < 0
+            or self.first_kappa < 1
+            or self.first_slack <= 0
         ):
             raise ValueError(
                 f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0, "
-                f"lead >= 0; got {self.slack}, {self.kappa}, {self.busy}, {self.hold}, "
-                f"{self.lead}"
+                f"lead >= 0, first_kappa >= 1, first_slack > 0; got {self.slack}, "
+                f"{self.kappa}, {self.busy}, {self.hold}, {self.lead}, {self.first_kappa}, "
+                f"{self.first_slack}"
             )
 
     # -- engine hooks --------------------------------------------------------------------
@@ -181,11 +208,27 @@ class SizeAwareScorer:
         finish = [finish_s(b, size) for b in candidates]
         best = min(finish)
         limit = max(self.kappa * best, budget)
+        first_ok = self._first_token_ok(request, candidates)
         any_slot = any(b.in_flight < b.cap for b in candidates)
         return [
-            1.0 if f <= limit and (b.in_flight < b.cap or not any_slot) else 0.5 * best / f
-            for b, f in zip(candidates, finish, strict=True)
+            1.0
+            if f <= limit and ok and (b.in_flight < b.cap or not any_slot)
+            else 0.5 * best / f
+            for b, f, ok in zip(candidates, finish, first_ok, strict=True)
         ]
+
+    def _first_token_ok(
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+    ) -> list[bool]:
+        """Per candidate: would the prompt's prefill (after any wait) end within
+        ``max(first_kappa * the soonest, first_slack * a median prompt on the slowest)``?"""
+        typical = self.window.typical_first_s()
+        if not typical:
+            return [True] * len(candidates)
+        prompt = request.cost_tokens - request.output_tokens
+        first = [finish_s(b, prompt) for b in candidates]
+        limit = max(self.first_kappa * min(first), self.first_slack * typical)
+        return [f <= limit for f in first]
 
     # -- late binding --------------------------------------------------------------------
 
