@@ -77,9 +77,7 @@ class Registry:
             ) from None
         try:
             return factory(**params)
-        except TypeError as exc:  # an unknown parameter name
-            raise BalancerConfigError(f"profile: {kind} {name!r}: {exc}") from None
-        except ValueError as exc:  # a value out of range
+        except (TypeError, ValueError) as exc:  # an unknown parameter, a value out of range
             raise BalancerConfigError(f"profile: {kind} {name!r}: {exc}") from None
 
     def names(self, kind: Kind) -> list[str]:

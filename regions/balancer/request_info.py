@@ -166,15 +166,13 @@ def parse_request(
         )
     elif endpoint is Endpoint.COMPLETIONS:
         max_tokens = _opt_positive_int(body, "max_tokens")
-    learned = None
-    if lengths is not None and endpoint is not Endpoint.EMBEDDINGS:
-        learned = lengths.predict(model, prompt, max_tokens)
     if endpoint is Endpoint.EMBEDDINGS:
         output = 0.0
-    elif learned is not None:
-        output = min(float(max_tokens), learned) if max_tokens else learned
-    else:
-        output = float(max_tokens if max_tokens is not None else DEFAULT_OUTPUT[endpoint])
+    else:  # a learned prediction is a share of max_tokens when there is one: never above it
+        learned = None if lengths is None else lengths.predict(model, prompt, max_tokens)
+        if learned is None:
+            learned = max_tokens if max_tokens is not None else DEFAULT_OUTPUT[endpoint]
+        output = float(learned)
     user = body.get("user") if isinstance(body.get("user"), str) else None
     return RequestInfo(
         endpoint=endpoint,
