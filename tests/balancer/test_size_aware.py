@@ -165,20 +165,20 @@ def full(name: str, index: int, rate: float, work: float = 17 * 400.0):
     ids=["short", "fast-has-slot", "not-busy", "hold"],
 )
 def test_hold_table(output, chosen, eligible, expected) -> None:
-    scorer = trained(hold_first=0)  # uncapped: the cap has its own test
+    scorer = trained()
     request = sized(output)
     assert scorer.acceptable(request, chosen) == (finish_s(chosen, request.cost_tokens) <= 9.9)
     assert scorer.hold_s(request, chosen, eligible) == pytest.approx(expected)
 
 
-def test_a_hold_is_capped_at_hold_first_typical_prefills() -> None:
-    """Holding costs time to first token: no longer than hold_first x a median prompt's
-    prefill on the slowest GPU (10 tokens / 40 tok/s = 0.25 s here)."""
+def test_hold_first_caps_a_hold_at_typical_prefills() -> None:
+    """With hold_first, a hold lasts no longer than that many median prompts' prefill on the
+    slowest GPU (10 tokens / 40 tok/s = 0.25 s here); off by default."""
     chosen = snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=15)
     eligible = [full("fast", 0, 100.0), chosen]
     uncapped = 6.1 + 2 * 4.0 / 16
-    assert trained(hold_first=0).hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
-    assert trained().hold_s(sized(600), chosen, eligible) == pytest.approx(2 * 0.25)
+    assert trained().hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
+    assert trained(hold_first=2).hold_s(sized(600), chosen, eligible) == pytest.approx(2 * 0.25)
     assert trained(hold_first=40).hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
 
 

@@ -89,13 +89,11 @@ async def test_hold_runs_out_then_the_free_backend_is_taken() -> None:
     waiter = asyncio.create_task(d.acquire(sized(600)))
     await asyncio.sleep(0.01)
     assert not waiter.done()
-    # the hold: its finish on the fast backend (1 + 6.1 s), capped at hold_first (2) x a
-    # median prompt's prefill on the slow one (10 / 40 = 0.25 s): 0.5 s
-    clock.now += 0.4
+    clock.now += 5.0  # less than the hold (its finish on the fast backend: 1 + 6.1 s)
     d.pump()
     await asyncio.sleep(0.01)
     assert not waiter.done()
-    clock.now += 0.2
+    clock.now += 5.0
     d.pump()
     lease = await asyncio.wait_for(waiter, 1)
     assert lease.backend.name == "slow"

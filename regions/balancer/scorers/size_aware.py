@@ -51,17 +51,18 @@ Late binding, asked by the dispatcher (``admission``):
   eligible backend, full ones included (their finish counts their wait), the best of those
   has no free slot, and at least ``busy`` of the eligible slots are in use, the request may
   wait in the region queue for up to ``hold * finish_best`` seconds rather than start now.
-  The ``busy`` gate keeps a lightly loaded region from holding anything. The hold is
-  capped at ``hold_first`` times a median prompt's prefill on the slowest GPU
-  (``typical_first_s``): holding is paid in time to first token, and in bursts uncapped
-  holds of several seconds were most of the p99 TTFT (routing bench, output length hidden,
-  90%: TTFT p99 1.77x HAProxy's uncapped, 0.90x capped; E2E p99 0.80x and 0.91x).
+  The ``busy`` gate keeps a lightly loaded region from holding anything. With
+  ``hold_first`` > 0 the hold is capped at that many median prompts' prefill on the
+  slowest GPU (``typical_first_s``), for operators who would rather pay a long answer's
+  wait in end-to-end time than in time to first token. Off by default: on the routing
+  bench at 90% it bought no TTFT beyond run-to-run noise (the same setup measured 0.69 s
+  and 1.13 s p99) and cost E2E p99 about 0.1x HAProxy's with the length hidden.
 - ``precedence_s``: in the queue a request counts as having arrived ``lead * size /
   fastest`` seconds early, so in a backlog the long ones start a little sooner (their
   end-to-end time is the wait plus a long service).
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 1.0,
-``hold_first`` 2 (0: no cap), ``lead`` 0.3, ``first_kappa`` 1.5, ``first_slack`` 1.5,
+``hold_first`` 0 (no cap), ``lead`` 0.3, ``first_kappa`` 1.5, ``first_slack`` 1.5,
 ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
 One window per balancer: with several models their sizes and means mix.
 """
@@ -161,7 +162,7 @@ class SizeAwareScorer:
     lead: float = 0.3
     first_kappa: float = 1.5
     first_slack: float = 1.5
-    hold_first: float = 2.0
+    hold_first: float = 0.0
     window: SizeWindow = field(default_factory=SizeWindow)
     name: str = "size-aware"
 
