@@ -44,68 +44,69 @@ kept. Every process binds to 127.0.0.1.
 
 ::
 
-    .venv/bin/python bench/routing.py            # ~4 min: 70% and 90% x 4 setups, time scale 3
+    .venv/bin/python bench/routing.py            # ~7 min: 70% and 90% x 4 setups, time scale 3
     .venv/bin/python bench/routing.py --quick    # < 60 s: 90% only, shorter, time scale 5
     .venv/bin/python bench/routing.py --loads 0.9 --setups ours,ours-ct,haproxy --repeats 3
 
-Measured 2026-11-24 (default run, ``--repeats 2``, medians; 2 shared cores, no simulator
-time lost; model seconds; every slice's work within 1% of its load; ours: default profile,
-prefetch 1; the run also prints each GPU's utilization: at 90%, ours keeps the 1.0 GPUs
-~90% busy and the 0.4 ones ~65-73%, the peers every GPU ~82%)::
+Measured 2026-11-24 (default run: one repeat, a 120 model-second window, ~1,130 counted
+requests at 90%; 2 shared cores, no simulator time lost; model seconds; every slice's work
+within 1% of its load; ours: default profile, prefetch 1)::
 
-    .venv/bin/python bench/routing.py --repeats 2                     # output length hidden
-    .venv/bin/python bench/routing.py --repeats 2 --max-tokens exact  # declared
+    .venv/bin/python bench/routing.py                     # output length hidden
+    .venv/bin/python bench/routing.py --max-tokens exact  # declared
 
     == load 70%, output length hidden ==
     setup         TTFT p50  TTFT p99  E2E p50  E2E p99  req/s  tok/s  429  err   cpu  lost
-    ours             0.091     0.316     7.31    18.41   6.92   2020    0    0   21%   0.0
-    round-robin      0.096     4.527     6.97    26.41   6.75   1928    0    0   18%   0.0
-    nginx            0.090     0.457     6.74    24.52   7.01   2047    0    0   10%   0.0
-    haproxy          0.091     0.466     6.87    21.00   6.89   1975    0    0   11%   0.0
-      ours/nginx        TTFT p50  1.01x   TTFT p99  0.69x   E2E p50  1.08x   E2E p99  0.75x
-      ours/haproxy      TTFT p50  0.99x   TTFT p99  0.68x   E2E p50  1.06x   E2E p99  0.88x
+    ours             0.089     0.443     6.97    19.13   7.20   1957    0    0   21%   0.0
+    round-robin      0.094     4.804     7.11    25.16   7.24   1960    0    0   24%   0.0
+    nginx            0.086     0.651     6.68    22.03   7.17   1949    0    0   11%   0.0
+    haproxy          0.085     0.653     6.58    20.87   7.22   1957    0    0   11%   0.0
+      ours/haproxy      TTFT p50  1.04x   TTFT p99  0.68x   E2E p50  1.06x   E2E p99  0.92x
 
     == load 90%, output length hidden ==
-    setup         TTFT p50  TTFT p99  E2E p50  E2E p99  req/s  tok/s  429  err   cpu  lost
-    ours             0.094     0.462     8.49    23.71   8.90   2565    0    0   26%   0.0
-    round-robin      0.213    14.922     8.80    31.68   8.17   2334    0    0   25%   0.0
-    nginx            0.097     0.873     7.92    29.62   8.89   2545    0    0   13%   0.0
-    haproxy          0.091     1.281     8.00    26.23   8.75   2531    0    0   13%   0.0
-      ours/nginx        TTFT p50  0.97x   TTFT p99  0.53x   E2E p50  1.07x   E2E p99  0.80x
-      ours/haproxy      TTFT p50  1.04x   TTFT p99  0.36x   E2E p50  1.06x   E2E p99  0.90x
+    ours             0.095     1.912     7.56    22.25   9.18   2405    0    0   27%   0.0
+    round-robin      3.134    58.488    12.26    74.63   8.19   2147    0    0   25%   0.0
+    nginx            0.091     0.738     7.41    26.68   9.22   2398    0    0   14%   0.0
+    haproxy          0.088     0.882     7.35    27.93   9.16   2375    0    0   14%   0.0
+      ours/haproxy      TTFT p50  1.09x   TTFT p99  2.17x   E2E p50  1.03x   E2E p99  0.80x
 
     == load 70%, max_tokens = the trace's output length ==
-    setup         TTFT p50  TTFT p99  E2E p50  E2E p99  req/s  tok/s  429  err   cpu  lost
-    ours             0.091     0.383     7.55    15.27   6.94   2044    0    0   21%   0.0
-    round-robin      0.097     4.531     6.96    26.42   6.75   1928    0    0   18%   0.0
-    nginx            0.092     0.533     6.89    22.10   6.99   2039    0    0   10%   0.0
-    haproxy          0.086     0.410     6.96    24.33   6.92   1989    0    0   11%   0.0
-      ours/nginx        TTFT p50  0.99x   TTFT p99  0.72x   E2E p50  1.10x   E2E p99  0.69x
-      ours/haproxy      TTFT p50  1.05x   TTFT p99  0.93x   E2E p50  1.08x   E2E p99  0.63x
+    ours             0.091     0.444     7.28    16.14   7.19   1962    0    0   21%   0.0
+    round-robin      0.098     8.780     7.13    26.10   7.20   1945    0    0   25%   0.0
+    nginx            0.088     0.592     6.66    22.51   7.18   1946    0    0   12%   0.0
+    haproxy          0.086     0.522     6.59    22.03   7.17   1938    0    0   12%   0.0
+      ours/haproxy      TTFT p50  1.05x   TTFT p99  0.85x   E2E p50  1.10x   E2E p99  0.73x
 
     == load 90%, max_tokens = the trace's output length ==
-    setup         TTFT p50  TTFT p99  E2E p50  E2E p99  req/s  tok/s  429  err   cpu  lost
-    ours             0.104     0.660     8.79    17.68   8.92   2614    0    0   26%   0.0
-    round-robin      0.214    14.917     8.80    31.67   8.17   2334    0    0   24%   0.0
-    nginx            0.093     0.783     7.99    23.66   8.89   2559    0    0   13%   0.0
-    haproxy          0.091     0.644     7.92    22.66   8.75   2521    0    0   13%   0.0
-      ours/nginx        TTFT p50  1.12x   TTFT p99  0.84x   E2E p50  1.10x   E2E p99  0.75x
-      ours/haproxy      TTFT p50  1.14x   TTFT p99  1.02x   E2E p50  1.11x   E2E p99  0.78x
+    ours             0.101     0.957     8.44    18.69   9.16   2413    0    0   29%   0.0
+    round-robin      3.124    58.506    12.25    74.60   8.19   2147    0    0   27%   0.0
+    nginx            0.090     0.724     7.30    25.10   9.19   2391    0    0   13%   0.0
+    haproxy          0.089     0.698     7.49    25.89   9.17   2396    0    0   13%   0.0
+      ours/haproxy      TTFT p50  1.14x   TTFT p99  1.37x   E2E p50  1.13x   E2E p99  0.72x
 
-No 429s and no errors anywhere; every setup completes the offered load.
+No 429s and no errors anywhere. Every setup but round robin at 90% completes the offered
+load (round robin overloads the 0.4 GPUs: 8.19 of 9.81 req/s). A second run of ours and
+HAProxy the same day (same slices, same code): ours/HAProxy TTFT p99 0.75x / 1.71x / 0.55x
+/ 1.80x and E2E p99 0.80x / 0.90x / 0.74x / 0.71x (hidden 70%, 90%, exact 70%, 90%).
 
 Goals (issue 5) at 90%: p99 E2E <= 0.6x HAProxy and p99 TTFT <= 0.8x; at 70% no worse.
-Met: both at 70% in both modes (TTFT 0.68x / 0.93x, E2E 0.88x / 0.63x), TTFT at 90% with
-the length hidden (0.36x). Not met: E2E at 90% (hidden 0.90x; declared 0.78x here, 0.58-0.72x
-in the tuning runs of the same day: HAProxy's own p99 moves between 22 and 29 s from run to
-run) and TTFT at 90% with declared lengths (1.02x; 0.95-1.19x in the tuning runs).
+Met: both at 70% in both modes. Not met: at 90%, E2E (0.71-0.90x) and TTFT (1.4-2.2x).
+
+Why the window is 120 s: p99 over the 36 s window used before (~390 requests) is the 4th
+worst request, and a single burst moves it; the 90% TTFT ratios measured that way (0.36x
+hidden, 1.02x declared) were luck of the slice. Over 120 s, ``--dump`` shows where ours
+loses p99 TTFT at 90%: HAProxy's slow first tokens are 4k-token prompts prefilling on the 0.4
+GPUs (~0.68 s, two thirds of its requests above 0.6 s), which ours avoids (the first-token
+rule); ours' are long answers (>= 350 tokens, or predicted so) waiting for a fast GPU,
+held in the region queue or bound to a fast GPU's prefetch slot behind a batch of long
+answers that started together, plus the seconds where arrivals run at 13-19 req/s and the
+whole fleet is full, which hit every setup. Waiting for a fast GPU is what buys the E2E
+gain; at 90% it is paid in TTFT.
 
 With the length hidden, the learned lengths (``regions/balancer/output_lengths.py``) know a
 request's prompt size class, not its answer: mid-size prompts get ~350-token answers on
 average, roughly exponentially spread, so the p99 answers (~600 tokens) cannot be told apart
-in advance and some decode on the 0.4 GPUs (48 ms a token at a full batch). With declared
-lengths the long answers stay on the fast GPUs; what is left of the TTFT tail at 90% is
-waiting in the region queue and at the prefetch slot.
+in advance and some decode on the 0.4 GPUs (48 ms a token at a full batch).
 
 Before 2026-11-24 every slice ran at ``load x 12.1`` req/s whatever it held; the default
 seed's "90%" slices held 105% and 120% of the fleet's capacity in work and its "70%" ones
@@ -485,7 +486,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     quick = args.quick
     defaults = {
-        "measure": 15.0 if quick else 36.0,
+        "measure": 15.0 if quick else 120.0,
         "repeats": 1,
         "time_scale": 5.0 if quick else 3.0,
         "warmup": 8.0 if quick else 15.0,
