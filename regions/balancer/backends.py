@@ -13,7 +13,8 @@ returned ``Lease`` decrements them exactly once, from ``release()`` or its ``wit
 however the request ends.
 
 Outlier ejection: after ``consecutive_errors`` errors in a row, or when its time to first
-token is far above the region's (``record_ttft``, the rule in ``latency``), a backend is
+token is far above the region's (``record_ttft``, the rule in ``latency``, over the
+requests bound while the backend was at most ``ttft_max_occupancy`` full), a backend is
 ejected for ``base_ejection_s * 2**(k-1)`` (k = its ejection count, capped at
 ``max_ejection_s``), never more than ``max_ejected_fraction`` of the region at once (at
 least one backend may be). When it returns, its effective cap ramps linearly from 1 to its
@@ -97,6 +98,16 @@ class OutlierConfig:
     above ``ttft_factor`` times the median of the others' and above ``ttft_floor_s``;
     ``ttft_factor = 0`` turns it off. The factor is well above the spread of a mixed fleet
     (an A100 beside H100s) so that it catches gray failures, not slower models of GPU.
+
+    Only requests bound while the backend ran at most ``ttft_max_occupancy`` of its cap are
+    samples. A busy backend's first tokens wait for its running requests: for a slot, for
+    KV cache, and for the prefills of everything admitted with them (a few 4k-token prompts
+    on a slow GPU take a second). On the routing bench at 90% load, samples taken at any
+    occupancy ejected healthy GPUs in 7 of 8 trace slices (up to 6 ejections in 120 s), and
+    each cost the region a sixth of its capacity at its busiest. A sick backend still gets
+    light-load samples: the learned speeds send it less work. The floor (1 s) is above
+    what a healthy 0.4-speed GPU averages there (a 4k-token prompt alone prefills in 0.64 s
+    on one; at a floor of 0.5 s such GPUs were still ejected in 3 of the 8 slices).
     """
 
     consecutive_errors: int = 5
@@ -106,7 +117,8 @@ class OutlierConfig:
     slow_start_s: float = 10.0
     ttft_factor: float = 4.0
     ttft_min_samples: int = 10
-    ttft_floor_s: float = 0.5
+    ttft_floor_s: float = 1.0
+    ttft_max_occupancy: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,14 +165,22 @@ class Backend:
 
 
 class Lease:
-    """One request's claim on a backend; releases its accounting exactly once."""
+    """One request's claim on a backend; releases its accounting exactly once.
 
-    __slots__ = ("_pool", "backend", "cost_tokens", "released")
+    ``occupancy``: the backend's requests in flight, this one included, over its cap when
+    it was bound (above 1: it waits at the server for a slot). ``record_ttft`` uses it to
+    tell a busy backend's first tokens from a sick one's.
+    """
 
-    def __init__(self, pool: BackendPool, backend: Backend, cost_tokens: float) -> None:
+    __slots__ = ("_pool", "backend", "cost_tokens", "occupancy", "released")
+
+    def __init__(
+        self, pool: BackendPool, backend: Backend, cost_tokens: float, occupancy: float = 0.0
+    ) -> None:
         self._pool = pool
         self.backend = backend
         self.cost_tokens = cost_tokens
+        self.occupancy = occupancy
         self.released = False
 
     def release(self) -> None:
@@ -350,7 +370,7 @@ class BackendPool:
         b.requests += 1
         self._snapshot = None  # invalidate(index), inlined: every bind takes a lease
         self._touched.add(index)
-        return Lease(self, b, cost_tokens)
+        return Lease(self, b, cost_tokens, b.in_flight / b.spec.max_concurrency)
 
     def _release(self, lease: Lease) -> None:
         b = lease.backend
@@ -380,14 +400,18 @@ class BackendPool:
         backend.consecutive_errors = 0
         return True
 
-    def record_ttft(self, backend: Backend, seconds: float) -> bool:
+    def record_ttft(self, backend: Backend, seconds: float, occupancy: float = 0.0) -> bool:
         """Fold a time-to-first-token sample in; eject the backend if that makes it a TTFT
         outlier (see ``latency``). True if ejected.
 
-        Samples that arrive while it is ejected (requests sent before) are ignored. The view
-        is not invalidated: the next rebuild picks the new average up."""
+        ``occupancy`` is the request's ``Lease.occupancy``: samples from a backend busier
+        than ``ttft_max_occupancy`` when the request was bound are ignored (they measure
+        its load), as are samples arriving while it is ejected (requests sent before). The
+        view is not invalidated: the next rebuild picks the new average up."""
         cfg = self.outliers
         now = self.clock()
+        if occupancy > cfg.ttft_max_occupancy:
+            return False
         if backend.ejected_until is not None and now < backend.ejected_until:
             return False
         ewma = backend.ttft.update(seconds)

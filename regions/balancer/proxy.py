@@ -16,7 +16,8 @@
    GPU server.
 5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
-   not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier.
+   not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
+   the backend was not busy when the request was bound: ``Lease.occupancy``).
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ class Proxy:
                         first_at = now
                         metrics.ttft.observe(now - start)
                         if upstream.status == 200:
-                            self._ttft(backend, now - sent_at)
+                            self._ttft(backend, now - sent_at, lease.occupancy)
                 if sse:
                     meter.observe(chunk, now)
             await resp.write_eof()
@@ -278,9 +279,9 @@ class Proxy:
                 self._learn(backend, info, meter)
         return resp
 
-    def _ttft(self, backend: Backend, seconds: float) -> None:
+    def _ttft(self, backend: Backend, seconds: float, occupancy: float) -> None:
         average = backend.ttft  # an ejection replaces it with a fresh one
-        if self.pool.record_ttft(backend, seconds):
+        if self.pool.record_ttft(backend, seconds, occupancy):
             self.metrics.ejections.labels(backend.name).inc()
             log.warning(
                 "backend %s ejected: its time to first token (EWMA %.3f s) is far "

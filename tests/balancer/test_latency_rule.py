@@ -168,3 +168,25 @@ def test_ttft_samples_reach_the_snapshot_with_the_next_rebuild_only() -> None:
     with p.lease(0, 1.0):
         pass
     assert p.snapshot().backends[0].ttft_ewma_s == pytest.approx(0.3 + 0.2 * 0.5)
+
+
+def test_a_busy_backend_is_not_sampled() -> None:
+    """First tokens at a backend bound past ``ttft_max_occupancy`` wait for its running
+    requests (slots, KV, their prefills): they measure load, not health."""
+    p = pool(3, ttft_max_occupancy=0.5)
+    feed(p, "b1", 0.2, 3)
+    feed(p, "b2", 0.2, 3)
+    b0 = p["b0"]
+    assert [p.record_ttft(b0, 5.0, occupancy=1.25) for _ in range(10)] == [False] * 10
+    assert b0.ttft.samples == 0 and b0.ejections == 0
+    assert [p.record_ttft(b0, 5.0, occupancy=0.5) for _ in range(3)] == [False, False, True]
+    assert b0.ejected_for == "ttft"
+
+
+def test_a_lease_knows_how_full_its_backend_was() -> None:
+    p = pool(1)  # cap 4, prefetch 1
+    leases = [p.lease(0, 10.0) for _ in range(5)]
+    assert [lease.occupancy for lease in leases] == [0.25, 0.5, 0.75, 1.0, 1.25]
+    for lease in leases:
+        lease.release()
+    assert p.lease(0, 10.0).occupancy == 0.25

@@ -1,0 +1,327 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Routing in virtual time: the routing bench's replay, without HTTP or wall clock, for
+tuning placement policies over many trace slices in seconds instead of minutes.
+
+Each request of a slice (``routing_trace.arrivals_at_load``, as ``bench/routing.py`` picks
+them) goes through the real balancer objects (``Balancer``: pool, pipeline, region queue,
+learned speeds and answer lengths, fed as the proxy feeds them) to the real simulator
+``Engine`` of the chosen GPU, all on one asyncio loop whose clock jumps to the next timer
+whenever nothing is ready (``VirtualTimeLoop``). The peer is HAProxy's ``leastconn`` as
+the bench configures it (no queue in the proxy: the fewest active requests, ties in turn).
+
+What it leaves out, so its figures are for comparing policies with each other, not for the
+closing note (``bench/routing.py`` measures those): network and proxy time (a few model
+milliseconds per request at the bench's time scale), and the real run's CPU jitter.
+
+::
+
+    .venv/bin/python bench/routing_des.py --loads 0.9 --seeds 1-8 --max-tokens exact \\
+        --setups "ours;ours:size-aware.lead=0;haproxy"
+
+Prints, per load and mode, each setup's p99 TTFT and E2E per seed and the medians over the
+seeds of its ratios to HAProxy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import itertools
+import json
+import random
+import selectors
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from routing import CAPACITY, FLEET, pct
+from routing_balancer import PROFILES, scorer_params
+from routing_client import MAX_TOKENS, MODEL, body
+from routing_trace import Arrival, arrivals_at_load, load_trace
+
+from regions.balancer import BackendSpec, BalancerConfig
+from regions.balancer.app import Balancer
+from regions.balancer.request_info import parse_request
+from regions.balancer.types import Endpoint, RequestInfo
+from regions.simulator.config import EngineConfig
+from regions.simulator.engine import Engine
+
+WARMUP_S = 15.0
+MEASURE_S = 120.0
+TAIL_LOAD_S = 60.0
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Never blocks: a wait of ``timeout`` seconds moves the loop's clock instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list:
+        if timeout is not None and timeout > 0:
+            self.now += timeout
+        return super().select(0)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on virtual time: sleeping costs nothing, order is kept."""
+
+    def __init__(self) -> None:
+        self._jumping = _JumpingSelector()
+        super().__init__(self._jumping)
+
+    def time(self) -> float:
+        return self._jumping.now
+
+
+class LoopClock:
+    """The engine's ``Clock`` over the running loop's (virtual) time."""
+
+    time_scale = 1.0
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - self.now()))
+
+
+@dataclass(frozen=True)
+class Result:
+    at: float
+    ttft: float
+    e2e: float
+    output_tokens: int
+    prompt_tokens: int
+    backend: str
+
+
+class Router:
+    """How a request finds its GPU: ``send`` returns the backend's name once it may start."""
+
+    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
+        raise NotImplementedError
+
+    def note(self) -> str:
+        """A word on what happened inside (for the per-seed line)."""
+        return ""
+
+    def learn(
+        self,
+        name: str,
+        a: Arrival,
+        max_tokens: int | None,
+        ttft: float,
+        rate: float | None,
+        tokens: int,
+    ) -> None:
+        """What the proxy learns from a finished stream (``ttft``: from the lease)."""
+
+
+class LeastConn(Router):
+    """HAProxy ``leastconn`` without a per-server cap: fewest active, ties in turn."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.active = dict.fromkeys(names, 0)
+        self.turn = itertools.count()
+
+    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
+        fewest = min(self.active.values())
+        tied = [n for n, c in self.active.items() if c == fewest]
+        name = tied[next(self.turn) % len(tied)]
+        self.active[name] += 1
+
+        def done() -> None:
+            self.active[name] -= 1
+
+        return name, done
+
+
+class Ours(Router):
+    """Our balancer's objects, fed as ``regions.balancer.proxy`` feeds them."""
+
+    def __init__(self, config: BalancerConfig) -> None:
+        loop = asyncio.get_running_loop()
+        specs = [
+            BackendSpec(n, f"http://127.0.0.1:1/{n}", (MODEL,), config.max_concurrency)
+            for n, _ in FLEET
+        ]
+        self.balancer = Balancer("des", specs, config=config, clock=loop.time)
+        self.pool = self.balancer.pool
+        self.proxy = self.balancer.proxy
+        self.occupancy: dict[int, float] = {}  # Lease.occupancy by id(arrival)
+
+    def _info(self, a: Arrival, max_tokens: int | None) -> RequestInfo:
+        return parse_request(
+            Endpoint.COMPLETIONS,
+            body(a, max_tokens),
+            {},
+            prefill_ratio=self.balancer.config.prefill_ratio,
+            lengths=self.proxy.output_lengths,
+            with_prefix=False,
+        )
+
+    def note(self) -> str:
+        ejections = sum(b.ejections for b in self.pool)
+        return f" [ejections {ejections}, holds {self.balancer.dispatcher.holds}]"
+
+    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
+        lease = await self.balancer.dispatcher.acquire(self._info(a, max_tokens))
+        self.occupancy[id(a)] = lease.occupancy
+        return lease.backend.name, lease.release
+
+    def learn(
+        self,
+        name: str,
+        a: Arrival,
+        max_tokens: int | None,
+        ttft: float,
+        rate: float | None,
+        tokens: int,
+    ) -> None:
+        backend = self.pool[name]
+        self.pool.record_ttft(backend, ttft, self.occupancy.pop(id(a)))
+        self.pool.record_success(backend)
+        if rate is not None:
+            self.pool.record_rate(backend, rate)
+        info = self._info(a, max_tokens)
+        self.proxy.output_lengths.observe(info.model, info.prompt_tokens, info.max_tokens, tokens)
+
+
+async def _one(
+    router: Router,
+    engines: dict[str, Engine],
+    a: Arrival,
+    max_tokens: int | None,
+    out: list[Result],
+) -> None:
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, a.at - loop.time()))
+    start = loop.time()
+    name, release = await router.send(a, max_tokens)
+    sent = loop.time()
+    first = last = None
+    tokens = 0
+    try:
+        engine = engines[name]
+        seq = engine.submit(a.prompt_tokens, max(1, a.output_tokens))
+        async for _ in engine.stream(seq):
+            now = loop.time()
+            if first is None:
+                first = now
+            last = now
+            tokens += 1
+    finally:
+        release()
+    assert first is not None and last is not None
+    rate = (tokens - 1) / (last - first) if tokens > 3 and last > first else None
+    router.learn(name, a, max_tokens, first - sent, rate, tokens)
+    out.append(Result(a.at, first - start, last - start, tokens, a.prompt_tokens, name))
+
+
+async def replay(
+    setup: str, arrivals: list[Arrival], max_tokens: int | None, counted_until: float
+) -> list[Result]:
+    """Every arrival through ``setup``; returns once the counted ones have ended."""
+    engines = {n: Engine(EngineConfig(speed=s), LoopClock()) for n, s in FLEET}
+    for engine in engines.values():
+        await engine.start()
+    router = LeastConn([n for n, _ in FLEET]) if setup == "haproxy" else Ours(config_of(setup))
+    out: list[Result] = []
+    tasks = [asyncio.create_task(_one(router, engines, a, max_tokens, out)) for a in arrivals]
+    counted = [t for t, a in zip(tasks, arrivals, strict=True) if a.at < counted_until]
+    await asyncio.gather(*counted)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for engine in engines.values():
+        await engine.stop()
+    return out, router.note()
+
+
+def config_of(setup: str) -> BalancerConfig:
+    """``ours`` or ``ours:SCORER.NAME=VALUE,...`` (``+`` also separates parameters)."""
+    name, _, params = setup.partition(":")
+    if name != "ours":
+        raise SystemExit(f"unknown setup {setup!r}")
+    config = PROFILES["default"]
+    if params:
+        config = dataclasses.replace(
+            config, scorer_params=scorer_params(params.replace("+", ",").split(","))
+        )
+    return config
+
+
+def run(setup: str, arrivals: list[Arrival], max_tokens: int | None) -> tuple[list[Result], str]:
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(replay(setup, arrivals, max_tokens, WARMUP_S + MEASURE_S))
+    finally:
+        loop.close()
+
+
+def p99s(results: list[Result]) -> tuple[float, float]:
+    counted = [r for r in results if WARMUP_S <= r.at < WARMUP_S + MEASURE_S]
+    return pct([r.ttft for r in counted], 99), pct([r.e2e for r in counted], 99)
+
+
+def seeds_of(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--loads", default="0.9")
+    parser.add_argument("--seeds", default="1-4", help="N or N-M: one trace slice each")
+    parser.add_argument("--max-tokens", default=str(MAX_TOKENS), help="a number or 'exact'")
+    parser.add_argument("--setups", default="ours;haproxy", help="';'-separated")
+    parser.add_argument("--dump", type=Path, help="append every request's outcome (JSON lines)")
+    args = parser.parse_args()
+    max_tokens = None if args.max_tokens == "exact" else int(args.max_tokens)
+    setups = [s for s in args.setups.split(";") if s]
+    if "haproxy" not in setups:
+        setups.append("haproxy")
+    trace = load_trace()
+    for load in (float(x) for x in args.loads.split(",")):
+        ratios: dict[str, list[tuple[float, float]]] = {s: [] for s in setups}
+        print(f"== load {load:.0%}, max_tokens {args.max_tokens} ==")
+        for seed in seeds_of(args.seeds):
+            offset = random.Random(seed).randrange(len(trace))
+            piece = arrivals_at_load(
+                trace,
+                offset,
+                load,
+                CAPACITY,
+                until=WARMUP_S + MEASURE_S,
+                span=WARMUP_S + MEASURE_S + TAIL_LOAD_S,
+            )
+            results = {s: run(s, piece.arrivals, max_tokens) for s in setups}
+            if args.dump:
+                with args.dump.open("a") as f:
+                    for s, (rows, _) in results.items():
+                        for r in rows:
+                            row = {"setup": s, "seed": seed, "load": load, **dataclasses.asdict(r)}
+                            f.write(json.dumps(row) + "\n")
+            p99 = {s: p99s(rows) for s, (rows, _) in results.items()}
+            ref = p99["haproxy"]
+            cells = []
+            for s in setups:
+                ratios[s].append((p99[s][0] / ref[0], p99[s][1] / ref[1]))
+                cells.append(f"{s}: {p99[s][0]:.2f}/{p99[s][1]:.1f}{results[s][1]}")
+            print(f"  seed {seed} (work {piece.demand:.0%}): " + "  ".join(cells), flush=True)
+        for s in setups:
+            ttft = statistics.median(r[0] for r in ratios[s])
+            e2e = statistics.median(r[1] for r in ratios[s])
+            print(f"  {s:<50} median ratio  TTFT p99 {ttft:.2f}x  E2E p99 {e2e:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
