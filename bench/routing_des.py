@@ -100,6 +100,7 @@ class Result:
     output_tokens: int
     prompt_tokens: int
     backend: str
+    queued: float  # seconds in the balancer before the request was sent to its GPU
 
 
 class Router:
@@ -222,7 +223,9 @@ async def _one(
     assert first is not None and last is not None
     rate = (tokens - 1) / (last - first) if tokens > 3 and last > first else None
     router.learn(name, a, max_tokens, first - sent, rate, tokens)
-    out.append(Result(a.at, first - start, last - start, tokens, a.prompt_tokens, name))
+    out.append(
+        Result(a.at, first - start, last - start, tokens, a.prompt_tokens, name, sent - start)
+    )
 
 
 async def replay(
