@@ -249,15 +249,21 @@ async def replay(
 
 
 def config_of(setup: str) -> BalancerConfig:
-    """``ours`` or ``ours:SCORER.NAME=VALUE,...`` (``+`` also separates parameters)."""
+    """``ours`` or ``ours:PARAM=VALUE+...``: a ``PARAM`` with a dot is a scorer's
+    (``size-aware.lead=0``), one without a ``BalancerConfig`` number (``prefetch=0``)."""
     name, _, params = setup.partition(":")
     if name != "ours":
         raise SystemExit(f"unknown setup {setup!r}")
     config = PROFILES["default"]
-    if params:
-        config = dataclasses.replace(
-            config, scorer_params=scorer_params(params.replace("+", ",").split(","))
-        )
+    items = [p for p in params.replace("+", ",").split(",") if p]
+    scorer = [p for p in items if "." in p.partition("=")[0]]
+    if scorer:
+        config = dataclasses.replace(config, scorer_params=scorer_params(scorer))
+    for item in items:
+        key, _, value = item.partition("=")
+        if "." not in key:
+            kind = type(getattr(config, key))
+            config = dataclasses.replace(config, **{key: kind(float(value))})
     return config
 
 
