@@ -142,12 +142,17 @@ class MmsgEndpoint:
                        for i in range(SLOTS)]
 
     def readable(self) -> None:
-        """Answer what is waiting: one ``recvmmsg``, then one ``sendmmsg`` (event-loop reader
-        callback)."""
+        """Answer what is waiting (event-loop reader callback)."""
+        for _ in range(4):
+            if self._batch() <= 0:
+                return
+
+    def _batch(self) -> int:
+        """One ``recvmmsg``, then one ``sendmmsg``; the number of datagrams read."""
         self._recv_bytes[:] = self._recv_template
         count = self._recvmmsg(self.fd, self._recv, SLOTS, MSG_DONTWAIT, None)
         if count <= 0:
-            return
+            return count
         cached = self.memo()
         memo_get, counts = (cached[0].get, cached[1]) if cached is not None else (None, None)
         respond: Respond | None = None
@@ -196,6 +201,7 @@ class MmsgEndpoint:
         if moved:
             self._send_bytes[:] = self._send_template
             self._send_iov_bytes[:] = self._send_iov_template
+        return count
 
     def _host(self, raw: bytes) -> str:
         """A peer's host string from its raw address bytes, through a memo."""

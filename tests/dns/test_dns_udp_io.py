@@ -108,3 +108,35 @@ def test_unanswered_datagrams_inside_a_batch_leave_the_others_intact(servers):
     finally:
         for sock in senders:
             sock.close()
+
+
+def test_one_wakeup_drains_up_to_four_batches():
+    """Datagrams that arrive while a batch is answered are read in the same reader callback
+    (no trip through the event loop), at most 4 batches so one busy socket cannot starve
+    the loop's other work."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        server.bind(("127.0.0.1", 0))
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        server.setblocking(False)
+        client.bind(("127.0.0.1", 0))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        endpoint = MmsgEndpoint(server, lambda: lambda data, peer: b"re:" + data,
+                                lambda data, host: None)
+        per_call = 4 * mmsg.SLOTS
+        for n in range(per_call + 44):
+            client.sendto(n.to_bytes(2, "big") + b"q", server.getsockname())
+        endpoint.readable()
+        client.settimeout(0.5)
+        first = [client.recv(64) for _ in range(per_call)]
+        assert first == [b"re:" + n.to_bytes(2, "big") + b"q" for n in range(per_call)]
+        client.settimeout(0.05)
+        with pytest.raises(TimeoutError):
+            client.recv(64)  # the rest waits for the next callback
+        endpoint.readable()
+        client.settimeout(0.5)
+        assert len([client.recv(64) for _ in range(44)]) == 44
+    finally:
+        server.close()
+        client.close()
