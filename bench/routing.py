@@ -88,6 +88,11 @@ No 429s and no errors anywhere. Every setup but round robin at 90% completes the
 load (round robin overloads the 0.4 GPUs: 8.19 of 9.81 req/s). A second run of ours and
 HAProxy the same day (same slices, same code): ours/HAProxy TTFT p99 0.75x / 1.71x / 0.55x
 / 1.80x and E2E p99 0.80x / 0.90x / 0.74x / 0.71x (hidden 70%, 90%, exact 70%, 90%).
+A third, later that day, after TTFT samples from busy backends stopped ejecting healthy GPUs
+(``OutlierConfig.ttft_max_occupancy``): TTFT p99 0.68x / 2.50x / 0.69x / 1.05x and E2E p99
+0.82x / 0.86x / 0.76x / 0.73x; at 90% the GPUs of speed 1.0 were 85-91% busy and those of
+0.4 61-77% (HAProxy: 78-82% everywhere). ``bench/routing_des.py`` replays 8 slices in
+virtual time to compare settings over more than one slice (its docstring has the table).
 
 Goals (issue 5) at 90%: p99 E2E <= 0.6x HAProxy and p99 TTFT <= 0.8x; at 70% no worse.
 Met: both at 70% in both modes. Not met: at 90%, E2E (0.71-0.90x) and TTFT (1.4-2.2x).
