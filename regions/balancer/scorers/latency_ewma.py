@@ -11,9 +11,11 @@ the typical backend nor starved of the traffic that would teach us its TTFT. Whe
 candidate has samples every score is 1 (no information, no preference).
 
 Reads ``BackendSnapshot.ttft_ewma_s`` and ``ttft_samples`` (measured by the proxy from
-sending a request to the first byte of a 200 answer; see ``latency``). The EWMA reacts to
-what a backend did lately, including its own queueing, so it complements in-band scorers
-(``outstanding-work``) rather than replacing them. Parameter: ``min_samples`` (default 3).
+sending a request to the first byte of a 200 answer; see ``latency``), over the requests
+bound while the backend ran at most ``OutlierConfig.ttft_max_occupancy`` of its cap: it
+says how soon a backend starts a request when it is not loaded, and leaves queueing to the
+in-band scorers (``outstanding-work``), which it complements rather than replaces.
+Parameter: ``min_samples`` (default 3).
 """
 
 from __future__ import annotations
