@@ -126,26 +126,25 @@ class Result:
     queued: float  # seconds in the balancer before the request was sent to its GPU
 
 
-class Router:
-    """How a request finds its GPU: ``send`` returns the backend's name once it may start."""
+Learn = Callable[[float, float | None, int], None]  # (TTFT from the send, rate, tokens)
 
-    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
+
+def _nothing_learned(ttft: float, rate: float | None, tokens: int) -> None:
+    pass
+
+
+class Router:
+    """How a request finds its GPU: ``send`` returns, once it may start, the backend's
+    name, the release of its place there, and what to learn from the finished stream."""
+
+    async def send(
+        self, a: Arrival, max_tokens: int | None
+    ) -> tuple[str, Callable[[], None], Learn]:
         raise NotImplementedError
 
     def note(self) -> str:
         """A word on what happened inside (for the per-seed line)."""
         return ""
-
-    def learn(
-        self,
-        name: str,
-        a: Arrival,
-        max_tokens: int | None,
-        ttft: float,
-        rate: float | None,
-        tokens: int,
-    ) -> None:
-        """What the proxy learns from a finished stream (``ttft``: from the lease)."""
 
 
 class LeastConn(Router):
@@ -155,7 +154,9 @@ class LeastConn(Router):
         self.active = dict.fromkeys(names, 0)
         self.turn = itertools.count()
 
-    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
+    async def send(
+        self, a: Arrival, max_tokens: int | None
+    ) -> tuple[str, Callable[[], None], Learn]:
         fewest = min(self.active.values())
         tied = [n for n, c in self.active.items() if c == fewest]
         name = tied[next(self.turn) % len(tied)]
@@ -164,7 +165,7 @@ class LeastConn(Router):
         def done() -> None:
             self.active[name] -= 1
 
-        return name, done
+        return name, done, _nothing_learned
 
 
 class Ours(Router):
@@ -179,7 +180,6 @@ class Ours(Router):
         self.balancer = Balancer("des", specs, config=config, clock=loop.time)
         self.pool = self.balancer.pool
         self.proxy = self.balancer.proxy
-        self.occupancy: dict[int, float] = {}  # Lease.occupancy by id(arrival)
 
     def _info(self, a: Arrival, max_tokens: int | None) -> RequestInfo:
         return parse_request(
@@ -195,27 +195,23 @@ class Ours(Router):
         ejections = sum(b.ejections for b in self.pool)
         return f" [ejections {ejections}, holds {self.balancer.dispatcher.holds}]"
 
-    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None]]:
-        lease = await self.balancer.dispatcher.acquire(self._info(a, max_tokens))
-        self.occupancy[id(a)] = lease.occupancy
-        return lease.backend.name, lease.release
-
-    def learn(
-        self,
-        name: str,
-        a: Arrival,
-        max_tokens: int | None,
-        ttft: float,
-        rate: float | None,
-        tokens: int,
-    ) -> None:
-        backend = self.pool[name]
-        self.pool.record_ttft(backend, ttft, self.occupancy.pop(id(a)))
-        self.pool.record_success(backend)
-        if rate is not None:
-            self.pool.record_rate(backend, rate)
+    async def send(
+        self, a: Arrival, max_tokens: int | None
+    ) -> tuple[str, Callable[[], None], Learn]:
         info = self._info(a, max_tokens)
-        self.proxy.output_lengths.observe(info.model, info.prompt_tokens, info.max_tokens, tokens)
+        lease = await self.balancer.dispatcher.acquire(info)
+        backend = lease.backend
+
+        def learn(ttft: float, rate: float | None, tokens: int) -> None:
+            self.pool.record_ttft(backend, ttft, lease.occupancy)
+            self.pool.record_success(backend)
+            if rate is not None:
+                self.pool.record_rate(backend, rate)
+            self.proxy.output_lengths.observe(
+                info.model, info.prompt_tokens, info.max_tokens, tokens
+            )
+
+        return backend.name, lease.release, learn
 
 
 async def _one(
@@ -228,7 +224,7 @@ async def _one(
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, a.at - loop.time()))
     start = loop.time()
-    name, release = await router.send(a, max_tokens)
+    name, release, learn = await router.send(a, max_tokens)
     sent = loop.time()
     first = last = None
     tokens = 0
@@ -245,7 +241,7 @@ async def _one(
         release()
     assert first is not None and last is not None
     rate = (tokens - 1) / (last - first) if tokens > 3 and last > first else None
-    router.learn(name, a, max_tokens, first - sent, rate, tokens)
+    learn(first - sent, rate, tokens)
     out.append(
         Result(a.at, first - start, last - start, tokens, a.prompt_tokens, name, sent - start)
     )
