@@ -1,7 +1,7 @@
 """Several server processes sharing one port (``--workers N``), the way Python scales past
 one core: each worker has its own SO_REUSEPORT UDP and TCP sockets and the kernel spreads
 queries across them: UDP datagrams by ECS client subnet, so each worker's caches hold its
-own share of the subnets, and at random without ECS, so one busy resolver loads every worker
+own share of the subnets, and by source /24 (/56) without ECS, the rate limiter's key
 (``director.dns.reuseport``); TCP connections by the kernel's hash.
 
 The parent binds first (so port 0 resolves to one port for everyone), forks the workers

@@ -64,6 +64,16 @@ def test_enforced_over_the_wire():
         assert len(replies) < 70  # the other half were dropped
 
 
+def test_two_workers_limit_a_network_once_not_once_each():
+    """Queries without ECS are steered by source /24, the limiter's own key, so each
+    network's bucket lives in one worker: two workers do not double its rate."""
+    with ServerProcess("--workers", "2", "--rrl", "enforce", "--rrl-rate", "20") as server:
+        queries = [make_query("chat.infer.example.com", qid=i).to_wire() for i in range(200)]
+        replies = bulk_udp(server.address, queries, window=200, timeout=2)
+        full = [r for r in replies.values() if not r[2] & 0x02]
+        assert 20 <= len(full) <= 32  # one burst of 20 (plus refill while sending), not two
+
+
 def test_off_answers_everything():
     with ServerProcess() as server:
         queries = [make_query("chat.infer.example.com", qid=i).to_wire() for i in range(100)]

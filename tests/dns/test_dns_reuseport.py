@@ -1,4 +1,5 @@
-"""The reuseport program steers real datagrams: ECS queries by client subnet, others at random."""
+"""The reuseport program steers real datagrams: ECS queries by client subnet, others by
+source network."""
 
 from __future__ import annotations
 
@@ -72,11 +73,42 @@ def test_without_the_program_one_peer_lands_on_one_socket(group) -> None:
     assert len(set(landed)) == 1 and None not in landed
 
 
-def test_queries_without_ecs_from_one_peer_spread_over_every_socket(group) -> None:
+def _deliver_from(sockets: list[socket.socket], sources: list[str]) -> dict[str, set[int]]:
+    """Three queries from each source address; the group sockets each source reached."""
+    for n, source in enumerate(sources):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            client.bind((source, 0))
+            for k in range(3):
+                client.sendto(_query(n * 4 + k), sockets[0].getsockname())
+    reached: dict[str, set[int]] = {}
+    while sum(len(v) for v in reached.values()) < len(sources) * 3:
+        ready, _, _ = select.select(sockets, [], [], 1.0)
+        if not ready:
+            break
+        for sock in ready:
+            while True:
+                try:
+                    got = sock.recv(4096)
+                except BlockingIOError:
+                    break
+                source = sources[int.from_bytes(got[:2], "big") // 4]
+                reached.setdefault(source, set()).add(sockets.index(sock))
+    return reached
+
+
+def test_queries_without_ecs_are_steered_by_source_slash24(group) -> None:
+    """A source network is answered by one worker (its rate limit bucket and its cached
+    answers live there), and many networks spread over every worker."""
     assert steer_by_subnet(group[0], len(group))
-    landed = _deliver(group, [_query(i) for i in range(300)])
-    # Binomial(300, 1/3) per socket: below 60 has a probability far under 1e-6.
-    assert all(landed.count(index) >= 60 for index in range(len(group))), landed
+    sources = [f"127.0.{i}.{host}" for i in range(1, 61) for host in (1, 200)]
+    reached = _deliver_from(group, sources)
+    assert set(reached) == set(sources)
+    per_network: dict[str, set[int]] = {}
+    for source, indices in reached.items():
+        per_network.setdefault(source.rsplit(".", 1)[0], set()).update(indices)
+    assert all(len(indices) == 1 for indices in per_network.values()), per_network
+    used = [sum(index in v for v in per_network.values()) for index in range(len(group))]
+    assert all(count >= 8 for count in used), used  # 60 networks over 3 sockets
 
 
 def test_an_ecs_subnet_always_lands_on_the_same_socket(group) -> None:
