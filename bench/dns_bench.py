@@ -7,8 +7,7 @@ microseconds per answered query from /proc/<pid>/stat (utime + stime, all thread
 worker processes), then the ratios ours / gdnsd (medians of ``--repeats`` runs). gdnsd
 and ``--workers 1`` run pinned with taskset to CPU 0 and dnsperf to CPU 1 ("pinned");
 gdnsd and ``--workers 2`` also run unpinned ("shared": the server's processes and dnsperf
-share the two cores), where a second process can help, and ``--workers 2 --pin-workers``
-(each worker on its own core; dnsperf unpinned).
+share the two cores), where a second process can help.
 
     python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]
 """
@@ -125,10 +124,10 @@ def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
     return proc
 
 
-def start_ours(workers: int, pin: bool, *extra: str) -> subprocess.Popen:
+def start_ours(workers: int, pin: bool) -> subprocess.Popen:
     cmd = (["taskset", "-c", "0"] if pin else []) + [
         PYTHON, "-m", "director.dns", "--policy", str(ROOT / "policies/examples/global.dp"),
-        "--listen", f"127.0.0.1:{OURS_PORT}", "--workers", str(workers), *extra]
+        "--listen", f"127.0.0.1:{OURS_PORT}", "--workers", str(workers)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     wait_udp(OURS_PORT)
@@ -183,14 +182,11 @@ def main() -> int:
     # --workers 2 is measured on the shared cores only: two workers pinned to one core just
     # take turns on it.
     configs = [("gdnsd", "pinned", None), ("ours --workers 1", "pinned", 1),
-               ("gdnsd", "shared", None), ("ours --workers 2", "shared", 2),
-               ("ours --workers 2 --pin-workers", "shared", 2)]
+               ("gdnsd", "shared", None), ("ours --workers 2", "shared", 2)]
     results: dict[tuple[str, str, str], Result] = {}
     for name, placement, workers in configs:
         pin = placement == "pinned"
-        extra = ["--pin-workers"] if "--pin-workers" in name else []
-        proc = (start_gdnsd(workdir, pin) if workers is None
-                else start_ours(workers, pin, *extra))
+        proc = start_gdnsd(workdir, pin) if workers is None else start_ours(workers, pin)
         port = GDNSD_PORT if workers is None else OURS_PORT
         try:
             print(f"# {name} ({placement}): {check_answers(port)}", flush=True)

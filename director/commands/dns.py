@@ -21,8 +21,6 @@ def serve(
                                                "City 2018).")] = None,
     workers: Annotated[int, typer.Option(help="Processes sharing the port "
                                          "(SO_REUSEPORT).")] = 1,
-    pin_workers: Annotated[bool, typer.Option(help="Pin worker i to the i-th CPU this "
-                                              "process may use.")] = False,
     metrics: Annotated[str | None, typer.Option(help="ADDR:PORT for Prometheus "
                                                 "metrics.")] = None,
     rrl: Annotated[str, typer.Option(help="Response rate limiting: off, log-only or "
@@ -47,8 +45,7 @@ def serve(
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
                            metrics, rrl, snapshot_factory=factory,
-                           follow_policy=redis_url if follow_policy else None,
-                           pin_workers=pin_workers)
+                           follow_policy=redis_url if follow_policy else None)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

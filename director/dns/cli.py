@@ -36,14 +36,13 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "off", *,
           rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
           snapshot_factory: SnapshotFactory | None = None,
-          follow_policy: str | None = None, pin_workers: bool = False) -> int:
+          follow_policy: str | None = None) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
     ``geoip``: a MaxMind City/Country .mmdb (default: the bundled GeoLite2 City 2018).
     ``workers``: processes sharing the port with SO_REUSEPORT. ``metrics_listen``:
     'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only | enforce.
-    ``pin_workers``: pin worker i to the i-th CPU this process may run on.
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
@@ -76,8 +75,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
     if workers <= 1:
         return worker_main(None, None)
-    return run_workers(config, workers, worker_main, metrics_listen, announce=_announce,
-                       pin=pin_workers)
+    return run_workers(config, workers, worker_main, metrics_listen, announce=_announce)
 
 
 async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSource,
@@ -161,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:5353")
     parser.add_argument("--geoip", default=None)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--pin-workers", action="store_true",
-                        help="pin worker i to the i-th CPU this process may use")
     parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
     parser.add_argument("--rrl", default="off", choices=[m.value for m in RrlMode])
     parser.add_argument("--rrl-rate", type=float, default=20.0)
@@ -174,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
                  rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout,
-                 snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
-                 pin_workers=args.pin_workers)
+                 snapshot_factory=redis_snapshots(args.redis) if args.redis else None)
 
 
 def redis_snapshots(redis_url: str) -> SnapshotFactory:

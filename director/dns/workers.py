@@ -35,15 +35,9 @@ WorkerMain = Callable[[list[BoundSockets], Callable[[DnsStats], Awaitable[None]]
 
 def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
                 metrics_listen: str | None = None,
-                announce: Callable[[list[tuple[str, int]]], None] | None = None,
-                pin: bool = False) -> int:
+                announce: Callable[[list[tuple[str, int]]], None] | None = None) -> int:
     """Fork ``workers`` processes running ``worker_main(sockets, report)`` and keep them
-    running (a worker that dies is replaced, with backoff) until SIGTERM or SIGINT.
-
-    ``pin``: worker i runs on the i-th CPU (modulo) of those this process may use, so the
-    kernel does not move a busy worker between cores or onto the core of the other; the
-    supervisor keeps its own affinity."""
-    cpus = sorted(os.sched_getaffinity(0))
+    running (a worker that dies is replaced, with backoff) until SIGTERM or SIGINT."""
     first = [bind_sockets(host, port, reuse_port=True) for host, port in config.listen]
     addresses = [b.address for b in first]
     for bound in first:
@@ -69,8 +63,6 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
                     bound.udp.close()
                     bound.tcp.close()
             code = 1
-            if pin:
-                os.sched_setaffinity(0, {cpus[index % len(cpus)]})
             try:
                 code = worker_main(sockets, _reporter(write_fd))
             finally:

@@ -139,19 +139,3 @@ def test_state_refresher_metrics_are_exported_per_worker(workers, valkey):
     for worker in map(str, range(workers)):
         assert f'director_state_snapshot_version{{worker="{worker}"}}' in values
         assert values[f'director_state_read_errors_total{{worker="{worker}"}}'] == 0
-
-
-def test_pinned_workers_each_run_on_one_cpu():
-    import os
-
-    cpus = sorted(os.sched_getaffinity(0))
-    with ServerProcess("--workers", "2", "--pin-workers") as server:
-        assert server.proc is not None
-        pid = server.proc.pid
-        with open(f"/proc/{pid}/task/{pid}/children") as children:
-            workers = [int(p) for p in children.read().split()]
-        affinities = [os.sched_getaffinity(worker) for worker in workers]
-        assert sorted(affinities, key=min) == [{cpus[0]}, {cpus[1 % len(cpus)]}]
-        assert os.sched_getaffinity(pid) == set(cpus)  # the supervisor is not pinned
-        response = ask(server.address, make_query("chat.infer.example.com", ecs="8.8.8.0/24"))
-        assert a_addresses(response) == {"127.0.1.1"}
