@@ -254,7 +254,7 @@ async def replay(
     engines = {n: Engine(EngineConfig(speed=s), LoopClock()) for n, s in FLEET}
     for engine in engines.values():
         await engine.start()
-    router = LeastConn([n for n, _ in FLEET]) if setup == "haproxy" else Ours(config_of(setup))
+    router = make_router(setup, engines)
     out: list[Result] = []
     tasks = [asyncio.create_task(_one(router, engines, a, max_tokens, out)) for a in arrivals]
     counted = [t for t, a in zip(tasks, arrivals, strict=True) if a.at < counted_until]
@@ -265,6 +265,20 @@ async def replay(
     for engine in engines.values():
         await engine.stop()
     return out, router.note()
+
+
+RouterFactory = Callable[[str, dict[str, Engine]], Router]
+ROUTERS: dict[str, RouterFactory] = {}  # more setups by name (``bench/routing_oracle.py``)
+
+
+def make_router(setup: str, engines: dict[str, Engine]) -> Router:
+    """``haproxy``, a setup registered in ``ROUTERS`` (by the name before ``:``), or ours."""
+    if setup == "haproxy":
+        return LeastConn([n for n, _ in FLEET])
+    factory = ROUTERS.get(setup.partition(":")[0])
+    if factory is not None:
+        return factory(setup, engines)
+    return Ours(config_of(setup))
 
 
 def config_of(setup: str) -> BalancerConfig:

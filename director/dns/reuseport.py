@@ -20,7 +20,7 @@ it on the UDP payload, i.e. the DNS message) picks the socket instead:
 
 That keeps a worker's batches whole: at random, a load generator's datagrams were split
 between two workers sharing two cores with it, each woke up for half-size batches, and a
-query cost 6.4 us of server CPU instead of 5.0-5.3 (``bench/dns.sh``, ``--workers 2``).
+query cost 6.4 us of server CPU instead of 4.8-5.3 (``bench/dns.sh``, ``--workers 2``).
 Limits: an ECS query is steered by its client subnet, so a source sending ECS queries for
 many /16s has its rate limited per worker; one resolver network sending more than one
 worker can answer is not spread.
