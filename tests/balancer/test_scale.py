@@ -118,3 +118,32 @@ def test_name_positions_follow_the_region_and_skip_names_not_in_it() -> None:
     second = [snap(f"b{i}", i) for i in (0, 1, 2, 7, 4)]
     assert positions.of(second, ["b7", "b3"]) == [3]
     assert positions.generation == generation + 1
+
+
+def test_a_session_finds_a_new_top_backend_that_replaced_another_of_the_same_count() -> None:
+    """300 backends; one the session did not prefer is replaced by a new name that outranks
+    all of them for the session: the very next pick goes to it (same region size, so only
+    the names tell the layout changed)."""
+    p = affinity_profile("session-affinity")
+    session = "alice"
+    names = [f"b{i}" for i in range(300)]
+    ranked = sorted(names, key=lambda n: rendezvous_weight(session, n), reverse=True)
+    newcomer = next(f"n{i}" for i in range(10_000)
+                    if rendezvous_weight(session, f"n{i}") > rendezvous_weight(session, ranked[0]))
+    region = RegionSnapshot(tuple(snap(n, i) for i, n in enumerate(names)), 1)
+    assert p.run(region, req(session=session)).chosen.name == ranked[0]
+    replaced = names.index(ranked[-1])  # the session's last choice: not in its memo
+    names[replaced] = newcomer
+    region = RegionSnapshot(tuple(snap(n, i) for i, n in enumerate(names)), 2)
+    assert p.run(region, req(session=session)).chosen.name == newcomer
+
+
+def test_name_positions_notice_a_same_length_list_with_other_names() -> None:
+    positions = NamePositions()
+    first = [snap(f"b{i}", i) for i in range(5)]
+    positions.sync(first)
+    generation = positions.generation
+    positions.sync(list(first))  # another list, the same names: nothing to rebuild
+    assert positions.generation == generation
+    positions.sync([snap(f"b{i}", i) for i in (0, 1, 2, 7, 4)])
+    assert positions.generation == generation + 1
