@@ -40,23 +40,29 @@ def group(request: pytest.FixtureRequest):
 def _deliver(sockets: list[socket.socket], datagrams: list[bytes]) -> list[int | None]:
     """Send each datagram (its first two bytes unique) from one client socket; the index of
     the group socket that received each, or None for one that never arrived."""
-    family = sockets[0].family
-    where: dict[bytes, int] = {}
-    with socket.socket(family, socket.SOCK_DGRAM) as client:
+    with socket.socket(sockets[0].family, socket.SOCK_DGRAM) as client:
         for datagram in datagrams:
             client.sendto(datagram, sockets[0].getsockname())
-        while len(where) < len(datagrams):
-            ready, _, _ = select.select(sockets, [], [], 1.0)
-            if not ready:
-                break
-            for sock in ready:
-                while True:
-                    try:
-                        got = sock.recv(4096)
-                    except BlockingIOError:
-                        break
-                    where[got[:2]] = sockets.index(sock)
+    where = _receive(sockets, len(datagrams))
     return [where.get(d[:2]) for d in datagrams]
+
+
+def _receive(sockets: list[socket.socket], expected: int) -> dict[bytes, int]:
+    """Read the group until ``expected`` datagrams came (or a second passes without one):
+    each datagram's first two bytes -> the index of the socket that got it."""
+    where: dict[bytes, int] = {}
+    while len(where) < expected:
+        ready, _, _ = select.select(sockets, [], [], 1.0)
+        if not ready:
+            break
+        for sock in ready:
+            while True:
+                try:
+                    got = sock.recv(4096)
+                except BlockingIOError:
+                    break
+                where[got[:2]] = sockets.index(sock)
+    return where
 
 
 def _query(ident: int, name: str = "chat.infer.example.com", subnet: str | None = None,
@@ -81,18 +87,8 @@ def _deliver_from(sockets: list[socket.socket], sources: list[str]) -> dict[str,
             for k in range(3):
                 client.sendto(_query(n * 4 + k), sockets[0].getsockname())
     reached: dict[str, set[int]] = {}
-    while sum(len(v) for v in reached.values()) < len(sources) * 3:
-        ready, _, _ = select.select(sockets, [], [], 1.0)
-        if not ready:
-            break
-        for sock in ready:
-            while True:
-                try:
-                    got = sock.recv(4096)
-                except BlockingIOError:
-                    break
-                source = sources[int.from_bytes(got[:2], "big") // 4]
-                reached.setdefault(source, set()).add(sockets.index(sock))
+    for ident, index in _receive(sockets, len(sources) * 3).items():
+        reached.setdefault(sources[int.from_bytes(ident, "big") // 4], set()).add(index)
     return reached
 
 
