@@ -91,8 +91,11 @@ HAProxy the same day (same slices, same code): ours/HAProxy TTFT p99 0.75x / 1.7
 A third, later that day, after TTFT samples from busy backends stopped ejecting healthy GPUs
 (``OutlierConfig.ttft_max_occupancy``): TTFT p99 0.68x / 2.50x / 0.69x / 1.05x and E2E p99
 0.82x / 0.86x / 0.76x / 0.73x; at 90% the GPUs of speed 1.0 were 85-91% busy and those of
-0.4 61-77% (HAProxy: 78-82% everywhere). ``bench/routing_des.py`` replays 8 slices in
-virtual time to compare settings over more than one slice (its docstring has the table).
+0.4 61-77% (HAProxy: 78-82% everywhere). A fourth, the next session (same balancer):
+TTFT p99 0.89x / 1.86x / 0.58x / 1.08x and E2E p99 0.97x / 0.77x / 0.72x / 0.70x.
+``bench/routing_des.py`` replays 8 slices in
+virtual time to compare settings over more than one slice (its docstring has the table);
+``bench/routing_oracle.py`` runs omniscient schedulers there, and none meets both 90% goals.
 
 Goals (issue 5) at 90%: p99 E2E <= 0.6x HAProxy and p99 TTFT <= 0.8x; at 70% no worse.
 Met: both at 70% in both modes. Not met: at 90%, E2E (0.71-0.90x) and TTFT (1.4-2.2x).
