@@ -26,7 +26,7 @@ many /16s has its rate limited per worker; one resolver network sending more tha
 worker can answer is not spread.
 
 An index past the group's size (a worker being replaced) falls back to the kernel's hash;
-so does a datagram too short for a load the program makes. UDP DNS carries no per-peer
+a datagram too short for the loads the program makes goes by source. UDP DNS carries no per-peer
 state, so any worker may answer any datagram: the steering is only about load and caches.
 """
 

@@ -5,10 +5,9 @@ Affinity scorers remember backends by name; the pipeline samples by position. A 
 name to position is rebuilt only when the region changes shape: another list whose names
 differ from the ones the map was built from (the pool replaces a view in place only for the
 same backend, and builds a new list when its membership changes; comparing the names of a
-new list costs about what building it did). A lookup costs a dict access and one check, and
-a name that is not in the region (an affinity memory of a removed backend) does not rebuild
-the map every time. ``generation`` counts rebuilds: what a caller derived from the old
-layout is stale.
+new list costs about what building it did). A lookup costs a dict access, and a name that
+is not in the region (an affinity memory of a removed backend) does not rebuild the map.
+``generation`` counts rebuilds: what a caller derived from the old layout is stale.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from regions.balancer.types import BackendSnapshot
 class NamePositions:
     def __init__(self) -> None:
         self._positions: dict[str, int] = {}
-        self._size = -1
         self._source: Sequence[BackendSnapshot] | None = None  # the list the map is of
         self._names: list[str] = []  # the names of that list, in order
         self.generation = 0
@@ -32,7 +30,7 @@ class NamePositions:
         if backends is self._source:
             return
         names = self._names
-        if len(backends) != self._size or any(
+        if len(backends) != len(names) or any(
                 b.name != name for b, name in zip(backends, names, strict=True)):
             self._rebuild(backends)
         else:
@@ -47,6 +45,5 @@ class NamePositions:
     def _rebuild(self, backends: Sequence[BackendSnapshot]) -> None:
         self._positions = {b.name: i for i, b in enumerate(backends)}
         self._names = [b.name for b in backends]
-        self._size = len(backends)
         self._source = backends
         self.generation += 1
