@@ -129,7 +129,7 @@ class Result:
 Learn = Callable[[float, float | None, int], None]  # (TTFT from the send, rate, tokens)
 
 
-def _nothing_learned(ttft: float, rate: float | None, tokens: int) -> None:
+def nothing_learned(ttft: float, rate: float | None, tokens: int) -> None:
     pass
 
 
@@ -165,7 +165,7 @@ class LeastConn(Router):
         def done() -> None:
             self.active[name] -= 1
 
-        return name, done, _nothing_learned
+        return name, done, nothing_learned
 
 
 class Ours(Router):

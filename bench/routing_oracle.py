@@ -122,7 +122,7 @@ class Oracle(routing_des.Router):
             freed, self.freed = self.freed, asyncio.Event()
             freed.set()
 
-        return name, release, routing_des._nothing_learned
+        return name, release, routing_des.nothing_learned
 
 
 class TtftFirst(Oracle):

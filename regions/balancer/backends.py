@@ -167,8 +167,9 @@ class Backend:
 class Lease:
     """One request's claim on a backend; releases its accounting exactly once.
 
-    ``occupancy``: the backend's requests in flight, this one included, over its cap when
-    it was bound (above 1: it waits at the server for a slot). ``record_ttft`` uses it to
+    ``occupancy``: the backend's requests in flight, this one included, over its configured
+    ``max_concurrency`` (not the reduced cap of slow start) when it was bound (above 1: it
+    waits at the server for a slot). ``record_ttft`` uses it to
     tell a busy backend's first tokens from a sick one's.
     """
 
