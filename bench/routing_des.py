@@ -56,7 +56,7 @@ import random
 import selectors
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +146,13 @@ class Router:
         """A word on what happened inside (for the per-seed line)."""
         return ""
 
+    async def stream(self, engines: dict[str, Engine], name: str, a: Arrival) -> AsyncIterator[int]:
+        """The answer's tokens from GPU ``name`` (a router may move a stream elsewhere)."""
+        engine = engines[name]
+        seq = engine.submit(a.prompt_tokens, max(1, a.output_tokens))
+        async for token in engine.stream(seq):
+            yield token
+
 
 class LeastConn(Router):
     """HAProxy ``leastconn`` without a per-server cap: fewest active, ties in turn."""
@@ -229,9 +236,7 @@ async def _one(
     first = last = None
     tokens = 0
     try:
-        engine = engines[name]
-        seq = engine.submit(a.prompt_tokens, max(1, a.output_tokens))
-        async for _ in engine.stream(seq):
+        async for _ in router.stream(engines, name, a):
             now = loop.time()
             if first is None:
                 first = now
