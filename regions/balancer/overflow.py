@@ -34,6 +34,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,9 @@ from aiohttp import web
 
 from policies.model import Policy, Region
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.headers import upstream_request_headers
 from regions.balancer.proxy import BACKEND_HEADER, DEADLINE_HEADER, REGION_HEADER
+from regions.balancer.relay import UPSTREAM_ERRORS, relay, response_for
 from regions.balancer.request_info import PRIORITY_HEADER, SESSION_HEADER
 from regions.balancer.residency_check import (
     CLIENT_COUNTRY_HEADER,
@@ -55,7 +57,6 @@ from regions.balancer.residency_check import (
 OVERFLOW_HEADER = "x-director-overflow"
 OVERFLOW_PARAM = "director-overflow"
 FORWARDED_CONTROL = (PRIORITY_HEADER, SESSION_HEADER, DEADLINE_HEADER)
-UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
 class OverflowMode(enum.Enum):
@@ -259,40 +260,14 @@ class Overflow:
             )
         except UPSTREAM_ERRORS:
             return None
-        resp = web.StreamResponse(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=downstream_response_headers(upstream.headers),
-        )
-        for name in (REGION_HEADER, BACKEND_HEADER):
-            if name in upstream.headers:
-                resp.headers[name] = upstream.headers[name]
-        resp.headers[OVERFLOW_HEADER] = self.region
-        if upstream.content_type != "text/event-stream" and upstream.content_length is not None:
-            resp.content_length = upstream.content_length
-        finished = False
-        try:
-            await resp.prepare(request)
-            while True:
-                try:
-                    chunk = await upstream.content.readany()
-                except UPSTREAM_ERRORS:
-                    if request.transport is not None:
-                        request.transport.abort()  # the client sees a truncated answer
-                    return resp
-                if not chunk:
-                    break
-                try:
-                    await resp.write(chunk)
-                except ConnectionResetError:
-                    return resp
-            await resp.write_eof()
-            finished = True
-        finally:
-            if finished:
-                upstream.release()
-            else:
-                upstream.close()
+        headers = {
+            name: upstream.headers[name]
+            for name in (REGION_HEADER, BACKEND_HEADER)
+            if name in upstream.headers
+        }
+        headers[OVERFLOW_HEADER] = self.region
+        resp = response_for(upstream, headers)
+        await relay(request, upstream, resp, time.monotonic)
         return resp
 
 

@@ -33,9 +33,10 @@ from aiohttp import web
 from regions.balancer.admission import Dispatcher
 from regions.balancer.backends import Backend, BackendPool, Lease
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
-from regions.balancer.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.headers import upstream_request_headers
 from regions.balancer.metrics import BalancerMetrics
 from regions.balancer.output_lengths import OutputLengths
+from regions.balancer.relay import UPSTREAM_ERRORS, RelayEnd, relay, response_for
 from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
@@ -45,7 +46,6 @@ BACKEND_HEADER = "x-director-backend"
 DEADLINE_HEADER = "x-director-deadline-ms"
 RETRYABLE_STATUS = frozenset({502, 503})
 MAX_ERROR_BODY = 64 * 1024
-UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 log = logging.getLogger(__name__)
 
@@ -222,54 +222,28 @@ class Proxy:
     ) -> web.StreamResponse:
         backend = lease.backend
         metrics = self.metrics.backend(backend.name)
-        resp = web.StreamResponse(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=downstream_response_headers(upstream.headers),
+        resp = response_for(
+            upstream, {REGION_HEADER: self.settings.region, BACKEND_HEADER: backend.name}
         )
-        resp.headers[REGION_HEADER] = self.settings.region
-        resp.headers[BACKEND_HEADER] = backend.name
         sse = upstream.content_type == "text/event-stream"
-        if not sse and upstream.content_length is not None:
-            resp.content_length = upstream.content_length
         meter = StreamMeter()
-        first_at: float | None = None
-        finished = False
-        try:
-            try:
-                await resp.prepare(request)
-            except ConnectionResetError:  # client gone before the headers
-                return resp
-            while True:
-                try:
-                    chunk = await upstream.content.readany()
-                except UPSTREAM_ERRORS:
-                    self._failed(backend, "mid_stream")
-                    if request.transport is not None:
-                        request.transport.abort()  # the client sees a truncated stream
-                    return resp
-                if not chunk:
-                    break
-                now = self.clock()
-                try:
-                    await resp.write(chunk)  # first: the accounting below can wait
-                except ConnectionResetError:  # client gone
-                    return resp
-                finally:
-                    if first_at is None:  # the backend's first byte, even if the client left
-                        first_at = now
-                        metrics.ttft.observe(now - start)
-                        if upstream.status == 200:
-                            self._ttft(backend, now - sent_at, lease.occupancy)
-                if sse:
-                    meter.observe(chunk, now)
-            await resp.write_eof()
-            finished = True
-        finally:
-            if finished:
-                upstream.release()
-            else:
-                upstream.close()  # aborts the sequence on the GPU server
+        first = True
+
+        def on_chunk(chunk: bytes, now: float) -> None:
+            nonlocal first
+            if first:  # the backend's first byte, even if the client left
+                first = False
+                metrics.ttft.observe(now - start)
+                if upstream.status == 200:
+                    self._ttft(backend, now - sent_at, lease.occupancy)
+            if sse:
+                meter.observe(chunk, now)
+
+        end = await relay(request, upstream, resp, self.clock, on_chunk)
+        if end is RelayEnd.UPSTREAM_FAILED:
+            self._failed(backend, "mid_stream")
+        if end is not RelayEnd.FINISHED:
+            return resp
         metrics.e2e.observe(self.clock() - start)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")

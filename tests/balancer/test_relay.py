@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``relay``: real HTTP on loopback, an upstream that streams, ends early or is left by the
+client, and a front server relaying it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from regions.balancer.relay import RelayEnd, relay, response_for
+
+CHUNKS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+class Upstream:
+    """Streams ``CHUNKS`` 20 ms apart; ``fail_after`` chunks it drops the connection."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.fail_after = fail_after
+        self.closed_early = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for i, chunk in enumerate(CHUNKS):
+                if i == self.fail_after:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return resp
+                await resp.write(chunk)
+                await asyncio.sleep(0.02)
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.closed_early.set()
+            raise
+        return resp
+
+
+@asynccontextmanager
+async def front_of(upstream: Upstream) -> AsyncIterator[tuple[str, list, list]]:
+    """(front URL, the RelayEnd of each request, the chunks seen by ``on_chunk``)."""
+    ends: list[RelayEnd] = []
+    seen: list[bytes] = []
+    up_app = web.Application()
+    up_app.router.add_get("/", upstream.handle)
+    async with serving(up_app) as up_url, aiohttp.ClientSession() as session:
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            answer = await session.get(up_url)
+            resp = response_for(answer, {"x-test": "relayed"})
+            ends.append(await relay(request, answer, resp, time.monotonic,
+                                    lambda chunk, _now: seen.append(chunk)))
+            return resp
+
+        front = web.Application()
+        front.router.add_get("/", handle)
+        async with serving(front) as url:
+            yield url, ends, seen
+
+
+async def test_a_whole_stream_is_relayed_chunk_by_chunk() -> None:
+    async with front_of(Upstream()) as (url, ends, seen), aiohttp.ClientSession() as client, \
+            client.get(url) as resp:
+        assert resp.headers["x-test"] == "relayed"
+        assert resp.content_type == "text/event-stream"
+        received = [await resp.content.readuntil(b"\n\n") for _ in CHUNKS]
+        assert await resp.read() == b""
+    assert received == CHUNKS
+    assert seen == CHUNKS
+    assert ends == [RelayEnd.FINISHED]
+
+
+async def test_an_upstream_failing_mid_stream_truncates_the_clients_answer() -> None:
+    async with front_of(Upstream(fail_after=1)) as (url, ends, seen), \
+            aiohttp.ClientSession() as client, client.get(url) as resp:
+        assert await resp.content.readuntil(b"\n\n") == CHUNKS[0]
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.read()  # not a clean end: the client knows it is cut short
+    assert ends == [RelayEnd.UPSTREAM_FAILED]
+    assert seen == CHUNKS[:1]
+
+
+async def test_a_client_leaving_mid_stream_closes_the_upstream_connection() -> None:
+    upstream = Upstream()
+    async with front_of(upstream) as (url, ends, _seen), aiohttp.ClientSession() as client:
+        async with client.get(url) as resp:
+            assert await resp.content.readuntil(b"\n\n") == CHUNKS[0]
+            resp.close()  # drop the connection mid-stream
+        async with asyncio.timeout(5):
+            await upstream.closed_early.wait()  # the GPU server's sequence is aborted
+    assert RelayEnd.FINISHED not in ends
