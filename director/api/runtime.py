@@ -61,6 +61,7 @@ class ApiRuntime:
         self._http: aiohttp.ClientSession | None = None
         self._chaos: GpuChaos | None = None
         self._follower: asyncio.Task[None] | None = None
+        self._drain_resumer: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> ActivePolicy:
@@ -81,9 +82,25 @@ class ApiRuntime:
         await self.refresher.start()
         self._follower = asyncio.create_task(
             follow(self.holder, self.store, self.config.follow_interval), name="policy-follow")
+        self._drain_resumer = asyncio.create_task(self._resume_drains(), name="drain-resume")
+
+    async def _resume_drains(self) -> None:
+        """Take over the ttls of drains set by an earlier API (retried while Redis is down;
+        meanwhile every reader already ignores a drain past its end)."""
+        while True:
+            try:
+                found = await self.drains.resume()
+            except StateError as exc:
+                log.warning("api: cannot read drains to resume their ttls yet: %s", exc)
+                await asyncio.sleep(self.config.follow_interval)
+                continue
+            if found:
+                log.info("api: took over the ttls of %d drains", found)
+            return
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._follower])  # re-cancels if redis-py swallows one
+        # re-cancels if redis-py swallows one
+        await cancel_and_wait([self._follower, self._drain_resumer])
         await self.fault_timers.close(run_pending=True)  # no drill outlives its API
         await self.drain_timers.close(run_pending=False)
         await self.refresher.stop()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
+from director.state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
 from director.state.guard import describe, redis_errors
 from director.state.hysteresis import SCRIPT, ProbeOutcome, script_args
 from director.state.keys import Keys, drain_field
@@ -22,6 +23,7 @@ from director.state.records import (
     LatencySample,
     PolicyRecord,
     RegionLoad,
+    drain_value,
 )
 from director.state.store import DEFAULT_TIMEOUT
 
@@ -36,6 +38,7 @@ class AsyncStateStore:
         self.keys = keys or Keys()
         self._where = describe(client)
         self._hysteresis = client.register_script(SCRIPT)
+        self._end_drain = client.register_script(END_DRAIN_SCRIPT)
 
     @classmethod
     def from_url(
@@ -134,16 +137,25 @@ class AsyncStateStore:
         *,
         draining: bool = True,
         now: float | None = None,
+        until: float | None = None,
     ) -> None:
         name = drain_field(region, gpu)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
             if draining:
-                pipe.hset(self.keys.drain, name, repr(time.time() if now is None else now))
+                set_at = time.time() if now is None else now
+                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
             else:
                 pipe.hdel(self.keys.drain, name)
             pipe.publish(self.keys.changes, self.keys.drain)
             await pipe.execute()
+
+    async def end_expired_drain(self, region: str, gpu: str | None, now: float) -> bool:
+        """Remove the drain of ``region`` (or its ``gpu``) if its ttl ended by ``now``;
+        whether it was removed (not if it was set again since, or is already gone)."""
+        keys = [self.keys.drain, self.keys.changes]
+        with redis_errors(self._where):
+            return bool(await self._end_drain(keys=keys, args=[drain_field(region, gpu), now]))
 
     async def drains(self) -> DrainFlags:
         raw = await self.fetch([self.keys.drain])

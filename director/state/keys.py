@@ -9,7 +9,8 @@ can share one server)::
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
     {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
     {p}:policy                        hash  text, version, timestamp of the active policy
-    {p}:drain                         hash  field "{region}" or "{region}/{gpu}" -> timestamp
+    {p}:drain                         hash  field "{region}" or "{region}/{gpu}" -> set-at
+                                      timestamp, or "{set-at} until {end}" for a ttl
     {p}:changes                       pub/sub channel; each message is the key that changed
 
 Region and GPU server names never contain ``:`` or ``|`` (the policy grammar's identifiers).

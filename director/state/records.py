@@ -9,6 +9,8 @@ Symmetric names: ``to_fields()`` / ``from_fields()``.
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -229,18 +231,44 @@ class PolicyRecord:
                 "files": json.dumps(dict(self.files), sort_keys=True)}
 
 
+def drain_value(set_at: float, until: float | None = None) -> str:
+    """A drain field's value: when it was set and, for a drain with a ttl, when it ends."""
+    return repr(set_at) if until is None else f"{set_at!r} until {until!r}"
+
+
+def drain_until(value: str) -> float | None:
+    """When the drain in a field's value ends; None for a drain without an end (also for a
+    value this version cannot read: a drain stays rather than lapsing by mistake)."""
+    _, sep, until = value.partition(" until ")
+    if not sep:
+        return None
+    try:
+        end = float(until)
+    except ValueError:
+        return None
+    return end if math.isfinite(end) else None
+
+
 @dataclass(frozen=True)
 class DrainFlags:
-    """Regions and GPU servers an operator drains: no new traffic, in-flight work finishes."""
+    """Regions and GPU servers an operator drains: no new traffic, in-flight work finishes.
+
+    A drain set with a ttl carries its end in the shared state; past it, readers treat the
+    target as not drained whether or not the API that set it is still there to undo it.
+    """
 
     regions: frozenset[str] = frozenset()
     gpus: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
-    def from_fields(cls, raw: RawHash) -> DrainFlags:
+    def from_fields(cls, raw: RawHash, now: float | None = None) -> DrainFlags:
+        now = time.time() if now is None else now
         regions: set[str] = set()
         gpus: set[tuple[str, str]] = set()
-        for name in _text(raw):
+        for name, value in _text(raw).items():
+            until = drain_until(value)
+            if until is not None and until <= now:
+                continue
             region, sep, gpu = name.partition("/")
             if sep:
                 gpus.add((region, gpu))

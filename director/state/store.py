@@ -26,6 +26,7 @@ from director.state.records import (
     LatencySample,
     PolicyRecord,
     RegionLoad,
+    drain_value,
 )
 
 DEFAULT_TIMEOUT = 2.0
@@ -167,13 +168,16 @@ class StateStore:
         *,
         draining: bool = True,
         now: float | None = None,
+        until: float | None = None,
     ) -> None:
-        """Drain (or undrain) a region, or one GPU server of it when ``gpu`` is given."""
+        """Drain (or undrain) a region, or one GPU server of it when ``gpu`` is given; a
+        drain with ``until`` (wall clock) ends then for every reader."""
         name = drain_field(region, gpu)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
             if draining:
-                pipe.hset(self.keys.drain, name, repr(time.time() if now is None else now))
+                set_at = time.time() if now is None else now
+                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
             else:
                 pipe.hdel(self.keys.drain, name)
             pipe.publish(self.keys.changes, self.keys.drain)

@@ -3,6 +3,9 @@ ttl undoes it, and every change is in the audit log."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from api_helpers import eventually, running_api
 
 from director.state import StateStore
@@ -54,10 +57,11 @@ async def test_drain_with_ttl_is_undone_by_itself(tmp_path, valkey, prefix):
         assert status == 200 and body["until"] is not None
         assert store.drains().regions == {"eu-west"}
 
-        async def undrained() -> bool:
-            return store.drains().regions == frozenset()
+        async def removed() -> bool:  # the flag itself, not only its end being past
+            return not store.client.hgetall(store.keys.drain)
 
-        await eventually(undrained, timeout=5)
+        await eventually(removed, timeout=5)
+        assert store.drains().regions == frozenset()
         last = api.audit_lines()[-1]
         assert (last["who"], last["action"], last["target"], last["detail"]) == (
             "deadman", "undrain", "region eu-west", {"reason": "ttl"})
@@ -94,3 +98,47 @@ async def test_unknown_targets_are_404_and_audited_as_rejected(tmp_path, valkey,
         status, body = await api.post("/api/v1/regions/eu-west/gpus/nope/drain")
         assert status == 404 and "GPU servers: euw1-h100-a, euw1-a100-a" in body["error"]
         assert api.audit_lines()[-1]["outcome"].startswith("rejected: no GPU server 'nope'")
+
+
+async def test_a_ttl_drain_ends_when_the_api_that_set_it_is_gone(tmp_path, valkey, prefix):
+    """The API stops before the ttl: every reader still sees the drain end on time, and the
+    next API to start removes the flag (and says so in the audit log)."""
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.post("/api/v1/regions/eu-west/drain", json_body={"ttl": 1.0})
+        assert status == 200, body
+    assert store.drains().regions == {"eu-west"}  # the API is gone; the drain is not over
+    await asyncio.sleep(max(0.0, body["until"] - time.time()) + 0.05)
+    assert store.drains().regions == frozenset()  # over, though the flag is still stored
+    assert store.client.hgetall(store.keys.drain)
+
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+
+        async def removed() -> bool:
+            return not store.client.hgetall(store.keys.drain)
+
+        await eventually(removed, timeout=5)
+        last = api.audit_lines()[-1]
+        assert (last["who"], last["action"], last["target"]) == (
+            "deadman", "undrain", "region eu-west")
+    store.close()
+
+
+async def test_a_starting_api_takes_over_the_ttl_of_a_drain_still_running(
+        tmp_path, valkey, prefix):
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    store.set_drain("eu-west", "gpu-0", until=time.time() + 1.0)  # set by an earlier API
+    store.set_drain("eu-central")  # no ttl: stays
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        assert store.drains().gpus == {("eu-west", "gpu-0")}
+
+        async def removed() -> bool:
+            return store.drains().gpus == frozenset() and not store.client.hget(
+                store.keys.drain, "eu-west/gpu-0")
+
+        await eventually(removed, timeout=5)
+        last = api.audit_lines()[-1]
+        assert (last["who"], last["action"], last["target"]) == (
+            "deadman", "undrain", "gpu eu-west/gpu-0")
+    assert store.drains().regions == {"eu-central"}
+    store.close()

@@ -5,6 +5,8 @@ import time
 import pytest
 
 from director.state import (
+    AsyncStateStore,
+    DrainFlags,
     GpuLoad,
     LatencySample,
     RegionLoad,
@@ -13,6 +15,7 @@ from director.state import (
 )
 from director.state.embedded import free_port
 from director.state.hysteresis import ProbeOutcome
+from director.state.records import drain_until, drain_value
 
 
 def _probe(store: StateStore, ok: bool, now: float, *, rise: int = 2, fall: int = 3) -> bool | None:
@@ -121,3 +124,32 @@ def test_dead_server_raises_state_unavailable_quickly() -> None:
     with pytest.raises(StateUnavailable):
         store.region_load("eu")
     assert time.monotonic() - started < 5
+
+
+def test_a_drain_with_a_ttl_ends_for_readers_at_its_end() -> None:
+    raw = {"eu": "100.0 until 200.0", "us/g1": "100.0", "ap": "100.0 until soon",
+           "sa": "100.0 until inf"}
+    before = DrainFlags.from_fields(raw, now=199.9)
+    assert before.regions == {"eu", "ap", "sa"} and before.gpus == {("us", "g1")}
+    after = DrainFlags.from_fields(raw, now=200.0)
+    # an end this version cannot read keeps the drain (it must not lapse by mistake)
+    assert after.regions == {"ap", "sa"} and after.gpus == {("us", "g1")}
+    assert drain_until(drain_value(5.0, 7.5)) == 7.5 and drain_until(drain_value(5.0)) is None
+
+
+async def test_only_a_drain_whose_ttl_ended_is_removed(valkey, prefix) -> None:
+    store = AsyncStateStore.from_url(valkey.url, prefix=prefix)
+    try:
+        await store.set_drain("eu", until=100.0)
+        await store.set_drain("us", "g1", until=300.0)
+        await store.set_drain("ap", until=100.0)
+        await store.set_drain("ap")  # drained again since, without a ttl
+        assert await store.end_expired_drain("eu", None, now=200.0)
+        assert not await store.end_expired_drain("us", "g1", now=200.0)  # not yet
+        assert not await store.end_expired_drain("ap", None, now=200.0)
+        assert not await store.end_expired_drain("sa", None, now=200.0)  # never drained
+        flags = DrainFlags.from_fields((await store.fetch([store.keys.drain]))[store.keys.drain],
+                                       now=200.0)
+        assert flags.regions == {"ap"} and flags.gpus == {("us", "g1")}
+    finally:
+        await store.close()
