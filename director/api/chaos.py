@@ -1,5 +1,8 @@
 """Chaos drills on simulated GPU servers: forward a fault to ``<gpu url>/_sim/fault`` and
-revert it to ``{"mode": "none"}`` after its ttl (dead-man; default and maximum 600 s)."""
+revert it to ``{"mode": "none"}`` after its ttl (dead-man; default and maximum 600 s).
+
+The ttl goes to the server too, which reverts by itself at the same time: a fault ends even
+if this API crashes first (the API's own revert then finds the server healthy already)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ class GpuChaos:
             raise ApiError("fault: expected a JSON object")
         spec = {k: v for k, v in body.items() if k != "ttl"}
         ttl = check_ttl(body.get("ttl"), default=MAX_TTL, maximum=MAX_TTL)
+        if spec.get("mode", "none") != "none" and ttl is not None:
+            spec["ttl"] = ttl
         answer = await self._send(server.url, spec)
         key = f"fault {region}/{gpu}"
         self._deadman.cancel(key)

@@ -2,7 +2,9 @@
 """Fault switches for drills, set at run time through ``POST /_sim/fault``.
 
 Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx", "factor": 3.0, "rate": 1.0,
-"status": 503}``; every field is validated, and those a mode does not use have no effect.
+"status": 503, "ttl": 30}``; every field is validated, and those a mode does not use have no
+effect. With ``ttl`` (seconds) the server reverts to healthy by itself after that long, unless
+another fault is set first: a drill's fault ends even if whoever set it is gone.
 
 - ``none``: healthy.
 - ``fail``: the server is down: in-flight requests are cut (connection reset) and every
@@ -35,6 +37,7 @@ class FaultMode(enum.Enum):
 
 
 _ERROR_STATUSES = (500, 503)
+MAX_TTL_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Fault:
     factor: float = 3.0
     rate: float = 1.0
     status: int | None = None
+    ttl: float | None = None  # seconds until the server reverts to healthy by itself
 
     @classmethod
     def from_json(cls, body: Any) -> Fault:
@@ -68,7 +72,12 @@ class Fault:
         status = body.get("status")
         if status is not None and status not in _ERROR_STATUSES:
             raise FaultSpecError(f"fault.status: must be 500 or 503, got {status!r}")
-        return cls(mode, float(factor), float(rate), status)
+        ttl = body.get("ttl")
+        if ttl is not None:
+            ttl = _number(body, "ttl", 0.0)
+            if not 0 < ttl <= MAX_TTL_S:
+                raise FaultSpecError(f"fault.ttl: must be within (0, {MAX_TTL_S:g}] s, got {ttl!r}")
+        return cls(mode, float(factor), float(rate), status, ttl)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +85,7 @@ class Fault:
             "factor": self.factor,
             "rate": self.rate,
             "status": self.status,
+            "ttl": self.ttl,
         }
 
     def injected_error(self, rng: random.Random) -> int | None:

@@ -13,6 +13,7 @@ disconnects while its request is still queued frees its place at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -41,17 +42,25 @@ class SimContext:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     fault: Fault = field(default_factory=Fault)
     metrics: ServerMetrics = field(init=False)
+    _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.engine, self.models[0])
 
     def set_fault(self, fault: Fault) -> None:
-        """Switch the fault mode; ``fail`` also cuts every in-flight request."""
+        """Switch the fault mode; ``fail`` also cuts every in-flight request. A fault with a
+        ttl is switched back to healthy after it (call from the server's event loop)."""
+        if self._revert is not None:
+            self._revert.cancel()
+            self._revert = None
         self.fault = fault
         self.engine.hung = fault.mode is FaultMode.HANG
         self.engine.slow_factor = fault.factor if fault.mode is FaultMode.SLOW else 1.0
         if fault.mode is FaultMode.FAIL:
             self.engine.abort_all()
+        if fault.mode is not FaultMode.NONE and fault.ttl is not None:
+            loop = asyncio.get_running_loop()
+            self._revert = loop.call_later(fault.ttl, self.set_fault, Fault())
 
     def state_json(self) -> dict[str, Any]:
         s = self.engine.state()

@@ -34,6 +34,8 @@ async def test_gpu_fault_is_forwarded_and_reverted_after_ttl(tmp_path, valkey, p
             assert body["url"] == gpu_url and body["fault"]["mode"] == "fail"
             assert body["revert_at"] is not None
             assert await health(api, gpu_url) == 503
+            # the server has the ttl too: it reverts by itself should this API die first
+            assert fleet["euw1-a100-a"].context.fault.ttl == 0.6
 
             async def reverted() -> bool:
                 return await health(api, gpu_url) == 200

@@ -52,7 +52,7 @@ async def test_slow_multiplies_step_time() -> None:
             assert resp.status == 200
         assert time.monotonic() - start >= 10 * 0.7 / 50 * 0.95
         assert (await sim_state(http))["fault"] == {
-            "mode": "slow", "factor": 10.0, "rate": 1.0, "status": None
+            "mode": "slow", "factor": 10.0, "rate": 1.0, "status": None, "ttl": None
         }  # fmt: skip
 
 
@@ -127,3 +127,29 @@ async def test_switching_back_to_none_restores_service() -> None:
                 return resp.status == 200
 
         assert await eventually(ok)
+
+
+async def test_a_fault_with_a_ttl_reverts_by_itself_unless_replaced_first() -> None:
+    async with running_server() as (_, http):
+        await set_fault(http, mode="fail", ttl=0.3)
+        async with http.get("/health") as resp:
+            assert resp.status == 503
+
+        async def healthy() -> bool:
+            async with http.get("/health") as resp:
+                return resp.status == 200
+
+        await eventually(healthy, timeout=5)
+        assert (await sim_state(http))["fault"]["mode"] == "none"
+
+        # A fault set before the ttl replaces the pending revert: no early end for it.
+        await set_fault(http, mode="hang", ttl=0.2)
+        await set_fault(http, mode="slow", factor=2)
+        await asyncio.sleep(0.4)
+        assert (await sim_state(http))["fault"]["mode"] == "slow"
+
+        for bad in (0, -1, "soon", 86_401):
+            async with http.post("/_sim/fault", json={"mode": "fail", "ttl": bad}) as resp:
+                assert resp.status == 400
+                assert "fault.ttl" in (await resp.json())["error"]["message"]
+        assert (await sim_state(http))["fault"]["mode"] == "slow"
