@@ -305,10 +305,16 @@ def config_of(setup: str) -> BalancerConfig:
     return config
 
 
-def run(setup: str, arrivals: list[Arrival], max_tokens: int | None) -> tuple[list[Result], str]:
+def run(
+    setup: str,
+    arrivals: list[Arrival],
+    max_tokens: int | None,
+    counted_until: float = WARMUP_S + MEASURE_S,
+) -> tuple[list[Result], str]:
+    """``replay`` on a fresh virtual-time loop: (every request's outcome, the router's note)."""
     loop = VirtualTimeLoop()
     try:
-        return loop.run_until_complete(replay(setup, arrivals, max_tokens, WARMUP_S + MEASURE_S))
+        return loop.run_until_complete(replay(setup, arrivals, max_tokens, counted_until))
     finally:
         loop.close()
 

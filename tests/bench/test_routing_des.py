@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from routing_des import LoopClock, VirtualTimeLoop, replay
+from routing_des import LoopClock, VirtualTimeLoop, run
 from routing_trace import Arrival
 
 from regions.simulator.config import EngineConfig
@@ -61,11 +61,7 @@ def test_an_engine_on_the_loop_clock_keeps_the_model_times() -> None:
 def test_both_routers_serve_every_counted_request() -> None:
     arrivals = [Arrival(i * 0.05, 500 + 40 * (i % 50), 20 + 7 * (i % 30)) for i in range(200)]
     for setup in ("ours", "haproxy"):
-        loop = VirtualTimeLoop()
-        try:
-            results, _ = loop.run_until_complete(replay(setup, arrivals, None, 5.0))
-        finally:
-            loop.close()
+        results, _ = run(setup, arrivals, None, 5.0)
         counted = [r for r in results if r.at < 5.0]
         assert len(counted) == 100, setup
         assert all(

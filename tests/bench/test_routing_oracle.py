@@ -12,20 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import routing_oracle  # noqa: F401  (registers the oracle setups)
-from routing_des import VirtualTimeLoop, replay
+from replay_checks import most_bound_at_once, replay_counted
 from routing_trace import Arrival
 
 SLOW = {"gpu4", "gpu5"}  # speed 0.4
 FAST = {"gpu0", "gpu1"}  # speed 1.0
-
-
-def _replay(setup: str, arrivals: list[Arrival], counted_until: float):
-    loop = VirtualTimeLoop()
-    try:
-        results, _ = loop.run_until_complete(replay(setup, arrivals, None, counted_until))
-    finally:
-        loop.close()
-    return sorted((r for r in results if r.at < counted_until), key=lambda r: r.at)
 
 
 @pytest.mark.parametrize("setup", ["oracle-ttft:T=0.3", "oracle-ttft:T=0.1+E=16+long=333+L=1",
@@ -33,24 +24,18 @@ def _replay(setup: str, arrivals: list[Arrival], counted_until: float):
 def test_an_oracle_serves_every_request_of_a_saturating_burst(setup: str) -> None:
     """200 requests in 1 s, far past the fleet's 96 slots: all are served, in full."""
     arrivals = [Arrival(i * 0.005, 300 + 50 * (i % 40), 10 + 7 * (i % 45)) for i in range(200)]
-    counted = _replay(setup, arrivals, 10.0)
+    counted, _ = replay_counted(setup, arrivals, 10.0)
     assert len(counted) == 200
     assert all(r.output_tokens == a.output_tokens for r, a in zip(counted, arrivals, strict=True))
     assert any(r.queued > 0 for r in counted)  # some waited in the central queue
-    # Never more than 16 bound to one GPU: at each binding, count the streams running there
-    # (one that ended at that very instant released its slot first).
-    for r in counted:
-        start = r.at + r.queued
-        overlapping = [o for o in counted if o.backend == r.backend
-                       and o.at + o.queued <= start < o.at + o.e2e - 1e-9]
-        assert len(overlapping) <= 16, (setup, r.backend, len(overlapping))
+    assert most_bound_at_once(counted) <= 16
 
 
 def test_best_fit_keeps_long_answers_off_the_slow_gpus_and_short_ones_on_them() -> None:
     """600 tokens take 19 s on a 0.6 GPU at a full batch (over E=16): only the 1.0 GPUs.
     A short answer to a short prompt fits the 0.4 GPUs, which are free: it goes there."""
     arrivals = [Arrival(i * 0.5, 800, 600 if i % 2 else 20) for i in range(20)]
-    counted = _replay("oracle-fit:E=16+F=0.35", arrivals, 100.0)
+    counted, _ = replay_counted("oracle-fit:E=16+F=0.35", arrivals, 100.0)
     long = {r.backend for r in counted if r.output_tokens == 600}
     short = {r.backend for r in counted if r.output_tokens == 20}
     assert long <= FAST and short <= SLOW
