@@ -50,18 +50,19 @@ class Drains:
         fetched = await self._store.fetch([self._store.keys.drain])
         found = 0
         now = time.time()
-        for name, value in fetched.get(self._store.keys.drain, {}).items():
+        for raw_name, value in fetched.get(self._store.keys.drain, {}).items():
             until = drain_until(value.decode())
             if until is None:
                 continue
             found += 1
-            region, _, gpu_name = name.decode().partition("/")
+            name = raw_name.decode()  # "region" or "region/gpu", as set() names its timer
+            region, _, gpu_name = name.partition("/")
             gpu = gpu_name or None
             if until <= now:
                 await self._expire(region, gpu)
             else:
-                key = f"drain {name.decode()}"
-                self._deadman.schedule(key, until - now, lambda r=region, g=gpu: self._expire(r, g))
+                self._deadman.schedule(f"drain {name}", until - now,
+                                       lambda r=region, g=gpu: self._expire(r, g))
         return found
 
     async def _expire(self, region: str, gpu: str | None) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import enum
 import ipaddress
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,7 +266,7 @@ class Overflow:
         }
         headers[OVERFLOW_HEADER] = self.region
         resp = response_for(upstream, headers)
-        await relay(request, upstream, resp, time.monotonic)
+        await relay(request, upstream, resp)
         return resp
 
 

@@ -239,7 +239,7 @@ class Proxy:
             if sse:
                 meter.observe(chunk, now)
 
-        end = await relay(request, upstream, resp, self.clock, on_chunk)
+        end = await relay(request, upstream, resp, on_chunk, self.clock)
         if end is RelayEnd.UPSTREAM_FAILED:
             self._failed(backend, "mid_stream")
         if end is not RelayEnd.FINISHED:

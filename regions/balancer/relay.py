@@ -12,6 +12,7 @@ answer rather than a well-formed short one.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Mapping
 
 import aiohttp
@@ -50,8 +51,8 @@ async def relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     resp: web.StreamResponse,
-    clock: Callable[[], float],
     on_chunk: OnChunk | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RelayEnd:
     """Send ``resp``'s headers, then every chunk of ``upstream`` as it arrives.
 

@@ -5,7 +5,6 @@ client, and a front server relaying it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -68,7 +67,7 @@ async def front_of(upstream: Upstream) -> AsyncIterator[tuple[str, list, list]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             answer = await session.get(up_url)
             resp = response_for(answer, {"x-test": "relayed"})
-            ends.append(await relay(request, answer, resp, time.monotonic,
+            ends.append(await relay(request, answer, resp,
                                     lambda chunk, _now: seen.append(chunk)))
             return resp
 
