@@ -43,7 +43,6 @@ fast slot is seldom free while no request waits. No setting gets near 0.6x E2E.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -86,17 +85,12 @@ class Migrating(routing_oracle.TtftFirst):
 
         def release() -> None:
             del self.streams[id(a)]
-            self._free(stream.move_to or stream.gpu)
+            self.free(stream.move_to or stream.gpu)
             if stream.move_to is not None:
-                self._free(stream.gpu)
+                self.free(stream.gpu)
             self._rebalance()
 
         return name, release, learn
-
-    def _free(self, name: str) -> None:
-        self.bound[name] -= 1
-        freed, self.freed = self.freed, asyncio.Event()
-        freed.set()
 
     def _remaining(self, stream: _Stream) -> float:
         if self.params.get("H"):
@@ -145,14 +139,14 @@ class Migrating(routing_oracle.TtftFirst):
             if record.move_to is None or record.generated >= output:
                 return
             engine.abort(seq)
-            self._free(record.gpu)
+            self.free(record.gpu)
             record.gpu, record.move_to = record.move_to, None
             engine = engines[record.gpu]
             seq = engine.submit(a.prompt_tokens + record.generated, output - record.generated)
 
 
 routing_des.ROUTERS["migrate"] = lambda setup, engines: Migrating(
-    engines, routing_oracle._params(setup))
+    engines, routing_oracle.params_of(setup))
 
 if __name__ == "__main__":
     sys.exit(routing_des.main())

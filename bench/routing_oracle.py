@@ -73,7 +73,7 @@ from regions.simulator.engine import Engine
 SLOTS = 16  # the simulator's sequence cap, and our balancer's per-backend cap
 
 
-def _params(setup: str) -> dict[str, float]:
+def params_of(setup: str) -> dict[str, float]:
     items = [p for p in setup.partition(":")[2].split("+") if p]
     return {k: float(v) for k, _, v in (item.partition("=") for item in items)}
 
@@ -117,12 +117,13 @@ class Oracle(routing_des.Router):
                 await asyncio.wait_for(freed.wait(), timeout=max(1e-3, retry_s))
         self.bound[name] += 1
 
-        def release() -> None:
-            self.bound[name] -= 1
-            freed, self.freed = self.freed, asyncio.Event()
-            freed.set()
+        return name, lambda: self.free(name), routing_des.nothing_learned
 
-        return name, release, routing_des.nothing_learned
+    def free(self, name: str) -> None:
+        """Give back a slot on GPU ``name`` and wake every waiter to look again."""
+        self.bound[name] -= 1
+        freed, self.freed = self.freed, asyncio.Event()
+        freed.set()
 
 
 class TtftFirst(Oracle):
@@ -198,8 +199,8 @@ class BestFit(Oracle):
         return fits[0][1], retry
 
 
-routing_des.ROUTERS["oracle-ttft"] = lambda setup, engines: TtftFirst(engines, _params(setup))
-routing_des.ROUTERS["oracle-fit"] = lambda setup, engines: BestFit(engines, _params(setup))
+routing_des.ROUTERS["oracle-ttft"] = lambda setup, engines: TtftFirst(engines, params_of(setup))
+routing_des.ROUTERS["oracle-fit"] = lambda setup, engines: BestFit(engines, params_of(setup))
 
 if __name__ == "__main__":
     sys.exit(routing_des.main())

@@ -132,7 +132,7 @@ class ShortestFirst(routing_des.Router):
 
 
 routing_des.ROUTERS["sjf"] = lambda setup, engines: ShortestFirst(
-    engines, routing_oracle._params(setup))
+    engines, routing_oracle.params_of(setup))
 
 if __name__ == "__main__":
     sys.exit(routing_des.main())
