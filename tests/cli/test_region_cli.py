@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
+from director.ports import free_port
 from regions.simulator import Fleet, ServerSpec
 
 POLICY = """
@@ -25,12 +25,6 @@ region eu-west {{
 }}
 service chat.infer.example.com {{ all-down answer-nothing }}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def wait_ready(url: str, deadline: float) -> None:

@@ -24,7 +24,7 @@ import dns.rdatatype
 import pytest
 import redis
 
-from director.state.embedded import free_port as free_tcp_port
+from director.ports import free_port as free_tcp_port
 
 POLICY = """\
 zone infer.example.com {

@@ -15,15 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from director.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "examples" / "global.dp"
 START_TIMEOUT_S = 120.0
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -62,7 +58,7 @@ def _healthy(system: UpSystem) -> bool:
 def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[UpSystem]:
     api = free_port()
     command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
-               "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+               "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port(kind=socket.SOCK_DGRAM)}",
                "--api", f"127.0.0.1:{api}", "--dns-metrics", f"127.0.0.1:{free_port()}",
                "--balancer-port", str(free_port()), *extra]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from director.ports import free_port
 from director.state import (
     AsyncStateStore,
     DrainFlags,
@@ -13,7 +14,6 @@ from director.state import (
     StateStore,
     StateUnavailable,
 )
-from director.state.embedded import free_port
 from director.state.hysteresis import ProbeOutcome
 from director.state.records import drain_until, drain_value
 

@@ -26,18 +26,14 @@ import dns.query
 import dns.rdatatype
 import pytest
 
+from director.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "examples" / "global.dp"
 EU = {"127.0.2.1", "127.0.3.1"}
 FRANCE, US = "2.2.2.0/24", "8.8.8.0/24"  # located by the bundled GeoLite2 City 2018
 CHAT = "chat.infer.example.com"
 TTL, PROBE_INTERVAL = 5.0, 1.0  # the example policy's chat service
-
-
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -86,8 +82,8 @@ class Up:
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     run_dir = tmp_path_factory.mktemp("up")
-    dns_port, api_port = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
-    metrics_port = free_port(socket.SOCK_STREAM)
+    dns_port, api_port = free_port(kind=socket.SOCK_DGRAM), free_port()
+    metrics_port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
          "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",

@@ -5,8 +5,8 @@ import socket
 
 from fake_gpu import FakeGpu
 
+from director.ports import free_port
 from director.state import StateStore
-from director.state.embedded import free_port
 from director.state.hysteresis import ProbeOutcome
 from workers.probes.balancer_check import check_balancer, load_from_body
 from workers.probes.http_health import check, probe_gpu_health
