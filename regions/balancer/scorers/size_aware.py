@@ -76,14 +76,17 @@ from dataclasses import dataclass, field
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
 
+def wait_s(backend: BackendSnapshot) -> float:
+    """Predicted seconds before a new request starts on ``backend`` (0 while a slot is free)."""
+    if backend.in_flight < backend.cap or not backend.in_flight:
+        return 0.0
+    job_s = backend.work_tokens / backend.in_flight / backend.tokens_per_s
+    return (backend.in_flight - backend.cap + 1) * job_s / max(backend.cap, 1)
+
+
 def finish_s(backend: BackendSnapshot, tokens: float) -> float:
     """Predicted seconds until ``tokens`` of work would be done on ``backend``."""
-    rate = backend.tokens_per_s
-    wait = 0.0
-    if backend.in_flight >= backend.cap and backend.in_flight:
-        job_s = backend.work_tokens / backend.in_flight / rate
-        wait = (backend.in_flight - backend.cap + 1) * job_s / max(backend.cap, 1)
-    return wait + tokens / rate
+    return wait_s(backend) + tokens / backend.tokens_per_s
 
 
 @dataclass
@@ -212,10 +215,11 @@ class SizeAwareScorer:
         if budget is None:
             return [1.0] * len(candidates)
         size = request.cost_tokens
-        finish = [finish_s(b, size) for b in candidates]
+        waits = [wait_s(b) for b in candidates]
+        finish = [w + size / b.tokens_per_s for b, w in zip(candidates, waits, strict=True)]
         best = min(finish)
         limit = max(self.kappa * best, budget)
-        first_ok = self._first_token_ok(request, candidates)
+        first_ok = self._first_token_ok(request, candidates, waits)
         any_slot = any(b.in_flight < b.cap for b in candidates)
         return [
             1.0
@@ -225,15 +229,15 @@ class SizeAwareScorer:
         ]
 
     def _first_token_ok(
-        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
+        self, request: RequestInfo, candidates: Sequence[BackendSnapshot], waits: list[float]
     ) -> list[bool]:
-        """Per candidate: would the prompt's prefill (after any wait) end within
+        """Per candidate: would the prompt's prefill (after its wait, ``waits``) end within
         ``max(first_kappa * the soonest, first_slack * a median prompt on the slowest)``?"""
         typical = self.window.typical_first_s()
         if not typical:
             return [True] * len(candidates)
         prompt = request.cost_tokens - request.output_tokens
-        first = [finish_s(b, prompt) for b in candidates]
+        first = [w + prompt / b.tokens_per_s for b, w in zip(candidates, waits, strict=True)]
         limit = max(self.first_kappa * min(first), self.first_slack * typical)
         return [f <= limit for f in first]
 
