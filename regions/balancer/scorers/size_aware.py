@@ -270,8 +270,9 @@ class SizeAwareScorer:
         if budget is None or not eligible:
             return 0.0
         size = request.cost_tokens
-        best = min(eligible, key=lambda b: finish_s(b, size))
-        best_s = finish_s(best, size)
+        finishes = [finish_s(b, size) for b in eligible]
+        best_s = min(finishes)
+        best = eligible[finishes.index(best_s)]
         if finish_s(chosen, size) <= max(self.kappa * best_s, budget):
             return 0.0
         if best.in_flight < best.cap:
