@@ -16,6 +16,7 @@ from director.api.audit import AuditLog
 from director.api.deadman import Deadman
 from director.api.targets import check_ttl, find_gpu, find_region
 from director.state import AsyncStateStore
+from director.state.keys import drain_field
 from director.state.records import drain_until
 from policies import Policy
 
@@ -34,8 +35,7 @@ class Drains:
         else:
             find_gpu(policy, region, gpu)
         seconds = check_ttl(ttl, default=None) if draining else None
-        target = region if gpu is None else f"{region}/{gpu}"
-        key = f"drain {target}"
+        key = f"drain {drain_field(region, gpu)}"
         until = None if seconds is None else time.time() + seconds
         await self._store.set_drain(region, gpu, draining=draining, until=until)
         self._deadman.cancel(key)
@@ -55,7 +55,7 @@ class Drains:
             if until is None:
                 continue
             found += 1
-            name = raw_name.decode()  # "region" or "region/gpu", as set() names its timer
+            name = raw_name.decode()  # drain_field(region, gpu), as set() keys its timer
             region, _, gpu_name = name.partition("/")
             gpu = gpu_name or None
             if until <= now:
