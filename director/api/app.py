@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from director.api.config import ApiConfig
+from director.api.docs import mount_docs
 from director.api.errors import ApiError
 from director.api.limits import BodyLimit
 from director.api.metrics import RequestCounter
@@ -48,12 +49,13 @@ def build_api(config: ApiConfig) -> FastAPI:
             await runtime.stop()
 
     app = FastAPI(title="director admin API", version="1", description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     for router in (public.router, read.router, admin.router, chaos.router):
         app.include_router(router)
     static = resources.files("director.api").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    mount_docs(app)
     _add_error_handlers(app)
     app.add_middleware(BodyLimit, max_body=config.max_body)
     app.add_middleware(RequestCounter, metrics=runtime.metrics)

@@ -51,6 +51,11 @@ async def test_public_routes_need_no_token(tmp_path, valkey, prefix):
         assert status == 200 and "/api/v1/policy" in schema["paths"]
         status, docs = await api.get("/docs", token=None)
         assert status == 200 and "swagger" in docs.lower()
+        assert "/docs/assets/swagger-ui-bundle.js" in docs and "https://" not in docs
+        assert '"validatorUrl": null' in docs  # no badge from swagger.io
+        status, script = await api.get("/docs/assets/swagger-ui-bundle.js", token=None)
+        assert status == 200 and "SwaggerUIBundle" in script
+        assert (await api.get("/redoc", token=None))[0] == 404  # its bundle needs a CDN
 
 
 def test_tokens_are_stored_hashed_and_owner_only(tmp_path):

@@ -94,3 +94,36 @@ async def test_status_page_shows_live_regions_and_follows_a_drain(tmp_path, valk
         finally:
             await browser.close()
     store.close()
+
+
+async def test_api_docs_render_offline_from_local_assets(tmp_path, valkey, prefix):
+    """/docs (Swagger UI) loads nothing but from the API itself and lists the routes."""
+    browser_path = chromium()
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with running_api(tmp_path, valkey.url, prefix) as api, \
+            playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=browser_path,
+                                                   args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            requests: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+            failed: list[str] = []
+            page.on("requestfailed", lambda request: failed.append(request.url))
+
+            await page.goto(f"{api.url}/docs")
+            operation = page.locator("#operations-default-get_policy_api_v1_policy_get, "
+                                     ".opblock-summary-path[data-path='/api/v1/policy']")
+            await operation.first.wait_for(timeout=10_000)
+            assert await page.locator(".opblock").count() >= 10
+            assert await page.locator("button.authorize").count() == 1  # bearer tokens
+
+            assert problems == [] and failed == []
+            for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+                assert any(url.endswith(f"/docs/assets/{asset}") for url in requests)
+            outside = [url for url in requests if not url.startswith((api.url, "data:", "blob:"))]
+            assert outside == []  # offline
+        finally:
+            await browser.close()
