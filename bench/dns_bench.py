@@ -4,12 +4,18 @@ For each server configuration and each query mix (plain A without EDNS; ECS from
 ECS from 30,000 distinct /24s) it warms the server up, runs dnsperf for ``--seconds``
 (<= 10 s) and reports queries per second, dnsperf's average latency, and the server's CPU
 microseconds per answered query from /proc/<pid>/stat (utime + stime, all threads and
-worker processes), then the ratios ours / gdnsd (medians of ``--repeats`` runs). gdnsd
-and ``--workers 1`` run pinned with taskset to CPU 0 and dnsperf to CPU 1 ("pinned");
-gdnsd and ``--workers 2`` also run unpinned ("shared": the server's processes and dnsperf
-share the two cores), where a second process can help.
+worker processes), then the ratios ours / gdnsd. gdnsd and ``--workers 1`` run pinned
+with taskset to CPU 0 and dnsperf to CPU 1 ("pinned"); gdnsd and ``--workers 2`` also run
+unpinned ("shared": the server's processes and dnsperf share the two cores), where a second
+process can help.
 
-    python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]
+Side by side: both servers of a placement run at once (on their own ports; the idle one
+costs nothing), and each of ``--repeats`` rounds measures both back to back, gdnsd first in
+even rounds and ours first in odd ones. The table gives each figure's median over the
+rounds, and the median of the per-round ratios ours / gdnsd, so that a drift in the shared
+machine's speed weighs on both servers alike instead of on whichever ran later.
+
+    python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]   # ~10 min
 """
 
 from __future__ import annotations
@@ -160,8 +166,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="dnsperf runs per server and mix; the table shows medians")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds per mix, each running dnsperf against both servers")
     args = parser.parse_args()
     seconds = min(args.seconds, 10.0)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-bench-"))
@@ -181,25 +187,30 @@ def main() -> int:
     }
     # --workers 2 is measured on the shared cores only: two workers pinned to one core just
     # take turns on it.
-    configs = [("gdnsd", "pinned", None), ("ours --workers 1", "pinned", 1),
-               ("gdnsd", "shared", None), ("ours --workers 2", "shared", 2)]
-    results: dict[tuple[str, str, str], Result] = {}
-    for name, placement, workers in configs:
+    pairs = [("pinned", 1), ("shared", 2)]
+    runs: dict[tuple[str, str, str], list[Result]] = {}
+    for placement, workers in pairs:
         pin = placement == "pinned"
-        proc = start_gdnsd(workdir, pin) if workers is None else start_ours(workers, pin)
-        port = GDNSD_PORT if workers is None else OURS_PORT
+        ours_name = f"ours --workers {workers}"
+        servers = [("gdnsd", GDNSD_PORT), (ours_name, OURS_PORT)]
+        procs = {"gdnsd": start_gdnsd(workdir, pin), ours_name: start_ours(workers, pin)}
         try:
-            print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
+            for name, port in servers:
+                print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
             for mix_name, mix in mixes.items():
-                runs = [measure(proc, port, mix, seconds, pin, warm=repeat == 0)
-                        for repeat in range(args.repeats)]
-                r = results[(name, placement, mix_name)] = median_result(runs)
-                print(f"  {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
-                      f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%", flush=True)
+                for repeat in range(args.repeats):
+                    # side by side: each round runs both, the first one alternating, so a
+                    # drift of the shared machine weighs on both alike
+                    for name, port in servers if repeat % 2 == 0 else servers[::-1]:
+                        r = measure(procs[name], port, mix, seconds, pin, warm=repeat == 0)
+                        runs.setdefault((name, placement, mix_name), []).append(r)
+                        print(f"  {name} {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
+                              f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%", flush=True)
         finally:
-            stop(proc)
+            for proc in procs.values():
+                stop(proc)
             time.sleep(0.5)
-    print_table(results, mixes, configs)
+    print_table(runs, mixes, pairs)
     shutil.rmtree(workdir / "gdnsd", ignore_errors=True)
     return 0
 
@@ -210,17 +221,24 @@ def median_result(runs: list[Result]) -> Result:
                     for f in ("qps", "latency_ms", "cpu_us", "lost")))
 
 
-def print_table(results: dict, mixes: dict, configs: list) -> None:
+def print_table(runs: dict, mixes: dict, pairs: list) -> None:
+    """Medians of each figure, and of the per-round ratios ours / gdnsd."""
     print()
     print("| server | cores | mix | qps | avg latency ms | server CPU us/query | "
           "qps / gdnsd | CPU / gdnsd |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, placement, _workers in configs:
-        for mix_name in mixes:
-            r = results[(name, placement, mix_name)]
-            base = results[("gdnsd", placement, mix_name)]
-            print(f"| {name} | {placement} | {mix_name} | {r.qps:,.0f} | {r.latency_ms:.3f} | "
-                  f"{r.cpu_us:.1f} | {r.qps / base.qps:.2f} | {r.cpu_us / base.cpu_us:.2f} |")
+    for placement, workers in pairs:
+        for name in ("gdnsd", f"ours --workers {workers}"):
+            for mix_name in mixes:
+                own = runs[(name, placement, mix_name)]
+                base = runs[("gdnsd", placement, mix_name)]
+                r = median_result(own)
+                rounds = list(zip(own, base, strict=True))
+                qps_ratio = statistics.median(a.qps / b.qps for a, b in rounds)
+                cpu_ratio = statistics.median(a.cpu_us / b.cpu_us for a, b in rounds)
+                print(f"| {name} | {placement} | {mix_name} | {r.qps:,.0f} | "
+                      f"{r.latency_ms:.3f} | {r.cpu_us:.1f} | {qps_ratio:.2f} | "
+                      f"{cpu_ratio:.2f} |")
 
 
 if __name__ == "__main__":
