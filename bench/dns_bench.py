@@ -16,6 +16,7 @@ rounds, and the median of the per-round ratios ours / gdnsd, so that a drift in 
 machine's speed weighs on both servers alike instead of on whichever ran later.
 
     python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]   # ~10 min
+    python bench/dns_bench.py --placements shared --repeats 7    # --workers 2 only
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ def main() -> int:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--repeats", type=int, default=3,
                         help="rounds per mix, each running dnsperf against both servers")
+    parser.add_argument("--placements", default="pinned,shared",
+                        help="which of pinned (--workers 1) and shared (--workers 2) to run")
     args = parser.parse_args()
     seconds = min(args.seconds, 10.0)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-bench-"))
@@ -187,7 +190,9 @@ def main() -> int:
     }
     # --workers 2 is measured on the shared cores only: two workers pinned to one core just
     # take turns on it.
-    pairs = [("pinned", 1), ("shared", 2)]
+    chosen = args.placements.split(",")
+    pairs = [(placement, workers) for placement, workers in (("pinned", 1), ("shared", 2))
+             if placement in chosen]
     runs: dict[tuple[str, str, str], list[Result]] = {}
     for placement, workers in pairs:
         pin = placement == "pinned"
