@@ -193,6 +193,8 @@ def main() -> int:
     chosen = args.placements.split(",")
     pairs = [(placement, workers) for placement, workers in (("pinned", 1), ("shared", 2))
              if placement in chosen]
+    if not pairs or len(pairs) != len(chosen):
+        parser.error(f"--placements takes pinned, shared or both, not {args.placements!r}")
     runs: dict[tuple[str, str, str], list[Result]] = {}
     for placement, workers in pairs:
         pin = placement == "pinned"
