@@ -198,7 +198,7 @@ def main() -> int:
     runs: dict[tuple[str, str, str], list[Result]] = {}
     for placement, workers in pairs:
         pin = placement == "pinned"
-        ours_name = f"ours --workers {workers}"
+        ours_name = ours_label(workers)
         servers = [("gdnsd", GDNSD_PORT), (ours_name, OURS_PORT)]
         procs = {"gdnsd": start_gdnsd(workdir, pin), ours_name: start_ours(workers, pin)}
         try:
@@ -222,6 +222,11 @@ def main() -> int:
     return 0
 
 
+def ours_label(workers: int) -> str:
+    """How the table names our server with ``workers`` processes."""
+    return f"ours --workers {workers}"
+
+
 def median_result(runs: list[Result]) -> Result:
     """Each figure's median over the runs."""
     return Result(*(statistics.median(getattr(r, f) for r in runs)
@@ -235,7 +240,7 @@ def print_table(runs: dict, mixes: dict, pairs: list) -> None:
           "qps / gdnsd | CPU / gdnsd |")
     print("|---|---|---|---|---|---|---|---|")
     for placement, workers in pairs:
-        for name in ("gdnsd", f"ours --workers {workers}"):
+        for name in ("gdnsd", ours_label(workers)):
             for mix_name in mixes:
                 own = runs[(name, placement, mix_name)]
                 base = runs[("gdnsd", placement, mix_name)]
