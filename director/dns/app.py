@@ -103,6 +103,16 @@ class DnsApp:
         except Exception:
             return None
 
+    def reader_memo(self) -> dict[bytes, object] | None:
+        """``FastPath.udp_memo_if_fresh`` for a UDP reader thread, or None when every
+        response must come through the event loop (rate limiting is on, the memo is stale)."""
+        if self.rrl is not None:
+            return None
+        try:
+            return self.fast.udp_memo_if_fresh()
+        except Exception:
+            return None
+
     def failed(self, data: bytes, host: str) -> bytes | None:
         """Log the exception being handled (at most once a second) and answer SERVFAIL
         (None for what is not a query)."""

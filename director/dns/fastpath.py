@@ -113,11 +113,21 @@ class FastPath:
                 return data[:2] + entry[0]
         return self._slow(data, host, tcp, memo)
 
+    def udp_memo_if_fresh(self) -> dict[bytes, object] | None:
+        """The UDP memo for a reader on another thread, read-only: None while it belongs to
+        an older snapshot (the event-loop thread, answering what the reader hands over,
+        resets it)."""
+        snapshot = self._snapshot
+        memo = self._udp
+        return memo if self.snapshots.current is snapshot else None
+
     def _reset(self) -> None:
-        self._snapshot = self.snapshots.current
+        # The snapshot last: a reader on another thread that sees it sees the new memo too.
+        snapshot = self.snapshots.current
         self._udp = {}
         self._tcp = {}
         self._templates = {}
+        self._snapshot = snapshot
 
     def _slow(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
         parsed = parse_query(data)

@@ -30,6 +30,15 @@ DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 QUERY_LABELS = ("service", "qtype", "rcode", "region", "reason")
 
 
+class ReaderCounters:
+    """What one UDP reader thread counts: answers per label slot (``DnsStats.counts``
+    indexing) and datagrams dropped because the event loop was too far behind."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self.dropped = 0
+
+
 class DnsStats:
     """Counters of one process; cheap to bump, read by a collector."""
 
@@ -46,6 +55,13 @@ class DnsStats:
         self.decision_counts = [0] * (len(DECISION_BUCKETS) + 1)
         self.decision_sum = 0.0
         self.state_registry: CollectorRegistry | None = None  # the state refresher's metrics
+        self.readers: list[ReaderCounters] = []  # bumped by UDP reader threads, one each
+
+    def new_reader(self) -> ReaderCounters:
+        """Counters for one UDP reader thread to bump alone (``director.dns.udp_reader``)."""
+        counters = ReaderCounters()
+        self.readers.append(counters)
+        return counters
 
     def label_id(self, labels: tuple[str, ...]) -> int:
         """The counter slot of ``labels`` (service, qtype, rcode, region, reason)."""
@@ -58,7 +74,11 @@ class DnsStats:
 
     @property
     def responses(self) -> dict[tuple[str, ...], int]:
-        return {labels: count for labels, count in zip(self.labels, self.counts, strict=False)
+        counts = list(self.counts)
+        for reader in self.readers:
+            for slot, count in enumerate(list(reader.counts)[:len(counts)]):
+                counts[slot] += count
+        return {labels: count for labels, count in zip(self.labels, counts, strict=False)
                 if count}
 
     def observe_decision(self, seconds: float) -> None:
@@ -68,7 +88,9 @@ class DnsStats:
     def snapshot(self) -> dict:
         """A picklable copy of every counter."""
         return {"responses": self.responses, "cache_misses": self.cache_misses,
-                "uncached": self.uncached, "dropped": self.dropped, "rrl": dict(self.rrl),
+                "uncached": self.uncached,
+                "dropped": self.dropped + sum(reader.dropped for reader in self.readers),
+                "rrl": dict(self.rrl),
                 "decision_counts": list(self.decision_counts),
                 "decision_sum": self.decision_sum,
                 "state": {"0": generate_latest(self.state_registry).decode()}

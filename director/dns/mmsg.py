@@ -28,6 +28,7 @@ SLOT_SIZE = 4096
 NAME_SIZE = 28  # sizeof(struct sockaddr_in6)
 MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
+MSG_WAITFORONE = 0x10000  # block for the first datagram only, then take what is queued
 _HOST_MEMO_LIMIT = 100_000
 
 Respond = Callable[[bytes, tuple], "bytes | None"]
@@ -79,7 +80,10 @@ class MmsgEndpoint:
 
     ``memo()`` gives the fast path's UDP memo for the batch (or None): a hit is answered
     here, the cached bytes written after the query's ID in its own slot; anything else goes
-    through ``responder()(data, (host, 0))``.
+    through ``responder()(data, (host, port))``.
+
+    Two ways to drive it: ``readable()`` from an event loop on a non-blocking socket, or
+    ``wait_batch()`` in a loop of its own thread on a blocking one (``director.dns.udp_reader``).
     """
 
     def __init__(self, sock: socket.socket, responder: Callable[[], Respond],
@@ -147,10 +151,15 @@ class MmsgEndpoint:
             if self._batch() <= 0:
                 return
 
-    def _batch(self) -> int:
+    def wait_batch(self) -> int:
+        """Wait for datagrams (blocking socket), answer what is queued by then; the number
+        read, 0 when the socket was shut down, or -1 (errno set) on a timeout or error."""
+        return self._batch(MSG_WAITFORONE)
+
+    def _batch(self, receive_flags: int = MSG_DONTWAIT) -> int:
         """One ``recvmmsg``, then one ``sendmmsg``; the number of datagrams read."""
         self._recv_bytes[:] = self._recv_template
-        count = self._recvmmsg(self.fd, self._recv, SLOTS, MSG_DONTWAIT, None)
+        count = self._recvmmsg(self.fd, self._recv, SLOTS, receive_flags, None)
         if count <= 0:
             return count
         cached = self.memo()
@@ -173,7 +182,11 @@ class MmsgEndpoint:
                     entry = entry.get(host if host is not None else self._host(raw))
                 if entry is not None:
                     body, counter = entry
-                    counts[counter] += 1
+                    try:
+                        counts[counter] += 1
+                    except IndexError:  # a counter list of the transport's own, still short
+                        counts.extend([0] * (counter + 1 - len(counts)))
+                        counts[counter] += 1
                     size = len(body)
                     buffers[start + 2:start + 2 + size] = body
                     if moved:
@@ -185,8 +198,9 @@ class MmsgEndpoint:
                 respond = self.responder()
             data = slot[:length]
             host = self._host(names[address_at:address_end])
+            port = int.from_bytes(names[i * NAME_SIZE + 2:i * NAME_SIZE + 4], "big")
             try:
-                response = respond(data, (host, 0))
+                response = respond(data, (host, port))
             except Exception:
                 response = self.failed(data, host)
             if response is None or len(response) > SLOT_SIZE:
@@ -222,7 +236,7 @@ class MmsgEndpoint:
         sent = 0
         send_at = ctypes.addressof(self._send)
         while sent < answers:
-            done = self._sendmmsg(self.fd, send_at + sent * _HDR, answers - sent, 0)
+            done = self._sendmmsg(self.fd, send_at + sent * _HDR, answers - sent, MSG_DONTWAIT)
             if done > 0:
                 sent += done
                 continue

@@ -1,9 +1,15 @@
 """The transports: asyncio UDP and TCP servers around a ``DnsApp``.
 
-UDP: the socket is read straight from the event loop's reader callback, up to ``udp_batch``
-datagrams per wake-up, and answered with ``sendto`` (no datagram transport: the stdlib one
-reads one datagram per wake-up into a 256 KiB buffer, see research/dns-bench.md). Works with
-the stdlib loop and with uvloop.
+UDP, three ways, fastest first:
+- on Linux with rate limiting off (the default), a reader thread per socket answers memo
+  hits in batches of blocking ``recvmmsg``/``sendmmsg`` and hands the rest to the event
+  loop (``director.dns.udp_reader``);
+- on Linux otherwise, the event loop's reader callback does the same batches
+  non-blocking, answering everything itself (``director.dns.mmsg``);
+- elsewhere, the reader callback reads up to ``udp_batch`` datagrams per wake-up with
+  ``recvfrom`` and answers each with ``sendto`` (no datagram transport: the stdlib one reads
+  one datagram per wake-up into a 256 KiB buffer, see research/dns-bench.md).
+All work with the stdlib loop and with uvloop.
 
 TCP: 2-byte length framing, pipelined queries answered in order, frames over
 ``tcp_max_frame`` close the connection, a connection that completes no query within
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from director.dns import mmsg
 from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
+from director.dns.udp_reader import UdpReaderThread
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,7 @@ class ServerConfig:
     udp_batch: int = 64
     reuse_port: bool = False
     udp_mmsg: bool = True  # batched recvmmsg/sendmmsg where libc has them (Linux)
+    udp_threads: bool = True  # with udp_mmsg: a reader thread per socket when RRL is off
 
 
 @dataclass
@@ -216,6 +224,7 @@ class DnsServer:
         self.bound: list[BoundSockets] = []
         self.connections: set[_TcpConnection] = set()
         self.udp_endpoints: list[_UdpEndpoint | MmsgEndpoint] = []
+        self.udp_readers: list[UdpReaderThread] = []
         self._servers: list[asyncio.AbstractServer] = []
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
 
@@ -229,16 +238,21 @@ class DnsServer:
         self.loop = asyncio.get_running_loop()
         self.bound = self._sockets if self._sockets is not None else [
             bind_sockets(host, port, self.config.reuse_port) for host, port in self.config.listen]
+        batched = self.config.udp_mmsg and mmsg.available()
+        threaded = batched and self.config.udp_threads and self.app.rrl is None
         for bound in self.bound:
             bound.udp.setblocking(False)
-            endpoint: _UdpEndpoint | MmsgEndpoint
-            if self.config.udp_mmsg and mmsg.available():
-                endpoint = MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed,
-                                        self.app.udp_memo)
+            if threaded:
+                reader = UdpReaderThread(bound.udp, self.app, self.loop)
+                self.udp_readers.append(reader)
+                self.udp_endpoints.append(reader.endpoint)
+                reader.start()
             else:
-                endpoint = _UdpEndpoint(bound.udp, self.app, self.config.udp_batch)
-            self.udp_endpoints.append(endpoint)
-            self.loop.add_reader(bound.udp.fileno(), endpoint.readable)
+                endpoint = (MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed,
+                                         self.app.udp_memo) if batched
+                            else _UdpEndpoint(bound.udp, self.app, self.config.udp_batch))
+                self.udp_endpoints.append(endpoint)
+                self.loop.add_reader(bound.udp.fileno(), endpoint.readable)
             server = await self.loop.create_server(lambda: _TcpConnection(self), sock=bound.tcp)
             self._servers.append(server)
         log.info("DNS server listening on %s (UDP and TCP)",
@@ -246,6 +260,8 @@ class DnsServer:
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""
+        for reader in self.udp_readers:
+            await reader.stop()
         for bound in self.bound:
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(bound.udp.fileno())
