@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from director.dns import mmsg
 from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
+from director.dns.udp_answer import answer_all
 from director.dns.udp_reader import UdpReaderThread
 
 log = logging.getLogger(__name__)
@@ -121,24 +122,14 @@ class _UdpEndpoint:
         self.batch = batch
 
     def readable(self) -> None:
-        recvfrom, sendto = self.sock.recvfrom, self.sock.sendto
-        respond = self.app.udp_responder()
+        recvfrom = self.sock.recvfrom
+        received = []
         for _ in range(self.batch):
             try:
-                data, addr = recvfrom(UDP_READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            try:
-                response = respond(data, addr)
-            except Exception:
-                response = self.app.failed(data, addr[0])
-            if response is not None:
-                try:  # noqa: SIM105 (hot path: cheaper than contextlib.suppress)
-                    sendto(response, addr)
-                except OSError:
-                    pass  # socket buffer full or peer unreachable: like a lost datagram
+                received.append(recvfrom(UDP_READ_SIZE))
+            except OSError:  # nothing more waiting (BlockingIOError), or a failed read
+                break
+        answer_all(self.app, self.sock, received)
 
 
 class _TcpConnection(asyncio.Protocol):

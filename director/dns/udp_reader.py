@@ -11,7 +11,7 @@ Only memo hits are answered on this thread: a dict lookup, a counter in a list o
 thread's own (``ReaderCounters``) and a copy into the batch buffer. Everything else (misses,
 malformed packets, a memo gone stale with a new snapshot) is handed to the event loop in one
 call per batch and answered there through ``DnsApp.udp_responder``, so the caches, the
-decision engine and the rate limiter keep a single thread. A handover backlog above
+decision engine and the full path keep a single thread. A handover backlog above
 ``HANDOVER_LIMIT`` datagrams drops what comes next, as a full socket buffer would.
 
 Stopping: a flag, then ``shutdown(SHUT_RD)``, which wakes a ``recvmmsg`` blocked on a UDP
@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
+from director.dns.udp_answer import answer_all
 
 log = logging.getLogger(__name__)
 
@@ -114,18 +115,7 @@ class UdpReaderThread:
 
     def _answer(self, pending: Handover) -> None:
         """On the event loop: answer what the reader handed over, one batch."""
-        respond = self.app.udp_responder()
-        sendto = self.sock.sendto
         try:
-            for data, addr in pending:
-                try:
-                    response = respond(data, addr)
-                except Exception:
-                    response = self.app.failed(data, addr[0])
-                if response is not None:
-                    try:  # noqa: SIM105 (hot path: cheaper than contextlib.suppress)
-                        sendto(response, socket.MSG_DONTWAIT, addr)
-                    except OSError:
-                        pass  # socket buffer full, peer unreachable, or socket closed
+            answer_all(self.app, self.sock, pending)
         finally:
             self.answered += len(pending)
