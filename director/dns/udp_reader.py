@@ -106,10 +106,11 @@ class UdpReaderThread:
                     return
             if count == 0:
                 return  # shut down
-            if count < 0 and ctypes.get_errno() not in (errno.EAGAIN, errno.EINTR):
-                if ctypes.get_errno() in (errno.EBADF, errno.ENOTSOCK):
-                    return  # closed under us
-                log.warning("UDP read failed: %s", errno.errorcode.get(ctypes.get_errno()))
+            failure = ctypes.get_errno() if count < 0 else 0
+            if failure in (errno.EBADF, errno.ENOTSOCK):
+                return  # closed under us
+            if failure not in (0, errno.EAGAIN, errno.EINTR):
+                log.warning("UDP read failed: %s", errno.errorcode.get(failure, failure))
                 time.sleep(0.01)  # a persistent error must not spin a core
         log.debug("UDP reader for %s stopped", self.sock)
 
