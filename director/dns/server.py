@@ -85,7 +85,11 @@ def bind_sockets(host: str, port: int, reuse_port: bool = False,
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for _ in range(attempts):
         udp = _socket(family, socket.SOCK_DGRAM, reuse_port)
-        udp.bind((host, port))
+        try:
+            udp.bind((host, port))
+        except OSError as exc:
+            udp.close()
+            raise _bind_error(exc, "UDP", host, port) from None
         bound_port = udp.getsockname()[1]
         tcp = _socket(family, socket.SOCK_STREAM, reuse_port)
         tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -96,10 +100,15 @@ def bind_sockets(host: str, port: int, reuse_port: bool = False,
             tcp.close()
             if port == 0 and exc.errno == errno.EADDRINUSE:
                 continue
-            raise
+            raise _bind_error(exc, "TCP", host, bound_port) from None
         tcp.listen(1024)
         return BoundSockets(udp, tcp)
     raise OSError(errno.EADDRINUSE, f"no free port for UDP and TCP on {host}")
+
+
+def _bind_error(exc: OSError, protocol: str, host: str, port: int) -> OSError:
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return OSError(exc.errno, f"cannot bind DNS {protocol} {where}: {exc.strerror}")
 
 
 def _socket(family: int, kind: int, reuse_port: bool) -> socket.socket:

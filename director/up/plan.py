@@ -26,6 +26,19 @@ class ChildSpec:
     gpu: str | None = None
     address: str | None = None  # what it serves, for the operator
     ready_tcp: tuple[str, int] | None = None  # ready once this TCP port accepts
+    binds: tuple[Bind, ...] = ()  # what it listens on, checked free before anything starts
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One address a child listens on: ``protocol`` is ``tcp`` or ``udp``."""
+
+    protocol: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.protocol.upper()} {hostport((self.host, self.port))}"
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,8 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
     for model in gpu.models:
         argv += ["--model", model]
     return ChildSpec(f"gpu/{region}/{gpu.name}", "gpu", tuple(argv), region=region,
-                     gpu=gpu.name, address=gpu.url, ready_tcp=(host, port))
+                     gpu=gpu.name, address=gpu.url, ready_tcp=(host, port),
+                     binds=(Bind("tcp", host, port),))
 
 
 def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOptions
@@ -87,7 +101,8 @@ def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOp
                             region_name, "--listen", hostport(listen), "--redis",
                             options.redis_url, "--follow-policy", *geoip_args(options))
     return ChildSpec(f"balancer/{region_name}", "balancer", argv, region=region_name,
-                     address=f"http://{hostport(listen)}", ready_tcp=listen)
+                     address=f"http://{hostport(listen)}", ready_tcp=listen,
+                     binds=(Bind("tcp", *listen),))
 
 
 def geoip_args(options: UpOptions) -> tuple[str, ...]:
@@ -118,7 +133,9 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
         director_command("dns", "serve", "--policy", str(policy_path), "--listen",
                          hostport(options.dns), "--redis", options.redis_url, "--follow-policy",
                          "--metrics", hostport(options.dns_metrics), *geoip_args(options)),
-        address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns))
+        address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns,
+        binds=(Bind("udp", *options.dns), Bind("tcp", *options.dns),
+               Bind("tcp", *options.dns_metrics))))
     run = options.run_dir
     children.append(ChildSpec(
         "api", "api",
@@ -131,5 +148,6 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
                          "--policy-store", str(run / "policy"),
                          "--balancer-port", str(options.balancer_port),
                          *geoip_args(options)),
-        address=f"http://{hostport(options.api)}", ready_tcp=options.api))
+        address=f"http://{hostport(options.api)}", ready_tcp=options.api,
+        binds=(Bind("tcp", *options.api),)))
     return children

@@ -7,10 +7,12 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 from pathlib import Path
 
 from rich.console import Console
 
+from director.ports import bind_error
 from director.state.errors import StateError
 from director.state.store import StateStore
 from director.up import rundir
@@ -42,6 +44,19 @@ def start_groups(specs: list[ChildSpec]) -> list[list[str]]:
     return [group for group in groups if group]
 
 
+def unbindable(specs: list[ChildSpec]) -> list[str]:
+    """What cannot be bound now, as ``name: TCP host:port (why)``; checked before anything
+    starts so that a taken port is an error at once, not a child restarting forever."""
+    kinds = {"tcp": socket.SOCK_STREAM, "udp": socket.SOCK_DGRAM}
+    found = []
+    for spec in specs:
+        for bind in spec.binds:
+            error = bind_error(bind.host, bind.port, kinds[bind.protocol])
+            if error is not None:
+                found.append(f"{spec.name}: {bind} ({error})")
+    return found
+
+
 async def run_up(policy: Policy, options: UpOptions, console: Console,
                  embedded: bool) -> int:
     """Start everything, print where it is, serve until a signal; returns the exit status."""
@@ -55,6 +70,10 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
         options = dataclasses.replace(options, redis_url=url)
     tokens = rundir.issue_tokens(run_dir)
     specs = plan_children(policy, options, valkey)
+    problems = unbindable(specs)
+    if problems:
+        raise UpError("cannot listen on " + "; ".join(problems) + " (stop what holds them "
+                      "or choose others: --dns, --api, --dns-metrics, --balancer-port)")
     supervisor = Supervisor(specs, run_dir, lambda line: console.print(line, markup=False))
 
     stop = asyncio.Event()

@@ -12,7 +12,7 @@ from pathlib import Path
 from director.api.auth import add_token, write_private
 from director.ports import free_port
 from director.state.embedded import find_server_binary
-from director.up.plan import ChildSpec
+from director.up.plan import Bind, ChildSpec
 
 
 def default_run_dir() -> Path:
@@ -56,7 +56,8 @@ def valkey_child(run_dir: Path) -> tuple[ChildSpec, str]:
             "--appendfsync", "everysec", "--protected-mode", "yes",
             "--dir", str(run_dir / "valkey"), "--loglevel", "warning")
     url = f"redis://127.0.0.1:{port}/0"
-    return ChildSpec("valkey", "valkey", argv, address=url, ready_tcp=("127.0.0.1", port)), url
+    return ChildSpec("valkey", "valkey", argv, address=url, ready_tcp=("127.0.0.1", port),
+                     binds=(Bind("tcp", "127.0.0.1", port),)), url
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, object]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -108,3 +109,15 @@ def test_follow_policy_swaps_a_new_version_and_keeps_serving_on_a_broken_one():
             store.close()
             process.terminate()
             process.wait(timeout=10)
+
+
+def test_a_taken_port_is_a_clear_error_naming_the_address_and_protocol():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
+             "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot bind DNS TCP 127.0.0.1:{port}: Address already in use" in result.stderr

@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import dns.rdatatype
 import pytest
 import redis
 
-from director.ports import free_port as free_tcp_port
+from director.ports import free_port
 
 POLICY = """\
 zone infer.example.com {
@@ -61,20 +60,6 @@ service chat.infer.example.com {
 """
 US_CLIENT = "8.8.8.0/24"  # US in GeoLite2 City 2018
 EU_ADDRESS, US_ADDRESS = "127.0.41.1", "127.0.42.1"
-
-
-def free_dns_port() -> int:
-    """A port free for both UDP and TCP right now (a DNS server binds both)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, \
-                socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            udp.bind(("127.0.0.1", 0))
-            port = udp.getsockname()[1]
-            try:
-                tcp.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -135,7 +120,7 @@ def redis_server(tmp_path: Path) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = free_tcp_port()
+    port = free_port()
     process = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port),
                                 "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -162,7 +147,7 @@ def test_two_dns_instances_on_one_redis_see_one_instances_probes(
     logs = tmp_path / "logs"
     logs.mkdir()
     procs = Processes(logs)
-    dns_a, dns_b = free_dns_port(), free_dns_port()
+    dns_a, dns_b = free_port(), free_port()
     try:
         for gpu, host in (("euw-a", "127.0.41.11"), ("use-a", "127.0.42.11")):
             procs.start(gpu, [sys.executable, "-m", "regions.simulator", "--listen",

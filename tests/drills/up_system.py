@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -58,7 +57,7 @@ def _healthy(system: UpSystem) -> bool:
 def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[UpSystem]:
     api = free_port()
     command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
-               "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port(kind=socket.SOCK_DGRAM)}",
+               "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port()}",
                "--api", f"127.0.0.1:{api}", "--dns-metrics", f"127.0.0.1:{free_port()}",
                "--balancer-port", str(free_port()), *extra]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,

@@ -82,7 +82,7 @@ class Up:
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     run_dir = tmp_path_factory.mktemp("up")
-    dns_port, api_port = free_port(kind=socket.SOCK_DGRAM), free_port()
+    dns_port, api_port = free_port(), free_port()
     metrics_port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
@@ -193,3 +193,19 @@ def test_ctrl_c_leaves_no_process_behind(up: Up) -> None:
     assert alive == []
     assert processes_mentioning(redis_url, str(up.run_dir)) == []
     assert not (up.run_dir / "control.sock").exists()
+
+
+def test_a_taken_dns_port_stops_up_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
+             "--run-dir", str(tmp_path), "--dns", f"127.0.0.1:{port}",
+             "--api", f"127.0.0.1:{free_port()}", "--dns-metrics", f"127.0.0.1:{free_port()}",
+             "--balancer-port", str(free_port())],
+            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"dns: UDP 127.0.0.1:{port} (Address already in use)" in result.stderr
+    assert "starting" not in result.stdout
+    assert processes_mentioning(str(tmp_path)) == []
