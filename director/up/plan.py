@@ -86,7 +86,8 @@ def gpu_speed(gpu: GpuServer) -> float:
 def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec:
     host, port = gpu_listen(gpu)
     argv = [sys.executable, "-m", "regions.simulator", "--listen", hostport((host, port)),
-            "--name", gpu.name, "--speed", repr(gpu_speed(gpu)), "--time-scale", repr(time_scale)]
+            "--name", gpu.name, "--speed", repr(gpu_speed(gpu)), "--time-scale", repr(time_scale),
+            "--engine", gpu.engine]
     for model in gpu.models:
         argv += ["--model", model]
     return ChildSpec(f"gpu/{region}/{gpu.name}", "gpu", tuple(argv), region=region,

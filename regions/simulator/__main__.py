@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SimConfigError
 from regions.simulator.fleet import ServerSpec, SimServer, parse_listen
+from regions.simulator.metrics import ENGINE_METRICS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="server name (default: the listen address)")
     p.add_argument("--model", action="append", dest="models", help="served model; repeatable")
     p.add_argument("--speed", type=float, default=1.0, help="1.0 H100, 0.6 A100, 0.4 throttled")
+    p.add_argument("--engine", default="vllm", choices=sorted(ENGINE_METRICS),
+                   help="whose metric names /metrics uses (default vllm)")
     p.add_argument("--time-scale", type=float, default=1.0, help="model seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     p.add_argument("--kv-cache-tokens", type=int, default=defaults.kv_cache_tokens)
@@ -71,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             models=tuple(args.models or ["sim-model"]),
             speed=args.speed,
             engine=engine,
+            engine_name=args.engine,
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

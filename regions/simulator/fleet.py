@@ -31,6 +31,7 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SimConfigError
 from regions.simulator.faults import Fault
+from regions.simulator.metrics import ENGINE_METRICS
 from regions.simulator.server import SimContext, build_app
 
 SHUTDOWN_TIMEOUT_S = 1.0
@@ -41,7 +42,8 @@ class ServerSpec:
     """One simulated server: where it listens, what it serves, how fast it is.
 
     ``engine`` holds the remaining batching parameters; its ``speed`` is replaced by this
-    spec's ``speed``.
+    spec's ``speed``. ``engine_name`` is the serving engine whose metric names ``/metrics``
+    uses (vllm, sglang, tgi or triton).
     """
 
     name: str
@@ -50,8 +52,13 @@ class ServerSpec:
     models: tuple[str, ...] = ("sim-model",)
     speed: float = 1.0
     engine: EngineConfig = field(default_factory=EngineConfig)
+    engine_name: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.engine_name not in ENGINE_METRICS:
+            known = ", ".join(ENGINE_METRICS)
+            raise SimConfigError(f"server {self.name}: engine: {self.engine_name!r} is not "
+                                 f"one of {known}")
         if not self.models:
             raise SimConfigError(f"server {self.name}: models: at least one model is required")
         if not 0 <= self.port <= 65535:
@@ -86,7 +93,8 @@ class SimServer:
     ) -> None:
         self.spec = spec
         self.engine = Engine(spec.engine_config, clock or ScaledClock(time_scale))
-        self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed))
+        self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
+                                  engine_name=spec.engine_name)
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port

@@ -1,15 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``/metrics`` of one simulated server, under vLLM's metric names, on its own registry.
+"""``/metrics`` of one simulated server, on its own registry, under the metric names of the
+serving engine it stands for (vLLM by default; SGLang, TGI or Triton as a policy's ``engine``
+says), so that the probe workers scrape it as they would the real one.
 
 Gauges and token counters are read from the engine at scrape time; the latency histograms
-are observed by the HTTP layer as requests end. Every family carries ``model_name`` (the
-server's first model, as vLLM labels everything with its served model name). Latencies are
-model seconds: wall seconds times ``time_scale``.
+are observed by the HTTP layer as requests end. vLLM and SGLang label every family with
+``model_name`` (the server's first model), Triton with ``model`` and ``version``, TGI with
+nothing. Latencies are model seconds: wall seconds times ``time_scale``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
+from regions.simulator.errors import SimConfigError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -31,61 +35,113 @@ E2E_BUCKETS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class MetricNames:
+    """One serving engine's names for what the simulator exports; ``None``: it has none."""
+
+    waiting: str
+    running: str | None = None
+    kv_usage: str | None = None
+    prompt_tokens: str | None = None
+    generation_tokens: str | None = None
+    preemptions: str | None = None
+    ttft: str | None = None
+    e2e: str | None = None
+    labels: tuple[str, ...] = ("model_name",)
+
+    def families(self) -> dict[str, str]:
+        """Family name -> Prometheus type, for every metric this engine exports."""
+        return {name: kind for role, kind in ROLE_TYPES.items()
+                if (name := getattr(self, role)) is not None}
+
+
+ROLE_TYPES = {
+    "waiting": "gauge", "running": "gauge", "kv_usage": "gauge",
+    "prompt_tokens": "counter", "generation_tokens": "counter", "preemptions": "counter",
+    "ttft": "histogram", "e2e": "histogram",
+}
+ENGINE_METRICS: dict[str, MetricNames] = {
+    "vllm": MetricNames(
+        waiting="vllm:num_requests_waiting", running="vllm:num_requests_running",
+        kv_usage="vllm:kv_cache_usage_perc", prompt_tokens="vllm:prompt_tokens",
+        generation_tokens="vllm:generation_tokens", preemptions="vllm:num_preemptions",
+        ttft="vllm:time_to_first_token_seconds", e2e="vllm:e2e_request_latency_seconds"),
+    "sglang": MetricNames(
+        waiting="sglang:num_queue_reqs", running="sglang:num_running_reqs",
+        kv_usage="sglang:token_usage", prompt_tokens="sglang:prompt_tokens",
+        generation_tokens="sglang:generation_tokens",
+        ttft="sglang:time_to_first_token_seconds", e2e="sglang:e2e_request_latency_seconds"),
+    "tgi": MetricNames(
+        waiting="tgi_queue_size", running="tgi_batch_current_size",
+        e2e="tgi_request_duration", labels=()),
+    "triton": MetricNames(
+        waiting="nv_inference_pending_request_count", labels=("model", "version")),
+}
+
+
 class _EngineCollector(Collector):
-    def __init__(self, engine: Engine, model_name: str) -> None:
+    def __init__(self, engine: Engine, names: MetricNames, label_values: list[str]) -> None:
         self._engine = engine
-        self._model = model_name
+        self._names = names
+        self._label_values = label_values
 
     def collect(self) -> Iterator[Metric]:
-        state = self._engine.state()
-        labels = ["model_name"]
-        for name, doc, value in (
-            ("vllm:num_requests_running", "Requests in model execution batches.", state.running),
-            ("vllm:num_requests_waiting", "Requests waiting to be processed.", state.waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", state.kv_usage),
-        ):
-            gauge = GaugeMetricFamily(name, doc, labels=labels)
-            gauge.add_metric([self._model], value)
-            yield gauge
+        state, names = self._engine.state(), self._names
         c = state.counters
-        for name, doc, value in (
-            ("vllm:prompt_tokens", "Prefill tokens processed.", c.prompt_tokens),
-            ("vllm:generation_tokens", "Generation tokens processed.", c.generation_tokens),
-            ("vllm:num_preemptions", "Cumulative number of preemptions.", c.preemptions),
+        for family, name, doc, value in (
+            (GaugeMetricFamily, names.running, "Requests in model execution batches.",
+             state.running),
+            (GaugeMetricFamily, names.waiting, "Requests waiting to be processed.",
+             state.waiting),
+            (GaugeMetricFamily, names.kv_usage, "KV-cache usage; 1 means 100 percent.",
+             state.kv_usage),
+            (CounterMetricFamily, names.prompt_tokens, "Prefill tokens processed.",
+             c.prompt_tokens),
+            (CounterMetricFamily, names.generation_tokens, "Generation tokens processed.",
+             c.generation_tokens),
+            (CounterMetricFamily, names.preemptions, "Cumulative number of preemptions.",
+             c.preemptions),
         ):
-            counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric([self._model], value)
-            yield counter
+            if name is not None:
+                metric = family(name, doc, labels=list(names.labels))
+                metric.add_metric(self._label_values, value)
+                yield metric
 
 
 class ServerMetrics:
-    """The Prometheus registry of one simulated server."""
+    """The Prometheus registry of one simulated server, with ``engine_name``'s metric
+    names (one of ``ENGINE_METRICS``)."""
 
-    def __init__(self, engine: Engine, model_name: str) -> None:
+    def __init__(self, engine: Engine, model_name: str, engine_name: str = "vllm") -> None:
+        if engine_name not in ENGINE_METRICS:
+            known = ", ".join(ENGINE_METRICS)
+            raise SimConfigError(f"engine: {engine_name!r} is not one of {known}")
         self.model_name = model_name
+        names = ENGINE_METRICS[engine_name]
+        label_values = [model_name, "1"][:len(names.labels)]
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_EngineCollector(engine, model_name))
-        self._ttft = Histogram(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            ["model_name"],
-            buckets=TTFT_BUCKETS,
-            registry=self.registry,
-        ).labels(model_name)
-        self._e2e = Histogram(
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of end to end request latency in seconds.",
-            ["model_name"],
-            buckets=E2E_BUCKETS,
-            registry=self.registry,
-        ).labels(model_name)
+        self.registry.register(_EngineCollector(engine, names, label_values))
+        self._ttft = _histogram(names.ttft, "Histogram of time to first token in seconds.",
+                                TTFT_BUCKETS, names.labels, label_values, self.registry)
+        self._e2e = _histogram(names.e2e, "Histogram of end to end request latency in "
+                               "seconds.", E2E_BUCKETS, names.labels, label_values,
+                               self.registry)
 
     def observe(self, seq: Sequence) -> None:
         """Record a request's TTFT (if it got a token) and E2E latency (if it finished)."""
-        if seq.first_token_at is not None:
+        if seq.first_token_at is not None and self._ttft is not None:
             self._ttft.observe(seq.first_token_at - seq.arrival)
-        if seq.finished_at is not None:
+        if seq.finished_at is not None and self._e2e is not None:
             self._e2e.observe(seq.finished_at - seq.arrival)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _histogram(name: str | None, doc: str, buckets: tuple[float, ...],
+               labels: tuple[str, ...], label_values: list[str],
+               registry: CollectorRegistry) -> Histogram | None:
+    if name is None:
+        return None
+    histogram = Histogram(name, doc, list(labels), buckets=buckets, registry=registry)
+    return histogram.labels(*label_values) if labels else histogram

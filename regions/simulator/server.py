@@ -41,11 +41,12 @@ class SimContext:
     engine: Engine
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     fault: Fault = field(default_factory=Fault)
+    engine_name: str = "vllm"  # whose metric names /metrics uses
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.metrics = ServerMetrics(self.engine, self.models[0])
+        self.metrics = ServerMetrics(self.engine, self.models[0], self.engine_name)
 
     def set_fault(self, fault: Fault) -> None:
         """Switch the fault mode; ``fail`` also cuts every in-flight request. A fault with a

@@ -2,9 +2,10 @@
 
 Every ``Counter``/``Gauge``/``Histogram``/``Summary`` (prometheus_client's metric classes) and
 ``*MetricFamily`` (custom collectors) call under director/, regions/ and workers/ whose name is
-a string literal, or a loop variable over a literal tuple of names (as the simulator's
-collector does), names one family. The sample names a scrape shows follow from the type:
-counters ``_total`` (and ``_created``), histograms ``_bucket``/``_sum``/``_count``, etc.
+a string literal, or a loop variable over a literal tuple of names, names one family; so does
+every name in the simulator's per-engine table (``regions.simulator.metrics.ENGINE_METRICS``).
+The sample names a scrape shows follow from the type: counters ``_total`` (and
+``_created``), histograms ``_bucket``/``_sum``/``_count``, etc.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from regions.simulator.metrics import ENGINE_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("director", "regions", "workers")
@@ -88,6 +91,8 @@ def defined_families() -> dict[str, str]:
                 if kind == "counter" and name.endswith("_total"):
                     name = name.removesuffix("_total")
                 families[name] = kind
+    for names in ENGINE_METRICS.values():  # the simulator's per-engine table
+        families.update(names.families())
     return families
 
 

@@ -18,11 +18,13 @@ MODEL = "sim-model"
 
 @asynccontextmanager
 async def running_server(
-    *, time_scale: float = 50.0, speed: float = 1.0, seed: int = 0, **engine: Any
+    *, time_scale: float = 50.0, speed: float = 1.0, seed: int = 0, engine_name: str = "vllm",
+    **engine: Any
 ) -> AsyncIterator[tuple[SimServer, aiohttp.ClientSession]]:
     """A real server on 127.0.0.1:0 and a client session for it."""
     spec = ServerSpec(
-        "test", "127.0.0.1", 0, (MODEL, "sim-lora"), speed=speed, engine=EngineConfig(**engine)
+        "test", "127.0.0.1", 0, (MODEL, "sim-lora"), speed=speed, engine=EngineConfig(**engine),
+        engine_name=engine_name,
     )
     server = SimServer(spec, time_scale=time_scale, seed=seed)
     await server.start()

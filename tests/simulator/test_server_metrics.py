@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from director.state.records import GpuLoad
+from regions.simulator.errors import SimConfigError
+from regions.simulator.fleet import ServerSpec
+from workers.probes.metrics_scrape import parse_load
 
 from .helpers import MODEL, completion, eventually, running_server
 
@@ -60,3 +66,29 @@ async def test_counters_and_histograms_after_requests() -> None:
     assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
     # model seconds: prefill >= 100 tokens at 16,000 tokens/s
     assert m["vllm:time_to_first_token_seconds_sum"] >= 3 * 100 / 16_000
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "triton"])
+async def test_each_engines_names_are_read_back_by_the_probe_workers_scraper(engine) -> None:
+    """Under load, the page a server simulating ``engine`` exports is what the workers'
+    scraper reads with that engine's names: same queue, same batch where it has one."""
+    async with running_server(max_num_seqs=2, time_scale=20, engine_name=engine) as (_, http):
+        body = completion(1000, 2000, stream=True)
+        streams = [await http.post("/v1/completions", json=body) for _ in range(5)]
+
+        async def loaded() -> GpuLoad | None:
+            async with http.get("/metrics") as resp:
+                load = parse_load(await resp.text(), engine)
+            return load if load.waiting == 3 else None
+
+        load = await eventually(loaded)
+        for resp in streams:
+            resp.close()
+    assert load.engine == engine
+    assert load.running == (0 if engine == "triton" else 2)  # Triton exports no batch size
+    assert (load.cache_usage is not None) == (engine in ("vllm", "sglang"))
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(SimConfigError, match="engine: 'ollama' is not one of"):
+        ServerSpec("x", engine_name="ollama")

@@ -147,6 +147,26 @@ def test_drain_through_the_api_moves_answers_within_ttl_plus_a_probe_interval(up
     assert wait_for(lambda: up.answer(FRANCE) == ["127.0.3.1"], TTL + PROBE_INTERVAL)
 
 
+def test_every_simulated_gpu_is_scraped_under_its_engines_metric_names(up: Up) -> None:
+    """The example fleet mixes vLLM, SGLang and TGI servers; each simulator exports its
+    engine's names, so the probe workers store a load for every one of them."""
+    engines = {}
+    for region in ("us-east", "ap-south"):
+        text = (POLICY.parent / "regions" / f"{region}.dp").read_text()
+        engines.update({engine: region for engine in ("vllm", "sglang", "tgi")
+                        if f"engine {engine}" in text})
+    assert set(engines) == {"vllm", "sglang", "tgi"}  # the policy still mixes them
+    unscraped: list[str] = []
+
+    def all_scraped() -> bool:
+        _, body = up.call("GET", "/api/v1/status")
+        unscraped[:] = [f"{r['name']}/{g['name']}" for r in body["regions"]
+                        for g in r["gpus"] if g["waiting"] is None or g["running"] is None]
+        return not unscraped
+
+    assert wait_for(all_scraped, 30), (unscraped, up.log())
+
+
 def test_a_dead_child_is_restarted(up: Up) -> None:
     status, body = up.call("GET", "/api/v1/processes")
     assert status == 200, body
