@@ -8,6 +8,7 @@ import dataclasses
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,8 @@ from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
 from director.up.supervisor import Supervisor
 from policies import read_sources
 from policies.model import Policy
+
+BIND_GRACE_S = 5.0
 
 
 class UpError(Exception):
@@ -57,6 +60,17 @@ def unbindable(specs: list[ChildSpec]) -> list[str]:
     return found
 
 
+async def wait_bindable(specs: list[ChildSpec], grace: float) -> list[str]:
+    """``unbindable(specs)``, given ``grace`` seconds to become empty: the processes of an
+    ``up`` stopped a moment ago may still be letting go of their ports."""
+    deadline = time.monotonic() + grace
+    problems = unbindable(specs)
+    while problems and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        problems = unbindable(specs)
+    return problems
+
+
 async def run_up(policy: Policy, options: UpOptions, console: Console,
                  embedded: bool) -> int:
     """Start everything, print where it is, serve until a signal; returns the exit status."""
@@ -70,7 +84,7 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
         options = dataclasses.replace(options, redis_url=url)
     tokens = rundir.issue_tokens(run_dir)
     specs = plan_children(policy, options, valkey)
-    problems = unbindable(specs)
+    problems = await wait_bindable(specs, BIND_GRACE_S)
     if problems:
         raise UpError("cannot listen on " + "; ".join(problems) + " (stop what holds them "
                       "or choose others: --dns, --api, --dns-metrics, --balancer-port)")
