@@ -36,30 +36,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return _kernel_port(host)
     for _ in range(ATTEMPTS):
         port = random.randint(LOWEST_PORT, low - 1)
-        if port not in _handed_out and is_free(host, port):
-            _handed_out.add(port)
+        if _claim(host, port):
             return port
     return _kernel_port(host)
 
 
 def is_free(host: str, port: int) -> bool:
-    """Whether ``port`` on ``host`` can be bound for both TCP and UDP."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        with socket.socket(family, kind) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                return False
-    return True
+    """Whether ``port`` on ``host`` can be bound for both TCP and UDP (a TCP port in
+    TIME_WAIT counts as taken)."""
+    return all(bind_error(host, port, kind, reuse_addr=False) is None
+               for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM))
 
 
-def bind_error(host: str, port: int, kind: int = socket.SOCK_STREAM) -> str | None:
+def bind_error(host: str, port: int, kind: int = socket.SOCK_STREAM,
+               reuse_addr: bool = True) -> str | None:
     """Why a server could not bind ``host:port`` now (``None`` if it could). TCP is tried
-    with ``SO_REUSEADDR``, as servers set it, so connections in TIME_WAIT do not count."""
+    with ``SO_REUSEADDR`` unless told not to, as servers set it, so connections in
+    TIME_WAIT do not count."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, kind) as sock:
-        if kind == socket.SOCK_STREAM:
+        if kind == socket.SOCK_STREAM and reuse_addr:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -74,7 +70,13 @@ def _kernel_port(host: str) -> int:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-        if port not in _handed_out and is_free(host, port):
-            _handed_out.add(port)
+        if _claim(host, port):
             return port
     raise OSError(f"no port free for both TCP and UDP on {host}")
+
+
+def _claim(host: str, port: int) -> bool:
+    if port in _handed_out or not is_free(host, port):
+        return False
+    _handed_out.add(port)
+    return True
