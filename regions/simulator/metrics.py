@@ -118,7 +118,7 @@ class ServerMetrics:
             raise SimConfigError(f"engine: {engine_name!r} is not one of {known}")
         self.model_name = model_name
         names = ENGINE_METRICS[engine_name]
-        label_values = [model_name, "1"][:len(names.labels)]
+        label_values = [model_name, "1"][:len(names.labels)]  # the model, then Triton's version
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EngineCollector(engine, names, label_values))
         self._ttft = _histogram(names.ttft, "Histogram of time to first token in seconds.",
