@@ -22,6 +22,12 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def hostport(address: tuple[str, int]) -> str:
+    """``("::1", 53)`` -> ``"[::1]:53"``; ``("127.0.0.1", 53)`` -> ``"127.0.0.1:53"``."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on ``host`` right now for both TCP and UDP; whoever asked binds it a
     moment later.

@@ -10,6 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from director.api.config import is_loopback, parse_listen
+from director.ports import hostport
 
 
 class RemoteListenRefused(ValueError):
@@ -38,7 +39,7 @@ def bind(listen: str, *, allow_remote: bool = False) -> socket.socket:
 
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{hostport((host, port))}"
 
 
 def make_server(app: FastAPI, log_level: str = "info") -> uvicorn.Server:

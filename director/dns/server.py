@@ -36,6 +36,7 @@ from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
 from director.dns.udp_answer import answer_all
 from director.dns.udp_reader import UdpReaderThread
+from director.ports import hostport
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,8 @@ def bind_sockets(host: str, port: int, reuse_port: bool = False,
 
 
 def _bind_error(exc: OSError, protocol: str, host: str, port: int) -> OSError:
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return OSError(exc.errno, f"cannot bind DNS {protocol} {where}: {exc.strerror}")
+    return OSError(exc.errno, f"cannot bind DNS {protocol} {hostport((host, port))}: "
+                   f"{exc.strerror}")
 
 
 def _socket(family: int, kind: int, reuse_port: bool) -> socket.socket:

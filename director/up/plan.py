@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from director.ports import hostport
 from policies.model import GpuServer, Policy
 
 BALANCER_PORT = 8080
@@ -55,11 +56,6 @@ class UpOptions:
     balancer_port: int = BALANCER_PORT
     time_scale: float = 1.0
     geoip: Path | None = None
-
-
-def hostport(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def director_command(*args: str) -> tuple[str, ...]:
