@@ -31,7 +31,7 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SimConfigError
 from regions.simulator.faults import Fault
-from regions.simulator.metrics import ENGINE_METRICS
+from regions.simulator.metrics import metric_names
 from regions.simulator.server import SimContext, build_app
 
 SHUTDOWN_TIMEOUT_S = 1.0
@@ -55,10 +55,10 @@ class ServerSpec:
     engine_name: str = "vllm"
 
     def __post_init__(self) -> None:
-        if self.engine_name not in ENGINE_METRICS:
-            known = ", ".join(ENGINE_METRICS)
-            raise SimConfigError(f"server {self.name}: engine: {self.engine_name!r} is not "
-                                 f"one of {known}")
+        try:
+            metric_names(self.engine_name)
+        except SimConfigError as exc:
+            raise SimConfigError(f"server {self.name}: {exc}") from None
         if not self.models:
             raise SimConfigError(f"server {self.name}: models: at least one model is required")
         if not 0 <= self.port <= 65535:

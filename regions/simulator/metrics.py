@@ -79,6 +79,15 @@ ENGINE_METRICS: dict[str, MetricNames] = {
 }
 
 
+def metric_names(engine_name: str) -> MetricNames:
+    """``engine_name``'s entry of ``ENGINE_METRICS``; ``SimConfigError`` if it has none."""
+    try:
+        return ENGINE_METRICS[engine_name]
+    except KeyError:
+        known = ", ".join(ENGINE_METRICS)
+        raise SimConfigError(f"engine: {engine_name!r} is not one of {known}") from None
+
+
 class _EngineCollector(Collector):
     def __init__(self, engine: Engine, names: MetricNames, label_values: list[str]) -> None:
         self._engine = engine
@@ -113,11 +122,8 @@ class ServerMetrics:
     names (one of ``ENGINE_METRICS``)."""
 
     def __init__(self, engine: Engine, model_name: str, engine_name: str = "vllm") -> None:
-        if engine_name not in ENGINE_METRICS:
-            known = ", ".join(ENGINE_METRICS)
-            raise SimConfigError(f"engine: {engine_name!r} is not one of {known}")
         self.model_name = model_name
-        names = ENGINE_METRICS[engine_name]
+        names = metric_names(engine_name)
         label_values = [model_name, "1"][:len(names.labels)]  # the model, then Triton's version
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EngineCollector(engine, names, label_values))
