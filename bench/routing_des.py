@@ -69,6 +69,7 @@ from routing_trace import Arrival, arrivals_at_load, load_trace
 
 from regions.balancer import BackendSpec, BalancerConfig
 from regions.balancer.app import Balancer
+from regions.balancer.backends import Lease
 from regions.balancer.request_info import parse_request
 from regions.balancer.types import Endpoint, RequestInfo
 from regions.simulator.config import EngineConfig
@@ -146,6 +147,10 @@ class Router:
         """A word on what happened inside (for the per-seed line)."""
         return ""
 
+    def first_token(self, a: Arrival) -> None:
+        """The first token of ``a`` reached the client (what a proxy sees as its first
+        byte)."""
+
     async def stream(self, engines: dict[str, Engine], name: str, a: Arrival) -> AsyncIterator[int]:
         """The answer's tokens from GPU ``name`` (a router may move a stream elsewhere)."""
         engine = engines[name]
@@ -187,6 +192,7 @@ class Ours(Router):
         self.balancer = Balancer("des", specs, config=config, clock=loop.time)
         self.pool = self.balancer.pool
         self.proxy = self.balancer.proxy
+        self.leases: dict[int, Lease] = {}
 
     def _info(self, a: Arrival, max_tokens: int | None) -> RequestInfo:
         return parse_request(
@@ -208,6 +214,7 @@ class Ours(Router):
         info = self._info(a, max_tokens)
         lease = await self.balancer.dispatcher.acquire(info)
         backend = lease.backend
+        self.leases[id(a)] = lease
 
         def learn(ttft: float, rate: float | None, tokens: int) -> None:
             self.pool.record_ttft(backend, ttft, lease.occupancy)
@@ -218,7 +225,16 @@ class Ours(Router):
                 info.model, info.prompt_tokens, info.max_tokens, tokens
             )
 
-        return backend.name, lease.release, learn
+        def release() -> None:
+            self.leases.pop(id(a), None)
+            lease.release()
+
+        return backend.name, release, learn
+
+    def first_token(self, a: Arrival) -> None:
+        lease = self.leases.get(id(a))
+        if lease is not None:
+            lease.started()
 
 
 async def _one(
@@ -240,6 +256,7 @@ async def _one(
             now = loop.time()
             if first is None:
                 first = now
+                router.first_token(a)
             last = now
             tokens += 1
     finally:

@@ -145,7 +145,9 @@ class Dispatcher:
             hold = advisor.hold_s(request, chosen, eligible)
             if waited_s < hold:
                 return None, Decision(None, HOLD, decision.steps), hold
-        lease = self.pool.lease(chosen.index, request.cost_tokens)
+        # only a stream's first byte says when its prompt has prefilled
+        prefill = request.prompt_cost if request.stream else 0.0
+        lease = self.pool.lease(chosen.index, request.cost_tokens, prefill)
         for hook in self.on_bind:
             hook(request, chosen)
         return lease, decision, 0.0

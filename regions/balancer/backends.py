@@ -138,6 +138,7 @@ class Backend:
     index: int
     in_flight: int = 0
     work_tokens: float = 0.0
+    prefill_tokens: float = 0.0
     healthy: bool = True
     drains: set[str] = field(default_factory=set)
     consecutive_errors: int = 0
@@ -171,18 +172,32 @@ class Lease:
     ``max_concurrency`` (not the reduced cap of slow start) when it was bound (above 1: it
     waits at the server for a slot). ``record_ttft`` uses it to
     tell a busy backend's first tokens from a sick one's.
+
+    ``prefill_tokens``: the prompt's cost (decode-token equivalents) counted in the
+    backend's prefill backlog until ``started()`` (its first byte) or the release.
     """
 
-    __slots__ = ("_pool", "backend", "cost_tokens", "occupancy", "released")
+    __slots__ = ("_pool", "backend", "cost_tokens", "occupancy", "prefill_tokens", "released")
 
     def __init__(
-        self, pool: BackendPool, backend: Backend, cost_tokens: float, occupancy: float = 0.0
+        self,
+        pool: BackendPool,
+        backend: Backend,
+        cost_tokens: float,
+        occupancy: float = 0.0,
+        prefill_tokens: float = 0.0,
     ) -> None:
         self._pool = pool
         self.backend = backend
         self.cost_tokens = cost_tokens
         self.occupancy = occupancy
+        self.prefill_tokens = prefill_tokens
         self.released = False
+
+    def started(self) -> None:
+        """The backend sent its first byte: the prompt is no longer waiting to prefill."""
+        if self.prefill_tokens and not self.released:
+            self._pool._started(self)
 
     def release(self) -> None:
         if not self.released:
@@ -293,6 +308,7 @@ class BackendPool:
                     scraped.waiting,
                     scraped.running,
                     scraped.kv_usage,
+                    b.prefill_tokens,
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -354,6 +370,7 @@ class BackendPool:
             scraped.waiting,
             scraped.running,
             scraped.kv_usage,
+            b.prefill_tokens,
         )
         return view, valid_until
 
@@ -364,21 +381,36 @@ class BackendPool:
 
     # -- accounting ----------------------------------------------------------------------
 
-    def lease(self, index: int, cost_tokens: float) -> Lease:
+    def lease(self, index: int, cost_tokens: float, prefill_tokens: float = 0.0) -> Lease:
+        """Count a request on backend ``index``: ``cost_tokens`` of work, of which
+        ``prefill_tokens`` (its prompt) wait to prefill until ``Lease.started()``."""
         b = self.backends[index]
         b.in_flight += 1
         b.work_tokens += cost_tokens
+        b.prefill_tokens += prefill_tokens
         b.requests += 1
         self._snapshot = None  # invalidate(index), inlined: every bind takes a lease
         self._touched.add(index)
-        return Lease(self, b, cost_tokens, b.in_flight / b.spec.max_concurrency)
+        return Lease(self, b, cost_tokens, b.in_flight / b.spec.max_concurrency, prefill_tokens)
+
+    def _started(self, lease: Lease) -> None:
+        b = lease.backend
+        b.prefill_tokens -= lease.prefill_tokens
+        lease.prefill_tokens = 0.0
+        if b.prefill_tokens < 1e-9:
+            b.prefill_tokens = 0.0  # no float drift
+        self._snapshot = None  # no slot was freed: nothing for the queue to do
+        self._touched.add(b.index)
 
     def _release(self, lease: Lease) -> None:
         b = lease.backend
         b.in_flight -= 1
         b.work_tokens -= lease.cost_tokens
+        b.prefill_tokens -= lease.prefill_tokens
+        lease.prefill_tokens = 0.0
         if b.in_flight == 0:
             b.work_tokens = 0.0  # no float drift
+            b.prefill_tokens = 0.0
         self.changed(b.index)
 
     def in_flight(self) -> int:

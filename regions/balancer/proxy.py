@@ -233,6 +233,7 @@ class Proxy:
             nonlocal first
             if first:  # the backend's first byte, even if the client left
                 first = False
+                lease.started()
                 metrics.ttft.observe(now - start)
                 if upstream.status == 200:
                     self._ttft(backend, now - sent_at, lease.occupancy)

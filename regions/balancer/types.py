@@ -42,6 +42,11 @@ class RequestInfo:
     exclude: frozenset[str] = frozenset()
     prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
 
+    @property
+    def prompt_cost(self) -> float:
+        """The prompt's part of ``cost_tokens`` (``prompt_tokens / prefill_ratio``)."""
+        return self.cost_tokens - self.output_tokens
+
 
 @dataclass(slots=True, unsafe_hash=True)
 class BackendSnapshot:
@@ -55,8 +60,10 @@ class BackendSnapshot:
     ``cap`` is the effective concurrency cap (reduced during slow start); ``prefetch``
     how many requests beyond it may wait at the server itself (``limit = cap + prefetch``
     is what admission allows); ``work_tokens`` the predicted work of its in-flight requests
-    in decode-token equivalents; ``tokens_per_s`` its learned decode rate (or the fleet's
-    prior).
+    in decode-token equivalents, ``prefill_tokens`` the part of it that is prompts still
+    waiting to prefill (streamed requests without a first byte yet: the server prefills
+    them before it starts anything sent later); ``tokens_per_s`` its learned decode rate (or
+    the fleet's prior).
 
     ``ttft_ewma_s`` is the backend's time to first token (first byte of the body when not
     streamed) as an EWMA over ``ttft_samples`` samples, None before the first; it is as of
@@ -82,6 +89,7 @@ class BackendSnapshot:
     waiting: float | None = None
     running: float | None = None
     kv_usage: float | None = None
+    prefill_tokens: float = 0.0
 
     @property
     def limit(self) -> int:

@@ -36,6 +36,46 @@ def test_lease_accounting_is_exact_and_idempotent() -> None:
     assert p.snapshot().backends[0].in_flight == 0
 
 
+def test_prefill_backlog_counts_prompts_until_their_first_byte() -> None:
+    p = pool()
+    a = p.lease(0, 30.0, prefill_tokens=20.0)
+    b = p.lease(0, 12.0, prefill_tokens=2.0)
+    assert p.snapshot().backends[0].prefill_tokens == pytest.approx(22.0)
+    a.started()
+    a.started()  # once only
+    assert p.snapshot().backends[0].prefill_tokens == pytest.approx(2.0)
+    assert p.snapshot().backends[0].work_tokens == pytest.approx(42.0)  # still in flight
+    a.release()
+    b.release()  # released before its first byte: its prompt leaves the backlog too
+    b.started()  # a late first byte after the release changes nothing
+    view = p.snapshot().backends[0]
+    assert (view.in_flight, view.work_tokens, view.prefill_tokens) == (0, 0.0, 0.0)
+
+
+def test_prefill_backlog_is_exact_over_many_interleavings() -> None:
+    import random
+
+    rng = random.Random(7)
+    p = pool()
+    open_leases = []
+    for _ in range(2000):
+        if open_leases and rng.random() < 0.5:
+            lease = open_leases.pop(rng.randrange(len(open_leases)))
+            if rng.random() < 0.5:
+                lease.started()
+            lease.release()
+        else:
+            lease = p.lease(rng.randrange(2), rng.uniform(1, 50), rng.uniform(0, 30))
+            if rng.random() < 0.3:
+                lease.started()
+            open_leases.append(lease)
+    expected = sum(x.prefill_tokens for x in open_leases if x.backend.index == 0)
+    assert p["b0"].prefill_tokens == pytest.approx(expected, abs=1e-6)
+    for lease in open_leases:
+        lease.release()
+    assert [b.prefill_tokens for b in p] == [0.0, 0.0]
+
+
 def test_snapshot_is_reused_until_something_changes() -> None:
     p = pool()
     first = p.snapshot()

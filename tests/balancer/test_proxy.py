@@ -39,6 +39,25 @@ async def test_streams_chunk_by_chunk_with_region_and_backend_headers() -> None:
         assert balancer.pool.in_flight() == 0
 
 
+async def test_a_streams_prompt_counts_as_waiting_to_prefill_until_its_first_byte() -> None:
+    async with stack(speeds=(1.0,), time_scale=5.0) as (fleet, balancer, client):
+        gpu = balancer.pool["gpu0"]
+        fleet["gpu0"].set_fault(Fault(FaultMode.HANG))
+        hung = asyncio.create_task(client.post("/v1/completions", json=completion(50)))
+        await eventually(lambda: gpu.in_flight == 1)
+        assert gpu.prefill_tokens > 0  # sent, no first byte yet
+        hung.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            (await hung).close()
+        await eventually(lambda: gpu.in_flight == 0)
+        assert gpu.prefill_tokens == 0.0
+        fleet["gpu0"].set_fault(Fault())
+        async with client.post("/v1/completions", json=completion(200)) as resp:
+            await resp.content.readany()  # the first token is through
+            assert gpu.in_flight == 1 and gpu.prefill_tokens == 0.0
+        await eventually(lambda: gpu.in_flight == 0)
+
+
 async def test_non_streaming_chat_embeddings_and_models() -> None:
     async with stack() as (_, _balancer, client):
         async with client.post("/v1/completions", json=completion(5, stream=False)) as resp:
@@ -95,6 +114,7 @@ async def test_no_leaked_in_flight_after_200_aborted_streams() -> None:
             )
         await eventually(lambda: balancer.pool.in_flight() == 0 and balancer.dispatcher.queued == 0)
         assert all(b.work_tokens == 0.0 for b in balancer.pool)
+        assert all(b.prefill_tokens == 0.0 for b in balancer.pool)
         await eventually(lambda: sim_running(fleet) == 0)  # upstream requests were cut
         status, _, body = await stream_completion(client, completion(3))
         assert status == 200 and body.endswith(b"[DONE]\n\n")

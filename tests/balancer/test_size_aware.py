@@ -123,6 +123,20 @@ def test_first_token_rule_keeps_the_soonest_within_first_kappa() -> None:
     assert got[:2] == [1.0, 1.0] and got[2] < 1.0
 
 
+def test_first_token_counts_the_prompts_already_waiting_to_prefill() -> None:
+    """A backend whose queued prompts have not prefilled yet starts a new one after them:
+    a burst of long prompts spreads instead of piling onto the backend that looked free."""
+    scorer = trained()
+    typical = snap("slow2", 2, tokens_per_s=40.0, cap=16)
+    backlogged = snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=3, prefill_tokens=30.0)
+    # a median prompt (10): 0.25 s on the idle slow one, 1.0 s behind the backlog
+    got = scorer.score(sized(80, prompt_cost=10.0), [FAST, backlogged, typical])
+    assert got[0] == 1.0 and got[2] == 1.0 and got[1] < 1.0
+    # without the backlog the same backend is acceptable
+    idle = snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=3)
+    assert scorer.score(sized(80, prompt_cost=10.0), [FAST, idle, typical])[1] == 1.0
+
+
 def test_score_abstains_without_size_information() -> None:
     scorer = trained(caps=[1000] * 20)
     assert scorer.score(sized(600), [FAST, SLOW]) == [1.0, 1.0]

@@ -236,8 +236,11 @@ class SizeAwareScorer:
         typical = self.window.typical_first_s()
         if not typical:
             return [True] * len(candidates)
-        prompt = request.cost_tokens - request.output_tokens
-        first = [w + prompt / b.tokens_per_s for b, w in zip(candidates, waits, strict=True)]
+        prompt = request.prompt_cost
+        first = [
+            w + (b.prefill_tokens + prompt) / b.tokens_per_s
+            for b, w in zip(candidates, waits, strict=True)
+        ]
         limit = max(self.first_kappa * min(first), self.first_slack * typical)
         return [f <= limit for f in first]
 
