@@ -30,8 +30,10 @@ Score. For each candidate ``b`` (the ``capacity`` filter has run: each has room)
 
 First token. A long prompt with a short answer is small work but a long prefill: on a slow
 GPU its first token (and the first tokens of whatever queues behind its prefill) comes late.
-So a candidate is acceptable only if the prompt's prefill there (its cost over the
-backend's rate, after any wait) ends within::
+A server prefills the prompts it was sent before this one first, so a candidate's first
+token comes after its backlog (``prefill_tokens``: prompts sent there with no first byte
+yet) as well: ``first_b = wait_b + (prefill_tokens_b + prompt) / tokens_per_s_b``. A
+candidate is acceptable only if that ends within::
 
     first_limit = max(first_kappa * min_c first_c,
                       first_slack * median recent prompt cost / slowest rate)
