@@ -421,6 +421,7 @@ class Balancer:
                     "cap": b.cap,
                     "limit": b.limit,
                     "work_tokens": round(b.work_tokens, 3),
+                    "prefill_tokens": round(b.prefill_tokens, 3),
                     "tokens_per_s": round(b.tokens_per_s, 3),
                     "rate_learned": b.rate_learned,
                 }

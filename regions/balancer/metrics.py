@@ -2,7 +2,8 @@
 """Prometheus metrics of one balancer, on its own registry (no process-wide state).
 
 - ``director_balancer_in_flight{backend}``, ``director_balancer_work_tokens{backend}``,
-  ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``:
+  ``director_balancer_prefill_tokens{backend}`` (prompts sent there without a first byte
+  yet), ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``:
   gauges read from the pool at scrape time;
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
@@ -46,6 +47,11 @@ class _PoolCollector(Collector):
             "Predicted in-flight work per backend (decode-token equivalents)",
             labels=["backend"],
         )
+        prefill = GaugeMetricFamily(
+            "director_balancer_prefill_tokens",
+            "Prompts sent per backend without a first byte yet (decode-token equivalents)",
+            labels=["backend"],
+        )
         rate = GaugeMetricFamily(
             "director_balancer_tokens_per_second",
             "Learned decode rate per backend",
@@ -54,10 +60,11 @@ class _PoolCollector(Collector):
         for b in snap.backends:
             in_flight.add_metric([b.name], b.in_flight)
             work.add_metric([b.name], b.work_tokens)
+            prefill.add_metric([b.name], b.prefill_tokens)
             rate.add_metric([b.name], b.tokens_per_s)
         queue = GaugeMetricFamily("director_balancer_queue", "Requests waiting in the region queue")
         queue.add_metric([], self.dispatcher.queued)
-        yield from (in_flight, work, rate, queue)
+        yield from (in_flight, work, prefill, rate, queue)
 
 
 @dataclass(frozen=True, slots=True)

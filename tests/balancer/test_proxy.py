@@ -46,6 +46,12 @@ async def test_a_streams_prompt_counts_as_waiting_to_prefill_until_its_first_byt
         hung = asyncio.create_task(client.post("/v1/completions", json=completion(50)))
         await eventually(lambda: gpu.in_flight == 1)
         assert gpu.prefill_tokens > 0  # sent, no first byte yet
+        async with client.get("/_admin/state") as resp:
+            (state,) = (await resp.json())["backends"]
+            assert state["prefill_tokens"] == pytest.approx(gpu.prefill_tokens, abs=1e-3)
+        async with client.get("/metrics") as resp:
+            line = f'director_balancer_prefill_tokens{{backend="gpu0"}} {gpu.prefill_tokens}'
+            assert line in await resp.text()
         hung.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             (await hung).close()
