@@ -10,11 +10,15 @@ others ~100.
 
 So per model this learns the share of its cap an answer fills, ``output / max_tokens``,
 as EWMAs (a plain mean over the first ``1 / alpha`` answers) keyed by the request's prompt
-and cap sizes in octaves (``floor(log2 tokens)``), most specific first::
+and cap sizes in octaves (``floor(log2 tokens)``), the prompt's also in quarters of an
+octave, most specific first::
 
-    (prompt octave, cap octave)  ->  (cap octave)  ->  (any cap)
+    (prompt quarter, cap octave) -> (prompt octave, cap octave) -> (cap octave) -> (any cap)
 
-and, for requests without a cap, the mean output per prompt octave, then per model.
+and, for requests without a cap, the mean output per prompt quarter, then prompt octave,
+then model. Quarters because answer lengths change within an octave: in the Azure trace
+prompts of 768-1,023 and 1,024-1,279 tokens get ~400-token answers, those of 1,536-2,047
+~90, and one mean per octave (~340 for 1,024-2,047) puts both at once in the wrong place.
 ``predict`` answers from the most specific key that has ``min_samples`` answers: with
 exact caps every share is ~1 and a request's prediction is its own cap; with one cap for
 all, it is that prompt octave's mean answer. Nothing learned yet: None (the caller falls
@@ -34,12 +38,20 @@ def octave(tokens: int) -> int:
     return max(0, int(tokens).bit_length() - 1)
 
 
+def quarter(tokens: int) -> int:
+    """Which quarter of its octave ``tokens`` lies in (0-3; the two bits after the
+    leading one), 0 below 4."""
+    o = octave(tokens)
+    return (int(tokens) >> (o - 2)) & 3 if o >= 2 else 0
+
+
 @dataclass
 class OutputLengths:
     alpha: float = 0.05
     min_samples: int = 8
     max_keys: int = 4096
-    # key -> [ewma, samples]; shares: (model, prompt oct, cap oct); means: (model, prompt oct)
+    # key -> [ewma, samples]; shares: (model, prompt oct[, quarter], cap oct);
+    # means: (model, prompt oct[, quarter])
     _shares: dict[tuple[str, int, int], list[float]] = field(default_factory=dict, repr=False)
     _means: dict[tuple[str, int], list[float]] = field(default_factory=dict, repr=False)
 
@@ -52,27 +64,29 @@ class OutputLengths:
 
     def observe(self, model: str, prompt_tokens: int, max_tokens: int | None, output: int) -> None:
         """One finished answer of ``output`` tokens."""
-        p = octave(prompt_tokens)
+        p, q = octave(prompt_tokens), quarter(prompt_tokens)
+        self._update(self._means, (model, p, q), output)
         self._update(self._means, (model, p), output)
         self._update(self._means, (model, ANY), output)
         if max_tokens:
             c = octave(max_tokens)
             share = min(1.0, output / max_tokens)
+            self._update(self._shares, (model, p, q, c), share)
             self._update(self._shares, (model, p, c), share)
             self._update(self._shares, (model, ANY, c), share)
             self._update(self._shares, (model, ANY, ANY), share)
 
     def predict(self, model: str, prompt_tokens: int, max_tokens: int | None) -> float | None:
         """Expected output tokens of a request, or None while nothing fits was learned."""
-        p = octave(prompt_tokens)
+        p, q = octave(prompt_tokens), quarter(prompt_tokens)
         if max_tokens:
             c = octave(max_tokens)
-            for key in ((model, p, c), (model, ANY, c), (model, ANY, ANY)):
+            for key in ((model, p, q, c), (model, p, c), (model, ANY, c), (model, ANY, ANY)):
                 share = self._learned(self._shares, key)
                 if share is not None:
                     return share * max_tokens
             return None
-        for key in ((model, p), (model, ANY)):
+        for key in ((model, p, q), (model, p), (model, ANY)):
             mean = self._learned(self._means, key)
             if mean is not None:
                 return mean

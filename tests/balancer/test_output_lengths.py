@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``OutputLengths``: the share of its cap an answer fills, per prompt and cap octave."""
+"""``OutputLengths``: the share of its cap an answer fills, per prompt quarter-octave and
+octave and cap octave."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from regions.balancer.output_lengths import OutputLengths, octave
+from regions.balancer.output_lengths import OutputLengths, octave, quarter
 
 
 @pytest.mark.parametrize(
@@ -15,6 +16,32 @@ from regions.balancer.output_lengths import OutputLengths, octave
 )
 def test_octave(tokens: int, expected: int) -> None:
     assert octave(tokens) == expected
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [(0, 0), (3, 0), (4, 0), (7, 3), (1024, 0), (1279, 0), (1280, 1), (1536, 2), (2047, 3)],
+)
+def test_quarter(tokens: int, expected: int) -> None:
+    assert quarter(tokens) == expected
+
+
+def test_answers_that_change_within_an_octave_are_told_apart() -> None:
+    """The Azure conversation trace's shape inside one octave: prompts of 1,024-1,279
+    tokens get ~400-token answers, those of 1,536-2,047 ~90; an unseen quarter of the
+    octave gets the octave's mean."""
+    lengths = OutputLengths(alpha=0.02)
+    rng = random.Random(5)
+    for _ in range(2000):
+        if rng.random() < 0.5:
+            lengths.observe("m", rng.randint(1024, 1279), 1000, int(rng.gauss(400, 40)))
+        else:
+            lengths.observe("m", rng.randint(1536, 2047), 1000, int(rng.gauss(90, 20)))
+    assert lengths.predict("m", 1100, 1000) == pytest.approx(400, rel=0.1)
+    assert lengths.predict("m", 1800, 1000) == pytest.approx(90, rel=0.15)
+    assert lengths.predict("m", 1400, 1000) == pytest.approx(245, rel=0.15)  # octave mean
+    assert lengths.predict("m", 1100, None) == pytest.approx(400, rel=0.1)
+    assert lengths.predict("m", 1800, None) == pytest.approx(90, rel=0.15)
 
 
 def test_nothing_learned_predicts_nothing() -> None:
