@@ -25,7 +25,24 @@ slices takes about 40 s for two setups. ``--dump FILE`` appends every request's 
 Agreement with the live bench (seed 1, 90%, declared lengths): ours 0.92 / 19.2 s p99 TTFT /
 E2E here against 0.96 / 18.7 s live; HAProxy 0.71 / 26.5 against 0.70 / 25.9.
 
-Measured 2026-11-24, 90% load, seeds 1-8, medians of ours/HAProxy p99 (TTFT, E2E)::
+Measured 2026-11-24 at HEAD (the prefill backlog, quarter-octave answer lengths), seeds 1-8,
+medians of ours/HAProxy p99 (TTFT, E2E)::
+
+    setup (size-aware.* / BalancerConfig)   declared lengths   length hidden
+    90% default                             1.15x  0.63x        0.92x  0.76x
+    90% lead=0                              1.09x  0.62x        0.94x  0.77x
+    90% hold=0                              1.02x  0.73x        0.89x  0.83x
+    90% prefetch=0                          1.08x  0.64x        0.97x  0.78x
+    90% hold_first=2                        1.10x  0.66x        0.94x  0.85x
+    70% default                             0.62x  0.63x        0.64x  0.74x
+
+Two steps of that session, length hidden, default profile: the prefill backlog took 90%
+from 1.23x / 0.78x to 0.98x / 0.82x and 70% from 1.16x / 0.75x to 0.70x / 0.76x; the
+quarter-octave lengths took 90% to 0.92x / 0.76x. Tried and dropped: holding a request
+whose prompt would prefill much later on the chosen GPU than on a full faster one
+(``first_hold``: 1.22x / 0.63x declared, 0.99x / 0.79x hidden, worse than without).
+
+Before the prefill backlog (same day)::
 
     setup (size-aware.* / BalancerConfig)   declared lengths   length hidden
     default                                 1.34x  0.64x        1.23x  0.78x
