@@ -33,7 +33,6 @@ medians of ours/HAProxy p99 (TTFT, E2E)::
     90% lead=0                              1.09x  0.62x        0.94x  0.77x
     90% hold=0                              1.02x  0.73x        0.89x  0.83x
     90% prefetch=0                          1.08x  0.64x        0.97x  0.78x
-    90% hold_first=2                        1.10x  0.66x        0.94x  0.85x
     70% default                             0.62x  0.63x        0.64x  0.74x
 
 Two steps of that session, length hidden, default profile: the prefill backlog took 90%
