@@ -395,10 +395,7 @@ class BackendPool:
 
     def _started(self, lease: Lease) -> None:
         b = lease.backend
-        b.prefill_tokens -= lease.prefill_tokens
-        lease.prefill_tokens = 0.0
-        if b.prefill_tokens < 1e-9:
-            b.prefill_tokens = 0.0  # no float drift
+        _drop_prefill(b, lease)
         self._snapshot = None  # no slot was freed: nothing for the queue to do
         self._touched.add(b.index)
 
@@ -406,11 +403,9 @@ class BackendPool:
         b = lease.backend
         b.in_flight -= 1
         b.work_tokens -= lease.cost_tokens
-        b.prefill_tokens -= lease.prefill_tokens
-        lease.prefill_tokens = 0.0
+        _drop_prefill(b, lease)
         if b.in_flight == 0:
             b.work_tokens = 0.0  # no float drift
-            b.prefill_tokens = 0.0
         self.changed(b.index)
 
     def in_flight(self) -> int:
@@ -529,3 +524,11 @@ class BackendPool:
             return self.by_name[name]
         except KeyError:
             raise BalancerConfigError(f"backend {name!r}: no such backend") from None
+
+
+def _drop_prefill(backend: Backend, lease: Lease) -> None:
+    """Take ``lease``'s prompt out of ``backend``'s prefill backlog (once)."""
+    backend.prefill_tokens -= lease.prefill_tokens
+    lease.prefill_tokens = 0.0
+    if backend.prefill_tokens < 1e-9:
+        backend.prefill_tokens = 0.0  # no float drift

@@ -195,7 +195,7 @@ class SizeAwareScorer:
         """``request`` as it is (``request_info`` predicted its output); recorded in the
         window unless ``learn`` is False."""
         if learn:
-            self.window.observe(request.cost_tokens - request.output_tokens, request.output_tokens)
+            self.window.observe(request.prompt_cost, request.output_tokens)
         return request
 
     def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
