@@ -30,9 +30,12 @@ def sized(output: int, cap: int | None = None):
     return req(max_tokens=cap, output_tokens=float(output), cost_tokens=10.0 + output)
 
 
-def region(caps: list[int] = DECLARED * 2) -> tuple[Dispatcher, FakeClock, SizeAwareScorer]:
+def region(
+    caps: list[int] = DECLARED * 2, **params: float
+) -> tuple[Dispatcher, FakeClock, SizeAwareScorer]:
     """``fast`` (100 tok/s) and ``slow`` (40 tok/s), 4 slots each, no prefetch; the
-    dispatcher has seen ``caps`` declared (budget 1.5 * 660 / 100 = 9.9 s)."""
+    dispatcher has seen ``caps`` declared (budget 1.5 * 660 / 100 = 9.9 s); ``params``
+    are the ``size-aware`` scorer's."""
     clock = FakeClock()
     specs = [
         BackendSpec(n, f"http://127.0.0.1:{9000 + i}", (MODEL,), 4)
@@ -41,7 +44,11 @@ def region(caps: list[int] = DECLARED * 2) -> tuple[Dispatcher, FakeClock, SizeA
     pool = BackendPool(specs, clock=clock)
     pool.record_rate(pool["fast"], 100.0)
     pool.record_rate(pool["slow"], 40.0)
-    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+    profile = build_profile(
+        register_builtin_plugins(Registry()),
+        rng=random.Random(0),
+        scorer_params={"size-aware": params} if params else None,
+    )
     dispatcher = Dispatcher(pool, profile)
     scorer = next(ws.scorer for ws in profile.scorers if isinstance(ws.scorer, SizeAwareScorer))
     dispatcher.on_bind.append(scorer.on_bind)
@@ -115,8 +122,24 @@ async def test_one_cap_for_all_holds_nothing() -> None:
     assert lease.backend.name == "slow" and d.holds == 0
 
 
-async def test_long_requests_go_first_in_a_backlog() -> None:
+async def test_backlog_is_served_in_arrival_order_by_default() -> None:
     d, clock, _ = region()
+    fast = occupy(d, "fast", 4)
+    occupy(d, "slow", 4)  # everything full: both wait
+    short = asyncio.create_task(d.acquire(sized(80)))
+    await asyncio.sleep(0.01)
+    clock.now += 1.0
+    long = asyncio.create_task(d.acquire(sized(600)))
+    await asyncio.sleep(0.01)
+    assert d.queued == 2
+    fast[0].release()
+    lease = await asyncio.wait_for(short, 1)
+    assert lease.backend.name == "fast" and not long.done()
+    long.cancel()
+
+
+async def test_long_requests_go_first_in_a_backlog_with_lead() -> None:
+    d, clock, _ = region(lead=0.3)
     fast = occupy(d, "fast", 4)
     occupy(d, "slow", 4)  # everything full: both wait
     short = asyncio.create_task(d.acquire(sized(80)))
