@@ -25,8 +25,30 @@ slices takes about 40 s for two setups. ``--dump FILE`` appends every request's 
 Agreement with the live bench (seed 1, 90%, declared lengths): ours 0.92 / 19.2 s p99 TTFT /
 E2E here against 0.96 / 18.7 s live; HAProxy 0.71 / 26.5 against 0.70 / 25.9.
 
-Measured 2026-11-24 at HEAD (the prefill backlog, quarter-octave answer lengths), seeds 1-8,
-medians of ours/HAProxy p99 (TTFT, E2E)::
+Measured 2026-11-24, defaults ``prefetch`` 0 and ``size-aware.lead`` 0 (``new``) against
+the defaults before (``prefetch`` 1, ``lead`` 0.3), medians of ours/HAProxy p99 (TTFT, E2E)
+at 90%::
+
+    setup (size-aware.* / BalancerConfig)   declared lengths   length hidden
+    new, seeds 1-8                          0.97x  0.63x        0.92x  0.79x
+    new, seeds 9-16                         0.89x  0.63x        1.00x  0.81x
+    new, seeds 1-16                         0.94x  0.63x        0.92x  0.79x
+    before, seeds 1-16                      1.15x  0.63x        0.95x  0.80x
+    new, hold=0 (seeds 1-8)                 0.66x  0.74x        0.76x  0.83x
+    new, hold_first=3 (seeds 1-8)           0.84x  0.68x        0.85x  0.81x
+    new, hold=0.5 (seeds 1-8)               0.97x  0.63x        0.92x  0.79x
+    new, busy=0.95 (seeds 1-8)              1.03x  0.64x        0.94x  0.78x
+    new, 70%, seeds 1-8                     0.60x  0.63x        0.64x  0.74x
+
+In the four slices where a burst fills the fleet (seeds 3-6, declared lengths), ``lead``
+and ``prefetch`` were most of our TTFT loss: p99 TTFT 1.19x HAProxy's with both, 0.76x
+with neither and no holds, 0.57x with neither also without holds. A request waiting at a
+server takes that server's next free slot, not the region's; ``lead`` lets long answers
+jump seconds ahead of every short one. The new defaults keep the holds (long answers wait
+for a fast GPU), which is what the E2E figure needs.
+
+Before that change, at HEAD of the prefill backlog and quarter-octave answer lengths,
+seeds 1-8::
 
     setup (size-aware.* / BalancerConfig)   declared lengths   length hidden
     90% default                             1.15x  0.63x        0.92x  0.76x
