@@ -48,6 +48,21 @@ kept. Every process binds to 127.0.0.1.
     .venv/bin/python bench/routing.py --quick    # < 60 s: 90% only, shorter, time scale 5
     .venv/bin/python bench/routing.py --loads 0.9 --setups ours,ours-ct,haproxy --repeats 3
 
+Measured 2026-11-24 with the defaults ``prefetch`` 0 and ``size-aware`` ``lead`` 0, 90% only,
+three slices (``--loads 0.9 --setups ours,haproxy --repeats 3``), ours/HAProxy p99 per slice
+(TTFT, E2E)::
+
+    slice (offset)        length hidden     declared
+    4402 (the default)    1.28x  0.79x      0.82x  0.74x
+    18651                 0.71x  0.83x      0.65x  0.60x
+    2067                  1.77x  0.83x      0.91x  0.74x
+    median                1.28x  0.83x      0.82x  0.74x
+
+(the printed summary divides the medians of each column instead: 1.77x / 0.80x and 0.91x /
+0.72x). One slice is noisy: two runs of the default slice, declared, gave 1.15x and 0.82x
+TTFT (HAProxy's own p99 0.68 s and 0.84 s). Before this change the same default slice gave
+1.49x / 0.86x hidden and 1.33x / 0.67x declared (the table below).
+
 Measured 2026-11-24, after the prefill backlog and the quarter-octave answer lengths (default
 run: one repeat, a 120 model-second window, ~1,130 counted requests at 90%; 2 shared cores,
 no simulator time lost; model seconds; every slice's work within 1% of its load; ours:
