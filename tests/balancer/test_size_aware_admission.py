@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from regions.balancer.admission import HOLD, Dispatcher
 from regions.balancer.backends import BackendPool, BackendSpec, Lease
 from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
@@ -122,33 +124,24 @@ async def test_one_cap_for_all_holds_nothing() -> None:
     assert lease.backend.name == "slow" and d.holds == 0
 
 
-async def test_backlog_is_served_in_arrival_order_by_default() -> None:
-    d, clock, _ = region()
+@pytest.mark.parametrize(
+    ("params", "first"),
+    # with lead 0.3 the long one, a second later, counts 0.3 * 610 / 100 = 1.83 s earlier
+    [({}, "short"), ({"lead": 0.3}, "long")],
+    ids=["arrival-order-by-default", "long-first-with-lead"],
+)
+async def test_who_goes_first_in_a_backlog(params: dict[str, float], first: str) -> None:
+    d, clock, _ = region(**params)
     fast = occupy(d, "fast", 4)
     occupy(d, "slow", 4)  # everything full: both wait
-    short = asyncio.create_task(d.acquire(sized(80)))
+    waiters = {"short": asyncio.create_task(d.acquire(sized(80)))}
     await asyncio.sleep(0.01)
     clock.now += 1.0
-    long = asyncio.create_task(d.acquire(sized(600)))
+    waiters["long"] = asyncio.create_task(d.acquire(sized(600)))
     await asyncio.sleep(0.01)
     assert d.queued == 2
     fast[0].release()
-    lease = await asyncio.wait_for(short, 1)
-    assert lease.backend.name == "fast" and not long.done()
-    long.cancel()
-
-
-async def test_long_requests_go_first_in_a_backlog_with_lead() -> None:
-    d, clock, _ = region(lead=0.3)
-    fast = occupy(d, "fast", 4)
-    occupy(d, "slow", 4)  # everything full: both wait
-    short = asyncio.create_task(d.acquire(sized(80)))
-    await asyncio.sleep(0.01)
-    clock.now += 1.0  # arrives a second later, counts 0.3 * 610 / 100 = 1.83 s earlier
-    long = asyncio.create_task(d.acquire(sized(600)))
-    await asyncio.sleep(0.01)
-    assert d.queued == 2
-    fast[0].release()
-    lease = await asyncio.wait_for(long, 1)
-    assert lease.backend.name == "fast" and not short.done()
-    short.cancel()
+    lease = await asyncio.wait_for(waiters.pop(first), 1)
+    (other,) = waiters.values()
+    assert lease.backend.name == "fast" and not other.done()
+    other.cancel()
