@@ -49,7 +49,7 @@ def region(
     profile = build_profile(
         register_builtin_plugins(Registry()),
         rng=random.Random(0),
-        scorer_params={"size-aware": params} if params else None,
+        scorer_params={"size-aware": params},
     )
     dispatcher = Dispatcher(pool, profile)
     scorer = next(ws.scorer for ws in profile.scorers if isinstance(ws.scorer, SizeAwareScorer))
