@@ -47,6 +47,28 @@ server takes that server's next free slot, not the region's; ``lead`` lets long 
 jump seconds ahead of every short one. The new defaults keep the holds (long answers wait
 for a fast GPU), which is what the E2E figure needs.
 
+Tried after it and not kept (same day, seeds 1-8, 90%; the default measured 0.97x / 0.63x
+declared and 0.92x / 0.79x hidden in the same runs)::
+
+    variant                                             declared lengths   length hidden
+    size-aware.slack=1.35                               1.05x  0.63x        1.05x  0.78x
+    slack=1.35, hold_first=3                            0.89x  0.69x        0.91x  0.82x
+    slack=1.25, hold_first=2                            0.88x  0.72x        0.92x  0.81x
+    best fit, soft: acceptable 1 - 0.45 * rate/fastest  1.03x  0.62x        1.09x  0.82x
+    best fit, soft: 1 - 0.2 * rate/fastest              0.96x  0.62x        0.95x  0.80x
+    best fit, hard: 1 on the slowest acceptable, 0.6    1.08x  0.63x        0.99x  0.82x
+    start at once, move when a faster slot frees        1.10x  0.64x        0.98x  0.78x
+    the same, only with over 10 slots free              0.96x  0.62x        0.87x  0.78x
+
+A smaller budget (``slack``) holds more and buys no E2E: the tail is ~400-token answers on
+0.6 GPUs whose decode steps ran slower than learned. Best fit (short requests to the
+slowest GPU that is soon enough) fills the fast and medium GPUs with long answers, and the
+next ones wait longer (``bench/routing_phases.py``). Start-then-move (the dispatcher binds
+a request it would hold to the free slot chosen and moves the stream, recomputing the
+prompt and the answer so far, when a slot frees on a faster acceptable GPU within its hold)
+spends the free slots that the next short requests need; kept to moments with over 10 free
+slots it moved 0 to 12 streams per slice and its gain is within the runs' noise.
+
 Before that change, at HEAD of the prefill backlog and quarter-octave answer lengths,
 seeds 1-8::
 
