@@ -56,7 +56,8 @@ declared and 0.92x / 0.79x hidden in the same runs)::
     slack=1.25, hold_first=2                            0.88x  0.72x        0.92x  0.81x
     best fit, soft: acceptable 1 - 0.45 * rate/fastest  1.03x  0.62x        1.09x  0.82x
     best fit, soft: 1 - 0.2 * rate/fastest              0.96x  0.62x        0.95x  0.80x
-    best fit, hard: 1 on the slowest acceptable, 0.6    1.08x  0.63x        0.99x  0.82x
+    best fit, hard: 1 on the slowest acceptable GPUs,
+      0.6 on the other acceptable ones                  1.08x  0.63x        0.99x  0.82x
     start at once, move when a faster slot frees        1.10x  0.64x        0.98x  0.78x
     the same, only with over 10 slots free              0.96x  0.62x        0.87x  0.78x
 
