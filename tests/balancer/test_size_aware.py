@@ -204,11 +204,53 @@ def test_precedence_is_lead_times_service_on_the_fastest() -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{"slack": 0}, {"kappa": 0.9}, {"busy": 1.5}, {"hold": -1}, {"lead": -0.1}, {"hold_first": -1}],
-    ids=["slack", "kappa", "busy", "hold", "lead", "hold_first"],
+    [
+        {"slack": 0},
+        {"kappa": 0.9},
+        {"busy": 1.5},
+        {"hold": -1},
+        {"lead": -0.1},
+        {"hold_first": -1},
+        {"first_hold": -1},
+    ],
+    ids=["slack", "kappa", "busy", "hold", "lead", "hold_first", "first_hold"],
 )
 def test_parameters_are_checked(kw) -> None:
     with pytest.raises(ValueError, match="size-aware"):
         SizeAwareScorer(**kw)
     with pytest.raises(ValueError, match="size window"):
         SizeWindow(spread=0.5)
+
+
+# -- first-token holds ------------------------------------------------------------------------
+
+BUSY_FAST = snap("fast", 0, tokens_per_s=100.0, cap=16, in_flight=16, work_tokens=16 * 400.0)
+
+
+def slow(in_flight: int):
+    return snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=in_flight)
+
+
+@pytest.mark.parametrize(
+    ("prompt_cost", "chosen", "eligible", "first_hold", "expected"),
+    [
+        # the fast one is full: a slot in 1 * 4 s / 16 = 0.25 s, then 80 / 100 s of prefill
+        # (1.05 s), against 80 / 40 = 2 s on the slow one: over 1.5 x 1.05 s, so wait
+        (80.0, slow(15), [BUSY_FAST, slow(15)], 1.0, 0.25 + 0.8),
+        (80.0, slow(15), [BUSY_FAST, slow(15)], 2.0, 2 * (0.25 + 0.8)),
+        (80.0, slow(15), [BUSY_FAST, slow(15)], 0.0, 0.0),  # off
+        (80.0, slow(15), [FAST, slow(15)], 1.0, 0.0),  # the fast one has a free slot
+        (80.0, slow(5), [BUSY_FAST, slow(5)], 1.0, 0.0),  # 21 of 32 slots: not busy
+        (10.0, slow(15), [BUSY_FAST, slow(15)], 1.0, 0.0),  # a median prompt: 0.25 s
+    ],
+    ids=["hold", "hold-2", "off", "fast-has-slot", "not-busy", "median-prompt"],
+)
+def test_first_token_hold_table(prompt_cost, chosen, eligible, first_hold, expected) -> None:
+    """A prompt that would prefill far later on the free slow backend than on the full
+    fast one (after its wait) waits for the fast one, up to ``first_hold`` times that."""
+    scorer = trained(first_hold=first_hold)
+    request = sized(80, prompt_cost=prompt_cost)
+    assert scorer.hold_s(request, chosen, eligible) == pytest.approx(expected)
+    # ``acceptable`` (the dispatcher's cheap check) lets through what never holds
+    if not expected and first_hold and prompt_cost <= 10.0:
+        assert scorer.acceptable(request, chosen)

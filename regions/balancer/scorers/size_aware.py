@@ -59,6 +59,16 @@ Late binding, asked by the dispatcher (``admission``):
   wait in end-to-end time than in time to first token. Off by default: on the routing
   bench at 90% it bought no TTFT beyond run-to-run noise (the same setup measured 0.69 s
   and 1.13 s p99) and cost E2E p99 about 0.1x HAProxy's with the length hidden.
+- ``hold_s`` about the first token (``first_hold`` > 0): if the chosen backend would
+  prefill the prompt (after the prompts sent there before it) beyond ``first_limit``
+  against every eligible backend, full ones included (their first token counts their
+  wait for a slot), the soonest of those has no free slot and the region is ``busy``,
+  the request may wait up to ``first_hold * first_soonest`` seconds. The case is a
+  4,000-token prompt with a short answer when only a 0.4 GPU has a slot: 0.65 s of
+  prefill there, and every prompt sent there after it waits behind it, against a slot
+  on a fast GPU a fraction of a second away and 0.25 s of prefill. ``acceptable`` then
+  also asks the first token to come within ``first_slack`` median prompts on the
+  slowest GPU.
 - ``precedence_s``: in the queue a request counts as having arrived ``lead * size /
   fastest`` seconds early, so in a backlog the long ones start a little sooner (their
   end-to-end time is the wait plus a long service). Off by default: in the bursts that
@@ -67,7 +77,8 @@ Late binding, asked by the dispatcher (``admission``):
   for no E2E gain.
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 1.0,
-``hold_first`` 0 (no cap), ``lead`` 0, ``first_kappa`` 1.5, ``first_slack`` 1.5,
+``hold_first`` 0 (no cap), ``first_hold`` 1.0, ``lead`` 0, ``first_kappa`` 1.5,
+``first_slack`` 1.5,
 ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
 One window per balancer: with several models their sizes and means mix.
 """
@@ -87,6 +98,12 @@ def wait_s(backend: BackendSnapshot) -> float:
         return 0.0
     job_s = backend.work_tokens / backend.in_flight / backend.tokens_per_s
     return (backend.in_flight - backend.cap + 1) * job_s / max(backend.cap, 1)
+
+
+def first_s(backend: BackendSnapshot, prompt: float) -> float:
+    """Predicted seconds until a prompt of cost ``prompt`` has prefilled on ``backend``
+    (after its wait and the prompts sent there before it)."""
+    return wait_s(backend) + (backend.prefill_tokens + prompt) / backend.tokens_per_s
 
 
 def finish_s(backend: BackendSnapshot, tokens: float) -> float:
@@ -171,6 +188,7 @@ class SizeAwareScorer:
     first_kappa: float = 1.5
     first_slack: float = 1.5
     hold_first: float = 0.0
+    first_hold: float = 1.0
     window: SizeWindow = field(default_factory=SizeWindow)
     name: str = "size-aware"
 
@@ -184,12 +202,14 @@ class SizeAwareScorer:
             or self.first_kappa < 1
             or self.first_slack <= 0
             or self.hold_first < 0
+            or self.first_hold < 0
         ):
             raise ValueError(
                 f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0, "
-                f"lead >= 0, first_kappa >= 1, first_slack > 0, hold_first >= 0; got "
-                f"{self.slack}, {self.kappa}, {self.busy}, {self.hold}, {self.lead}, "
-                f"{self.first_kappa}, {self.first_slack}, {self.hold_first}"
+                f"lead >= 0, first_kappa >= 1, first_slack > 0, hold_first >= 0, "
+                f"first_hold >= 0; got {self.slack}, {self.kappa}, {self.busy}, {self.hold}, "
+                f"{self.lead}, {self.first_kappa}, {self.first_slack}, {self.hold_first}, "
+                f"{self.first_hold}"
             )
 
     # -- engine hooks --------------------------------------------------------------------
@@ -227,9 +247,7 @@ class SizeAwareScorer:
         first_ok = self._first_token_ok(request, candidates, waits)
         any_slot = any(b.in_flight < b.cap for b in candidates)
         return [
-            1.0
-            if f <= limit and ok and (b.in_flight < b.cap or not any_slot)
-            else 0.5 * best / f
+            1.0 if f <= limit and ok and (b.in_flight < b.cap or not any_slot) else 0.5 * best / f
             for b, f, ok in zip(candidates, finish, first_ok, strict=True)
         ]
 
@@ -259,9 +277,20 @@ class SizeAwareScorer:
         return self.lead * request.cost_tokens / ref[1]
 
     def acceptable(self, request: RequestInfo, chosen: BackendSnapshot) -> bool:
-        """Cheap check before ``hold_s``: True when ``chosen`` is within the budget anyway."""
+        """Cheap check before ``hold_s``: True when ``chosen`` is within the budget anyway
+        (and, with ``first_hold``, would prefill the prompt within ``first_slack`` median
+        prompts on the slowest backend)."""
         budget = self.budget_s()
-        return budget is None or finish_s(chosen, request.cost_tokens) <= budget
+        if budget is None:
+            return True
+        if finish_s(chosen, request.cost_tokens) > budget:
+            return False
+        typical = self.window.typical_first_s()
+        return not (
+            self.first_hold
+            and typical
+            and first_s(chosen, request.prompt_cost) > self.first_slack * typical
+        )
 
     def hold_s(
         self,
@@ -277,20 +306,26 @@ class SizeAwareScorer:
         budget = self.budget_s()
         if budget is None or not eligible:
             return 0.0
-        size = request.cost_tokens
-        finishes = [finish_s(b, size) for b in eligible]
-        best_s = min(finishes)
-        best = eligible[finishes.index(best_s)]
-        if finish_s(chosen, size) <= max(self.kappa * best_s, budget):
-            return 0.0
-        if best.in_flight < best.cap:
-            return 0.0  # it has a free slot: the pick went elsewhere for another reason
         used = sum(min(b.in_flight, b.cap) for b in eligible)
         slots = sum(b.cap for b in eligible)
         if slots <= 0 or used < self.busy * slots:
             return 0.0
-        held = self.hold * best_s
+        size = request.cost_tokens
+        finishes = [finish_s(b, size) for b in eligible]
+        best_s = min(finishes)
+        best = eligible[finishes.index(best_s)]
         typical = self.window.typical_first_s()
-        if self.hold_first and typical:
-            held = min(held, self.hold_first * typical)
+        held = 0.0
+        if finish_s(chosen, size) > max(self.kappa * best_s, budget) and best.in_flight >= best.cap:
+            held = self.hold * best_s
+            if self.hold_first and typical:
+                held = min(held, self.hold_first * typical)
+        if self.first_hold and typical:
+            prompt = request.prompt_cost
+            firsts = [first_s(b, prompt) for b in eligible]
+            soonest = min(firsts)
+            first_best = eligible[firsts.index(soonest)]
+            limit = max(self.first_kappa * soonest, self.first_slack * typical)
+            if first_s(chosen, prompt) > limit and first_best.in_flight >= first_best.cap:
+                held = max(held, self.first_hold * soonest)
         return held
