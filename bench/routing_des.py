@@ -47,8 +47,26 @@ server takes that server's next free slot, not the region's; ``lead`` lets long 
 jump seconds ahead of every short one. The new defaults keep the holds (long answers wait
 for a fast GPU), which is what the E2E figure needs.
 
-Tried after it and not kept (same day, seeds 1-8, 90%; the default measured 0.97x / 0.63x
-declared and 0.92x / 0.79x hidden in the same runs)::
+Then the first-token hold (``size-aware.first_hold=1``, opt-in: when only a slow GPU has
+a slot, a long prompt that would prefill there far later than on a full fast GPU after its
+wait for a slot waits for the fast one), medians over the same 16 slices::
+
+    setup                                   declared lengths   length hidden
+    first_hold=1                            0.92x  0.64x        0.86x  0.80x
+    default (first_hold 0)                  0.94x  0.63x        0.92x  0.79x
+    first_hold=1, 70%, seeds 1-8            0.60x  0.63x        0.64x  0.74x
+
+At 70% every slice is as without it (a quiet region holds nothing). It narrows the worst
+slices most: declared, seed 9 from 1.41x to 1.04x and seed 11 from 1.28x to 0.94x; hidden,
+seed 9 from 1.52x to 1.31x and seed 11 from 1.35x to 0.76x. It stays off because the live
+bench (``bench/routing.py``, its three slices side by side with the default, one run per
+mode) did not confirm it: p99 TTFT over HAProxy's, per slice, declared 1.31x / 0.68x /
+0.82x against 1.09x / 0.69x / 0.67x without, hidden 1.29x / 0.74x / 1.28x against
+1.01x / 0.73x / 1.47x; on the first slice it measured 0.88 to 0.90 s in five runs, and
+0.69 and 0.75 s without (the DES has both at 0.68 s there).
+
+Tried before it and not kept (same day, seeds 1-8, 90%; the default then measured 0.97x /
+0.63x declared and 0.92x / 0.79x hidden in the same runs)::
 
     variant                                             declared lengths   length hidden
     size-aware.slack=1.35                               1.05x  0.63x        1.05x  0.78x

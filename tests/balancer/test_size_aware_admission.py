@@ -150,12 +150,12 @@ async def test_who_goes_first_in_a_backlog(params: dict[str, float], first: str)
 @pytest.mark.parametrize(
     ("first_hold", "backend"),
     [(1.0, "fast"), (0.0, "slow")],
-    ids=["waits-for-the-fast-prefill", "off-takes-the-slow-slot"],
+    ids=["waits-for-the-fast-prefill", "off-by-default-takes-the-slow-slot"],
 )
 async def test_a_long_prompt_waits_for_a_fast_prefill(first_hold: float, backend: str) -> None:
     """A long prompt with a short answer (within the budget anywhere) prefills in 5 s on
     the free slow backend, against a 1 s wait for a fast slot and 2 s of prefill there:
-    it waits for the fast one (by default), and takes it when a slot frees."""
+    with ``first_hold`` it waits for the fast one and takes it when a slot frees."""
     d, _, _ = region(first_hold=first_hold)
     fast = occupy(d, "fast", 4)
     occupy(d, "slow", 3)
