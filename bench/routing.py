@@ -63,6 +63,19 @@ three slices (``--loads 0.9 --setups ours,haproxy --repeats 3``), ours/HAProxy p
 TTFT (HAProxy's own p99 0.68 s and 0.84 s). Before this change the same default slice gave
 1.49x / 0.86x hidden and 1.33x / 0.67x declared (the table below).
 
+A second run of the same default, side by side with ``size-aware.first_hold=1`` (``--setups
+"ours,ours:size-aware.first_hold=1,haproxy"``, once per mode), the default's ratios::
+
+    slice (offset)        length hidden     declared
+    4402 (the default)    1.01x  0.81x      1.09x  0.70x
+    18651                 0.73x  0.94x      0.69x  0.63x
+    2067                  1.47x  0.77x      0.67x  0.82x
+    median                1.01x  0.81x      0.69x  0.70x
+
+Against the first run, per-slice TTFT ratios moved by up to 0.3x either way, from run to
+run only; medians of the six per-slice ratios of both runs: hidden 1.15x / 0.82x, declared
+0.76x / 0.72x.
+
 Measured 2026-11-24, after the prefill backlog and the quarter-octave answer lengths (default
 run: one repeat, a 120 model-second window, ~1,130 counted requests at 90%; 2 shared cores,
 no simulator time lost; model seconds; every slice's work within 1% of its load; ours:
