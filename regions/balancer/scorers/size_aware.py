@@ -104,10 +104,16 @@ def wait_s(backend: BackendSnapshot) -> float:
     return (backend.in_flight - backend.cap + 1) * job_s / max(backend.cap, 1)
 
 
+def prefill_s(backend: BackendSnapshot, prompt: float) -> float:
+    """Predicted seconds ``backend`` takes to prefill a prompt of cost ``prompt`` once it
+    has started, after the prompts sent there before it."""
+    return (backend.prefill_tokens + prompt) / backend.tokens_per_s
+
+
 def first_s(backend: BackendSnapshot, prompt: float) -> float:
     """Predicted seconds until a prompt of cost ``prompt`` has prefilled on ``backend``
-    (after its wait and the prompts sent there before it)."""
-    return wait_s(backend) + (backend.prefill_tokens + prompt) / backend.tokens_per_s
+    (after its wait for a slot)."""
+    return wait_s(backend) + prefill_s(backend, prompt)
 
 
 def finish_s(backend: BackendSnapshot, tokens: float) -> float:
@@ -264,10 +270,7 @@ class SizeAwareScorer:
         if not typical:
             return [True] * len(candidates)
         prompt = request.prompt_cost
-        first = [
-            w + (b.prefill_tokens + prompt) / b.tokens_per_s
-            for b, w in zip(candidates, waits, strict=True)
-        ]
+        first = [w + prefill_s(b, prompt) for b, w in zip(candidates, waits, strict=True)]
         limit = max(self.first_kappa * min(first), self.first_slack * typical)
         return [f <= limit for f in first]
 
