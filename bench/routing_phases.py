@@ -61,7 +61,7 @@ medium GPUs were full of long answers and 7 to 12 more waited for them.
 from __future__ import annotations
 
 import argparse
-import heapq
+import dataclasses
 import random
 import sys
 from dataclasses import dataclass
@@ -91,8 +91,7 @@ HAPROXY_P99 = {
 
 def full_batch_step_s(speed: float, config: EngineConfig) -> float:
     """Seconds per decode step of a full batch on a GPU of ``speed``."""
-    batch = config.max_num_seqs
-    return config.decode_base_ms / 1000 * (1 + config.decode_alpha * (batch - 1)) / speed
+    return dataclasses.replace(config, speed=speed).decode_step_seconds(config.max_num_seqs)
 
 
 def late_and_forced(
@@ -111,7 +110,6 @@ def late_and_forced(
     slow_step = full_batch_step_s(slowest, config)
     # (time the slot frees, its step): every fast and medium slot, free at the start
     slots = [(0.0, step) for step in steps for _ in range(config.max_num_seqs)]
-    heapq.heapify(slots)
     lo, hi = counted
     total = late = forced = 0
     for a in arrivals:
@@ -121,11 +119,10 @@ def late_and_forced(
         # otherwise the first to free (the full-batch steps differ by under 2x, and a
         # long answer finishes sooner on a slot free now than one freeing seconds later)
         free = [s for s in slots if s[0] <= a.at]
-        chosen = min(free, key=lambda s: s[1]) if free else slots[0]
+        chosen = min(free, key=lambda s: s[1]) if free else min(slots)
         slots.remove(chosen)
         start = max(a.at, chosen[0])
-        heapq.heapify(slots)
-        heapq.heappush(slots, (start + a.output_tokens * chosen[1], chosen[1]))
+        slots.append((start + a.output_tokens * chosen[1], chosen[1]))
         if not lo <= a.at < hi:
             continue
         total += 1
@@ -160,6 +157,8 @@ def split_fleet(
     alone, at the GPU's prefill rate), then decodes at the full-batch step.
     (fast and medium, slowest)."""
     slowest = min(s for _, s in FLEET)
+    gpus = {s: dataclasses.replace(config, speed=s) for _, s in FLEET}
+    steps = {s: full_batch_step_s(s, config) for s in gpus}
     slots = {
         big: [
             (0.0, s) for _, s in FLEET if (s > slowest) == big for _ in range(config.max_num_seqs)
@@ -171,12 +170,10 @@ def split_fleet(
     for a in arrivals:
         big = a.output_tokens > long or a.prompt_tokens > long_prompt
         free = slots[big]
-        firsts = [
-            max(a.at, at) + a.prompt_tokens / (config.prefill_tokens_per_s * s) for at, s in free
-        ]
+        firsts = [max(a.at, at) + gpus[s].prefill_seconds(a.prompt_tokens) for at, s in free]
         i = min(range(len(free)), key=firsts.__getitem__)
         speed = free[i][1]
-        end = firsts[i] + (a.output_tokens - 1) * full_batch_step_s(speed, config)
+        end = firsts[i] + (a.output_tokens - 1) * steps[speed]
         free[i] = (end, speed)
         if lo <= a.at < hi:
             pool = pools[big]
