@@ -292,12 +292,10 @@ class SizeAwareScorer:
             return True
         if finish_s(chosen, request.cost_tokens) > budget:
             return False
+        if not self.first_hold:
+            return True
         typical = self.window.typical_first_s()
-        return not (
-            self.first_hold
-            and typical
-            and first_s(chosen, request.prompt_cost) > self.first_slack * typical
-        )
+        return not typical or first_s(chosen, request.prompt_cost) <= self.first_slack * typical
 
     def hold_s(
         self,
