@@ -141,6 +141,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import simulator_check
 from routing import CAPACITY, FLEET, pct
 from routing_balancer import PROFILES, scorer_params
 from routing_client import MAX_TOKENS, MODEL, body
@@ -349,10 +350,14 @@ async def _one(
 
 
 async def replay(
-    setup: str, arrivals: list[Arrival], max_tokens: int | None, counted_until: float
+    setup: str,
+    arrivals: list[Arrival],
+    max_tokens: int | None,
+    counted_until: float,
+    engine: EngineConfig,
 ) -> list[Result]:
     """Every arrival through ``setup``; returns once the counted ones have ended."""
-    engines = {n: Engine(EngineConfig(speed=s), LoopClock()) for n, s in FLEET}
+    engines = {n: Engine(dataclasses.replace(engine, speed=s), LoopClock()) for n, s in FLEET}
     for engine in engines.values():
         await engine.start()
     router = make_router(setup, engines)
@@ -406,13 +411,34 @@ def run(
     arrivals: list[Arrival],
     max_tokens: int | None,
     counted_until: float = WARMUP_S + MEASURE_S,
+    engine: EngineConfig | None = None,
 ) -> tuple[list[Result], str]:
     """``replay`` on a fresh virtual-time loop: (every request's outcome, the router's note)."""
     loop = VirtualTimeLoop()
+    engine = engine or EngineConfig()
     try:
-        return loop.run_until_complete(replay(setup, arrivals, max_tokens, counted_until))
+        return loop.run_until_complete(replay(setup, arrivals, max_tokens, counted_until, engine))
     finally:
         loop.close()
+
+
+def fleet_capacity(engine: EngineConfig) -> float:
+    """Requests per model second the bench's fleet of ``engine`` servers sustains on the
+    trace, measured as ``bench/simulator_check.py`` measures it (saturated, virtual time)."""
+    per_speed = {}
+    for speed in sorted({s for _, s in FLEET}):
+        config = dataclasses.replace(engine, speed=speed)
+        result = asyncio.run(
+            simulator_check.measure_virtual(
+                config,
+                simulator_check.load_trace(simulator_check.TRACE),
+                2 * config.max_num_seqs,
+                warmup=60.0,
+                window=600.0,
+            )
+        )
+        per_speed[speed] = result.req_per_s
+    return sum(per_speed[s] for _, s in FLEET)
 
 
 def p99s(results: list[Result]) -> tuple[float, float]:
@@ -432,7 +458,23 @@ def main() -> int:
     parser.add_argument("--max-tokens", default=str(MAX_TOKENS), help="a number or 'exact'")
     parser.add_argument("--setups", default="ours;haproxy", help="';'-separated")
     parser.add_argument("--dump", type=Path, help="append every request's outcome (JSON lines)")
+    parser.add_argument(
+        "--chunked-prefill",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="simulate vLLM v1's chunked prefill with this token budget per iteration "
+        "(its --max-num-batched-tokens); the load is then set from that engine's capacity",
+    )
     args = parser.parse_args()
+    engine = EngineConfig()
+    capacity = CAPACITY
+    if args.chunked_prefill:
+        engine = EngineConfig(chunked_prefill=True, max_prefill_tokens=args.chunked_prefill)
+        capacity = fleet_capacity(engine)
+        print(f"chunked prefill, {args.chunked_prefill} tokens per iteration: fleet capacity "
+              f"{capacity:.2f} req/s (bench/simulator_check.py's measure; {CAPACITY:.2f} "
+              f"without)")  # fmt: skip
     max_tokens = None if args.max_tokens == "exact" else int(args.max_tokens)
     setups = [s for s in args.setups.split(";") if s]
     if "haproxy" not in setups:
@@ -447,11 +489,12 @@ def main() -> int:
                 trace,
                 offset,
                 load,
-                CAPACITY,
+                capacity,
                 until=WARMUP_S + MEASURE_S,
                 span=WARMUP_S + MEASURE_S + TAIL_LOAD_S,
+                config=engine,
             )
-            results = {s: run(s, piece.arrivals, max_tokens) for s in setups}
+            results = {s: run(s, piece.arrivals, max_tokens, engine=engine) for s in setups}
             if args.dump:
                 with args.dump.open("a") as f:
                     for s, (rows, _) in results.items():

@@ -164,9 +164,13 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http-window", type=float, default=240.0, help="model seconds (http)")
     p.add_argument("--clients", type=int, default=0, help="default: 2 * max_num_seqs")
     p.add_argument("--no-http", action="store_true")
+    p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
+                   help="vLLM v1's chunked prefill with TOKENS per iteration")
     args = p.parse_args(argv)
     reqs = load_trace(TRACE)
     base = EngineConfig()
+    if args.chunked_prefill:
+        base = EngineConfig(chunked_prefill=True, max_prefill_tokens=args.chunked_prefill)
     clients = args.clients or 2 * base.max_num_seqs
     prompts = [r[0] for r in reqs]
     outputs = [r[1] for r in reqs]

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     p.add_argument("--kv-cache-tokens", type=int, default=defaults.kv_cache_tokens)
     p.add_argument("--max-model-len", type=int, default=defaults.max_model_len)
+    p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
+                   help="vLLM v1 scheduling: decodes and prompt chunks share TOKENS per "
+                        "iteration (its --max-num-batched-tokens); 0: prefill apart (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
     return p
 
@@ -66,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
             kv_cache_tokens=args.kv_cache_tokens,
             max_model_len=args.max_model_len,
+            **(
+                {"chunked_prefill": True, "max_prefill_tokens": args.chunked_prefill}
+                if args.chunked_prefill
+                else {}
+            ),
         )
         spec = ServerSpec(
             name=args.name or args.listen,

@@ -15,6 +15,14 @@ Modelled on vLLM's first-come-first-served scheduler without chunked prefill:
   most recently admitted sequences are preempted (recompute): their KV is freed and they go
   back to the queue's head; re-admission prefills prompt + generated tokens again.
 
+With ``chunked_prefill`` (vLLM v1's scheduler, where it is always on) there are no separate
+prefill iterations: each one decodes every running sequence whose prompt is in the KV cache,
+then spends what is left of its ``max_prefill_tokens`` budget on prompt chunks, first the
+running sequences' unfinished prompts (oldest first), then the waiting queue's head,
+admitted as above. A sequence yields its first token in the iteration that prefills the end
+of its prompt. The iteration takes ``EngineConfig.mixed_step_seconds``: decodes ride along
+a prefill chunk almost for free.
+
 The driver calls ``plan()`` to get the next ``Step``, waits ``step.duration`` and then calls
 ``complete(step, now)``. ``abort()`` may be called at any time and frees the slot and KV at
 once.
@@ -49,6 +57,8 @@ class Sequence:
     state: SeqState = SeqState.WAITING
     generated: int = 0
     prefilled_once: bool = False
+    prefilled: int = 0  # KV tokens computed since its admission (chunked prefill)
+    prefill_target: int = 0  # KV tokens to compute after its admission (chunked prefill)
     preemptions: int = 0
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -59,6 +69,11 @@ class Sequence:
         return self.prompt_tokens + self.generated
 
     @property
+    def prefilling(self) -> bool:
+        """Admitted, with part of its prompt (or recompute) still to prefill (chunked)."""
+        return self.prefilled < self.prefill_target
+
+    @property
     def done(self) -> bool:
         return self.state in (SeqState.FINISHED, SeqState.ABORTED)
 
@@ -66,6 +81,7 @@ class Sequence:
 class StepKind(enum.Enum):
     PREFILL = "prefill"
     DECODE = "decode"
+    MIXED = "mixed"  # chunked prefill: prompt chunks beside decodes
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class Step:
     kind: StepKind
     seqs: tuple[Sequence, ...]
     duration: float
+    chunks: tuple[int, ...] = ()  # chunked prefill: prompt tokens per seq (0: it decodes)
 
 
 @dataclass
@@ -152,6 +169,8 @@ class Scheduler:
 
     def plan(self) -> Step | None:
         """Choose the next iteration (and admit/preempt as needed); None when idle."""
+        if self.config.chunked_prefill:
+            return self._plan_chunked()
         admitted = self._admit()
         if admitted:
             tokens = sum(s.kv_tokens for s in admitted)
@@ -170,10 +189,18 @@ class Scheduler:
     def complete(self, step: Step, now: float) -> list[Sequence]:
         """Apply a finished iteration at model time ``now``; return the sequences it advanced."""
         advanced: list[Sequence] = []
-        for seq in step.seqs:
+        chunks = step.chunks or (0,) * len(step.seqs)
+        for seq, chunk in zip(step.seqs, chunks, strict=True):
             if seq.state is not SeqState.RUNNING:
                 continue  # aborted or preempted while the step ran
-            if step.kind is StepKind.PREFILL and not seq.prefilled_once:
+            if chunk:
+                seq.prefilled += chunk
+                if seq.prefilling:
+                    continue  # more of its prompt to come: no token yet
+                if not seq.prefilled_once:
+                    seq.prefilled_once = True
+                    self.counters.prompt_tokens += seq.prompt_tokens
+            elif step.kind is StepKind.PREFILL and not seq.prefilled_once:
                 seq.prefilled_once = True
                 self.counters.prompt_tokens += seq.prompt_tokens
             if seq.generated < seq.output_tokens:
@@ -189,7 +216,38 @@ class Scheduler:
             advanced.append(seq)
         return advanced
 
-    def _admit(self) -> tuple[Sequence, ...]:
+    def _plan_chunked(self) -> Step | None:
+        self._preempt_for_growth()
+        budget = self.config.max_prefill_tokens
+        decodes = [s for s in self.running if not s.prefilling]
+        budget -= len(decodes)
+        seqs: list[Sequence] = list(decodes)
+        chunks = [0] * len(decodes)
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if seq.prefilling:
+                chunk = min(seq.prefill_target - seq.prefilled, budget)
+                seqs.append(seq)
+                chunks.append(chunk)
+                budget -= chunk
+        for seq in self._admit(token_budget=budget) if budget > 0 else ():
+            seq.prefilled, seq.prefill_target = 0, seq.kv_tokens
+            chunk = min(seq.prefill_target, budget)
+            seqs.append(seq)
+            chunks.append(chunk)
+            budget -= chunk
+        if not seqs:
+            return None
+        prefill = sum(chunks)
+        kind = StepKind.MIXED if prefill else StepKind.DECODE
+        duration = self.config.mixed_step_seconds(len(decodes), prefill, self.slow_factor)
+        return Step(kind, tuple(seqs), duration, tuple(chunks))
+
+    def _admit(self, token_budget: int | None = None) -> tuple[Sequence, ...]:
+        """Admit the queue's head while a slot and its KV are free: up to
+        ``max_prefill_tokens`` of prompts (one longer prompt alone), or with a
+        ``token_budget`` (chunked prefill) until that is spent, the last one in part."""
         cfg = self.config
         reserve = int(cfg.kv_cache_tokens * cfg.kv_watermark)
         used = self.kv_used
@@ -201,7 +259,10 @@ class Scheduler:
             free = cfg.kv_cache_tokens - used - (reserve if self.running else 0)
             if need > free:
                 break
-            if admitted and batch_tokens + need > cfg.max_prefill_tokens:
+            if token_budget is not None:
+                if batch_tokens >= token_budget:
+                    break
+            elif admitted and batch_tokens + need > cfg.max_prefill_tokens:
                 break
             self.waiting.popleft()
             head.state = SeqState.RUNNING

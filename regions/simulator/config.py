@@ -19,7 +19,11 @@ class EngineConfig:
       of running sequences.
     - ``max_model_len``: longest prompt + output accepted; longer requests get HTTP 400.
     - ``max_prefill_tokens``: prompt tokens prefilled in one iteration at most (vLLM's
-      ``--max-num-batched-tokens``); a single longer prompt is still admitted alone.
+      ``--max-num-batched-tokens``); a single longer prompt is still admitted alone. With
+      ``chunked_prefill``, the tokens of one iteration at most, decodes included.
+    - ``chunked_prefill``: vLLM v1's scheduling (its default): every iteration decodes each
+      running sequence and spends what is left of ``max_prefill_tokens`` on prompt chunks,
+      oldest first; see ``batching``.
     - ``prefill_tokens_per_s``: prefill throughput at speed 1.0.
     - ``decode_base_ms``, ``decode_alpha``: one decode step of a batch of ``b`` sequences
       takes ``decode_base_ms * (1 + decode_alpha * (b - 1)) / speed`` milliseconds.
@@ -39,10 +43,13 @@ class EngineConfig:
     decode_alpha: float = 0.04
     kv_watermark: float = 0.01
     max_catchup_s: float = 0.5
+    chunked_prefill: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "chunked_prefill":
+                continue
             if f.name in ("decode_alpha", "kv_watermark", "max_catchup_s"):
                 if value < 0:
                     raise SimConfigError(f"engine.{f.name}: must be >= 0, got {value!r}")
@@ -50,6 +57,11 @@ class EngineConfig:
                 raise SimConfigError(f"engine.{f.name}: must be > 0, got {value!r}")
         if self.kv_watermark >= 1:
             raise SimConfigError(f"engine.kv_watermark: must be < 1, got {self.kv_watermark!r}")
+        if self.chunked_prefill and self.max_prefill_tokens <= self.max_num_seqs:
+            raise SimConfigError(
+                f"engine.max_prefill_tokens: {self.max_prefill_tokens} leaves no room for a "
+                f"prompt chunk beside {self.max_num_seqs} decodes (chunked_prefill)"
+            )
         if self.kv_cache_tokens < self.max_model_len:
             raise SimConfigError(
                 f"engine.kv_cache_tokens: {self.kv_cache_tokens} is smaller than "
@@ -64,3 +76,13 @@ class EngineConfig:
         """Model seconds of one decode step over ``batch`` running sequences."""
         base = self.decode_base_ms / 1000.0
         return base * (1 + self.decode_alpha * (batch - 1)) / self.speed * slow_factor
+
+    def mixed_step_seconds(
+        self, decodes: int, prefill_tokens: int, slow_factor: float = 1.0
+    ) -> float:
+        """Model seconds of one chunked-prefill iteration: ``decodes`` running sequences
+        decode beside ``prefill_tokens`` prompt tokens. Decoding is bound by memory reads and
+        prefill by compute, so the two overlap (Sarathi-Serve's piggybacked decodes): the
+        step takes the longer of the two."""
+        decode = self.decode_step_seconds(decodes, slow_factor) if decodes else 0.0
+        return max(decode, self.prefill_seconds(prefill_tokens, slow_factor))

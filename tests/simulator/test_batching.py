@@ -156,9 +156,93 @@ def test_requests_longer_than_max_model_len_are_refused() -> None:
         ("max_num_seqs", 0, "engine.max_num_seqs: must be > 0"),
         ("decode_alpha", -1.0, "engine.decode_alpha: must be >= 0"),
         ("kv_cache_tokens", 100, "engine.kv_cache_tokens: 100 is smaller than max_model_len"),
+        ("max_prefill_tokens", 16, "engine.max_prefill_tokens: 16 leaves no room"),
     ],
-    ids=["speed", "slots", "alpha", "kv-below-context"],
+    ids=["speed", "slots", "alpha", "kv-below-context", "chunk-budget"],
 )
 def test_config_errors_name_the_field(field: str, value: object, message: str) -> None:
     with pytest.raises(SimConfigError, match=message):
-        EngineConfig(**{field: value})
+        EngineConfig(**{"chunked_prefill": field == "max_prefill_tokens", field: value})
+
+
+# -- chunked prefill (vLLM v1) ----------------------------------------------------------------
+
+
+def chunked(**overrides: object) -> Scheduler:
+    return make(chunked_prefill=True, max_num_seqs=4, **overrides)
+
+
+def test_chunked_a_long_prompt_prefills_in_chunks_while_the_others_decode() -> None:
+    s = chunked(max_prefill_tokens=1000)
+    old = s.submit(10, 50, 0.0)
+    first = s.plan()
+    assert first is not None and first.chunks == (10,)
+    s.complete(first, first.duration)
+    assert old.generated == 1
+    long = s.submit(2500, 5, 0.0)
+    now = first.duration
+    steps = []
+    while long.generated == 0:
+        step = s.plan()
+        assert step is not None
+        now += step.duration
+        s.complete(step, now)
+        steps.append(step)
+    # 999 + 999 + 502: the budget less the one decode each step
+    assert [st.chunks for st in steps] == [(0, 999), (0, 999), (0, 502)]
+    assert all(st.kind is StepKind.MIXED for st in steps)
+    assert old.generated == 1 + 3  # it decoded in every one of them
+    assert long.first_token_at == pytest.approx(now)
+
+
+@pytest.mark.parametrize(
+    ("decodes", "prompt", "step_s"),
+    [(1, 999, 0.999), (4, 20, 0.025), (4, 0, 0.025), (0, 300, 0.3)],
+    ids=["prefill-bound", "decode-bound", "decode-only", "prefill-only"],
+)
+def test_chunked_step_takes_the_longer_of_decode_and_prefill(
+    decodes: int, prompt: int, step_s: float
+) -> None:
+    s = chunked(max_prefill_tokens=1000)
+    for _ in range(decodes):
+        s.submit(1, 50, 0.0)
+    if decodes:
+        warm = s.plan()
+        assert warm is not None
+        s.complete(warm, warm.duration)
+    if prompt:
+        s.submit(prompt, 5, 0.0)
+    step = s.plan()
+    assert step is not None
+    assert step.duration == pytest.approx(step_s)  # decode 10 ms * (1 + 0.5 * 3) at 4
+
+
+def test_chunked_admits_no_more_than_the_budget_can_start() -> None:
+    s = chunked(max_prefill_tokens=600)
+    for _ in range(4):
+        s.submit(400, 5, 0.0)
+    step = s.plan()
+    assert step is not None and step.chunks == (400, 200)
+    assert len(s.running) == 2 and len(s.waiting) == 2
+
+
+def test_chunked_preemption_recomputes_and_every_token_is_emitted_once() -> None:
+    s = chunked(kv_cache_tokens=1000, max_model_len=1000, max_prefill_tokens=300)
+    old = s.submit(480, 40, 0.0)
+    new = s.submit(480, 40, 0.0)
+    run_to_end(s)
+    assert old.state is SeqState.FINISHED and new.state is SeqState.FINISHED
+    assert new.preemptions >= 1 and old.preemptions == 0
+    assert s.counters.generation_tokens == 80
+    assert s.counters.prompt_tokens == 960
+
+
+def test_chunked_serves_a_queue_in_order_to_the_end() -> None:
+    s = chunked(max_prefill_tokens=256)
+    seqs = [s.submit(100 * (i + 1), 10 + i, 0.0) for i in range(8)]
+    run_to_end(s)
+    assert all(q.state is SeqState.FINISHED for q in seqs)
+    assert [q.generated for q in seqs] == [10 + i for i in range(8)]
+    firsts = [q.first_token_at for q in seqs]
+    assert firsts == sorted(firsts)  # oldest first
+    assert s.counters.prompt_tokens == sum(100 * (i + 1) for i in range(8))

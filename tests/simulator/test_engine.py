@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -159,4 +160,30 @@ async def test_engine_catches_up_on_lateness_within_max_catchup(late: float, los
         assert engine.state().lost_s > 0 and seq.finished_at > nominal + 1.0
     else:
         assert engine.state().lost_s == 0 and seq.finished_at == pytest.approx(nominal)
+    await engine.stop()
+
+
+@pytest.mark.parametrize(
+    ("chunked", "longest_gap_s"),
+    [(False, 2.0), (True, 0.499)],  # the whole prefill; one 499-token chunk beside a decode
+    ids=["prefill-apart", "chunked-prefill"],
+)
+async def test_a_long_prompt_stalls_a_running_stream_unless_prefill_is_chunked(
+    chunked: bool, longest_gap_s: float
+) -> None:
+    engine = await started(chunked_prefill=chunked, max_prefill_tokens=500)
+    clock = engine.clock
+    running = engine.submit(10, 60)
+    stamps: list[float] = []
+
+    async def read() -> None:
+        async for _ in engine.stream(running):
+            stamps.append(clock.now())
+            if len(stamps) == 5:
+                engine.submit(2000, 5)  # 2 s of prefill at 1,000 tokens/s
+
+    await read()
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert len(stamps) == 60
+    assert max(gaps) == pytest.approx(longest_gap_s)
     await engine.stop()

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
+from regions.simulator.__main__ import main
 from regions.simulator.errors import SimConfigError
 from regions.simulator.fleet import parse_listen
 
@@ -96,3 +97,10 @@ async def test_module_entry_point_serves_one_server() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+
+
+def test_module_entry_point_passes_chunked_prefill_to_the_engine(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--chunked-prefill", "16", "--max-num-seqs", "16"]) == 2
+    assert "engine.max_prefill_tokens: 16 leaves no room" in capsys.readouterr().err
