@@ -418,7 +418,32 @@ def median_stats(runs: list[RunStats]) -> RunStats:
     )
 
 
-def print_table(load: float, offered: float, results: dict[str, RunStats], args) -> None:
+def paired_ratios(ours: list[RunStats], peer: list[RunStats], attr: str) -> list[float]:
+    """Per repeat (the same trace slice for every setup), ours over the peer's ``attr``."""
+    return [getattr(o, attr) / getattr(p, attr) for o, p in zip(ours, peer, strict=True)]
+
+
+def print_paired(name: str, runs: dict[str, list[RunStats]]) -> None:
+    """With several repeats: each slice's p99 ratios ours/peer and their median (a median
+    of paired ratios, which the summary's ratio of medians is not)."""
+    for peer in PEERS:
+        if peer not in runs or len(runs[name]) < 2:
+            continue
+        cells = []
+        for label, attr in (("TTFT p99", "ttft_p99"), ("E2E p99", "e2e_p99")):
+            ratios = paired_ratios(runs[name], runs[peer], attr)
+            each = " ".join(f"{r:.2f}" for r in ratios)
+            cells.append(f"{label} {each} (median {statistics.median(ratios):.2f}x)")
+        print(f"  {name}/{peer:<12} per slice: " + "   ".join(cells))
+
+
+def print_table(
+    load: float,
+    offered: float,
+    results: dict[str, RunStats],
+    args,
+    runs: dict[str, list[RunStats]] | None = None,
+) -> None:
     print(
         f"\n== load {load:.0%} of capacity: {offered:.2f} req/s offered "
         f"(arrivals in {args.measure:g} model s counted after a {args.warmup:g} s warm-up, "
@@ -453,6 +478,8 @@ def print_table(load: float, offered: float, results: dict[str, RunStats], args)
                 f"E2E p99 {ours.e2e_p99 / p.e2e_p99:5.2f}x   "
                 f"req/s {ours.req_per_s / p.req_per_s:5.2f}x"
             )
+        if runs:
+            print_paired(name, runs)
 
 
 def max_tokens_mode(max_tokens: int | None) -> str:
@@ -593,8 +620,9 @@ def main() -> int:
             for p in sims:
                 p.stop()
     for load in loads:
-        results = {s: median_stats(runs[(load, s)]) for s in setups if (load, s) in runs}
-        print_table(load, statistics.median(offered[load]), results, args)
+        by_setup = {s: runs[(load, s)] for s in setups if (load, s) in runs}
+        results = {s: median_stats(r) for s, r in by_setup.items()}
+        print_table(load, statistics.median(offered[load]), results, args, by_setup)
     print(f"\n(wall time {time.monotonic() - started:.0f} s)")
     return 0
 

@@ -455,13 +455,14 @@ def run(
 def fleet_capacity(engine: EngineConfig) -> float:
     """Requests per model second the bench's fleet of ``engine`` servers sustains on the
     trace, measured as ``bench/simulator_check.py`` measures it (saturated, virtual time)."""
+    requests = simulator_check.load_trace(simulator_check.TRACE)
     per_speed = {}
     for speed in sorted({s for _, s in FLEET}):
         config = dataclasses.replace(engine, speed=speed)
         result = asyncio.run(
             simulator_check.measure_virtual(
                 config,
-                simulator_check.load_trace(simulator_check.TRACE),
+                requests,
                 2 * config.max_num_seqs,
                 warmup=60.0,
                 window=600.0,

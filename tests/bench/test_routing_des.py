@@ -8,9 +8,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from routing_des import LoopClock, VirtualTimeLoop, run
+from routing import CAPACITY
+from routing_des import LoopClock, VirtualTimeLoop, fleet_capacity, run
 from routing_trace import Arrival
 
 from regions.simulator.config import EngineConfig
@@ -58,10 +61,15 @@ def test_an_engine_on_the_loop_clock_keeps_the_model_times() -> None:
     assert abs(decode - 10 * 0.012) < 1e-6
 
 
-def test_both_routers_serve_every_counted_request() -> None:
+@pytest.mark.parametrize(
+    "engine",
+    [EngineConfig(), EngineConfig(chunked_prefill=True, max_prefill_tokens=2048)],
+    ids=["prefill-apart", "chunked-prefill"],
+)
+def test_both_routers_serve_every_counted_request(engine: EngineConfig) -> None:
     arrivals = [Arrival(i * 0.05, 500 + 40 * (i % 50), 20 + 7 * (i % 30)) for i in range(200)]
     for setup in ("ours", "haproxy"):
-        results, _ = run(setup, arrivals, None, 5.0)
+        results, _ = run(setup, arrivals, None, 5.0, engine=engine)
         counted = [r for r in results if r.at < 5.0]
         assert len(counted) == 100, setup
         assert all(
@@ -70,3 +78,11 @@ def test_both_routers_serve_every_counted_request() -> None:
         ), setup
         assert all(0 < r.ttft <= r.e2e for r in counted), setup
         assert {r.backend for r in counted} <= {f"gpu{i}" for i in range(6)}, setup
+
+
+def test_fleet_capacity_is_the_simulator_checks_measure() -> None:
+    """The standard engine reproduces the bench's recorded capacity; chunked prefill, whose
+    decodes do not stop for prefills, serves more."""
+    standard = fleet_capacity(EngineConfig())
+    assert abs(standard - CAPACITY) / CAPACITY < 0.02
+    assert fleet_capacity(EngineConfig(chunked_prefill=True, max_prefill_tokens=2048)) > standard
