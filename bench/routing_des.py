@@ -501,7 +501,7 @@ def main() -> int:
     engine = EngineConfig()
     capacity = CAPACITY
     if args.chunked_prefill:
-        engine = EngineConfig(chunked_prefill=True, max_prefill_tokens=args.chunked_prefill)
+        engine = engine.chunked(args.chunked_prefill)
         capacity = fleet_capacity(engine)
         print(f"chunked prefill, {args.chunked_prefill} tokens per iteration: fleet capacity "
               f"{capacity:.2f} req/s (bench/simulator_check.py's measure; {CAPACITY:.2f} "

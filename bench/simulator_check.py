@@ -170,7 +170,7 @@ async def main(argv: list[str] | None = None) -> int:
     reqs = load_trace(TRACE)
     base = EngineConfig()
     if args.chunked_prefill:
-        base = EngineConfig(chunked_prefill=True, max_prefill_tokens=args.chunked_prefill)
+        base = base.chunked(args.chunked_prefill)
     clients = args.clients or 2 * base.max_num_seqs
     prompts = [r[0] for r in reqs]
     outputs = [r[1] for r in reqs]

@@ -69,12 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
             kv_cache_tokens=args.kv_cache_tokens,
             max_model_len=args.max_model_len,
-            **(
-                {"chunked_prefill": True, "max_prefill_tokens": args.chunked_prefill}
-                if args.chunked_prefill
-                else {}
-            ),
         )
+        if args.chunked_prefill:
+            engine = engine.chunked(args.chunked_prefill)
         spec = ServerSpec(
             name=args.name or args.listen,
             host=host,

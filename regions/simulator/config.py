@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 from regions.simulator.errors import SimConfigError
@@ -67,6 +68,10 @@ class EngineConfig:
                 f"engine.kv_cache_tokens: {self.kv_cache_tokens} is smaller than "
                 f"max_model_len {self.max_model_len}; the longest request could never run"
             )
+
+    def chunked(self, tokens: int) -> EngineConfig:
+        """This engine with vLLM v1's chunked prefill, ``tokens`` per iteration."""
+        return dataclasses.replace(self, chunked_prefill=True, max_prefill_tokens=tokens)
 
     def prefill_seconds(self, tokens: int, slow_factor: float = 1.0) -> float:
         """Model seconds to prefill ``tokens`` prompt tokens."""
