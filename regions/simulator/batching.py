@@ -221,9 +221,13 @@ class Scheduler:
         budget = self.config.max_prefill_tokens
         decodes = [s for s in self.running if not s.prefilling]
         budget -= len(decodes)
+        pending = sum(s.prefill_target - s.prefilled for s in self.running if s.prefilling)
+        if budget > pending:
+            for seq in self._admit(token_budget=budget - pending):
+                seq.prefilled, seq.prefill_target = 0, seq.kv_tokens
         seqs: list[Sequence] = list(decodes)
         chunks = [0] * len(decodes)
-        for seq in self.running:
+        for seq in self.running:  # admission order: unfinished prompts, then the new ones
             if budget <= 0:
                 break
             if seq.prefilling:
@@ -231,12 +235,6 @@ class Scheduler:
                 seqs.append(seq)
                 chunks.append(chunk)
                 budget -= chunk
-        for seq in self._admit(token_budget=budget) if budget > 0 else ():
-            seq.prefilled, seq.prefill_target = 0, seq.kv_tokens
-            chunk = min(seq.prefill_target, budget)
-            seqs.append(seq)
-            chunks.append(chunk)
-            budget -= chunk
         if not seqs:
             return None
         prefill = sum(chunks)
