@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from director.datasets import trace_path
 from regions.simulator.config import EngineConfig
 
-TRACE = (Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure-llm-2023"
-         / "AzureLLMInferenceTrace_conv.csv.gz")
+TRACE = trace_path("azure-llm-2023/AzureLLMInferenceTrace_conv.csv.gz")
 MAX_MODEL_LEN = 16_384
 
 

@@ -34,12 +34,13 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from director.datasets import trace_path
 from regions.simulator.clock import VirtualClock
 from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 from regions.simulator.fleet import ServerSpec, SimServer
 
-TRACE = Path("/work/shared/data/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv.gz")
+TRACE = trace_path("azure-llm-2023/AzureLLMInferenceTrace_conv.csv.gz")
 MODEL = "sim-model"
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from director.datasets import maxmind_test_db
 from director.state import EmbeddedValkey, StateStore
 
 ASYNC_TEST_TIMEOUT_S = 30.0
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "policies" / "examples"
-SHARED_DATA = ROOT.parent / "shared" / "data"
-MAXMIND_TEST_CITY = SHARED_DATA / "geoip" / "maxmind-test" / "GeoIP2-City-Test.mmdb"
+MAXMIND_TEST_CITY = maxmind_test_db("GeoIP2-City-Test")
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +57,7 @@ def example_policy(example_policy_path):
 @pytest.fixture(scope="session")
 def maxmind_test_city() -> Path:
     if not MAXMIND_TEST_CITY.exists():
-        pytest.fail(f"shared test data missing: {MAXMIND_TEST_CITY}")
+        pytest.fail(f"vendored test data missing: {MAXMIND_TEST_CITY} (see data/README.md)")
     return MAXMIND_TEST_CITY
 
 

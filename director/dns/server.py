@@ -8,7 +8,7 @@ UDP, three ways, fastest first:
   non-blocking, answering everything itself (``director.dns.mmsg``);
 - elsewhere, the reader callback reads up to ``udp_batch`` datagrams per wake-up with
   ``recvfrom`` and answers each with ``sendto`` (no datagram transport: the stdlib one reads
-  one datagram per wake-up into a 256 KiB buffer, see research/dns-bench.md).
+  one datagram per wake-up into a 256 KiB buffer).
 All work with the stdlib loop and with uvloop.
 
 TCP: 2-byte length framing, pipelined queries answered in order, frames over

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
+from director.datasets import traces_dir
 from director.drills.document import CHECK_EXPECT, DOCUMENT, FAULT_PARAMS
 from director.drills.errors import Diagnostic, DrillFileError, did_you_mean
 from director.drills.model import (
@@ -50,8 +51,6 @@ from director.drills.schema import INVALID, MapOf, Reader, ScalarOnly, compose
 
 MAX_BYTES = 1 << 20
 TRACES_ENV = "DIRECTOR_TRACES"
-# the project's shared data, beside the repository (see shared/data/README.md)
-SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
 Path_ = tuple[str | int, ...]
 
 
@@ -220,7 +219,7 @@ class _Builder:
             if search_env and os.environ.get(search_env):
                 candidates.append(Path(os.environ[search_env]) / name)
             if search_env:
-                candidates.append(SHARED_TRACES / name)
+                candidates.append(traces_dir() / name)
         for c in candidates:
             if c.is_file():
                 return str(c.resolve())

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Read recorded request traces: arrival times and token counts.
 
-Two formats, as kept in ``shared/data/traces`` (see its README):
+Two formats, as kept in the repository's ``data/traces`` (see its README):
 
 - ``azure``: the Azure LLM inference trace 2023 (Splitwise), CSV with
   ``TIMESTAMP, ContextTokens, GeneratedTokens``; timestamps are absolute, 100 ns ticks.

@@ -8,8 +8,9 @@ import itertools
 
 import pytest
 
+from director.datasets import traces_dir
 from director.drills.arrivals import build_schedule, offered_rate
-from director.drills.loader import SHARED_TRACES, load_drill_text
+from director.drills.loader import load_drill_text
 from director.drills.traces import TraceRequest, read_trace
 
 BASE = """\
@@ -99,7 +100,7 @@ def test_trace_replay_keeps_the_trace_shape_and_tokens() -> None:
     ("mooncake-fast25-conversation/conversation_trace.first45min.jsonl.gz", "mooncake", 8940),
 ])
 def test_real_traces_read(path: str, fmt: str, rows: int) -> None:
-    trace = read_trace(str(SHARED_TRACES / path), fmt)
+    trace = read_trace(str(traces_dir() / path), fmt)
     assert len(trace) == rows
     assert trace[0].t == 0 and all(a.t <= b.t for a, b in itertools.pairwise(trace))
     assert all(r.input_tokens >= 1 and r.output_tokens >= 1 for r in trace)
