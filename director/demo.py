@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
+from director.console import plain_console
 from director.engine import Engine, RegionState, Snapshot
 from director.engine.clients import client_from_address
 from director.engine.exhaustive import check_engine_residency
@@ -36,7 +35,7 @@ CLIENTS = [
 
 
 def main(policy_path: Path = EXAMPLE) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    console = plain_console()
     result = check_policy(str(policy_path))
     if result.policy is None:
         console.print(result.error().render(), markup=False)

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from director.console import plain_console
 
 app = typer.Typer(help="Run the admin API and manage its tokens.", no_args_is_help=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 
 @app.command()

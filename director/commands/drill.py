@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+
+from director.console import plain_console
 
 app = typer.Typer(help="Chaos failover drills: break regions on purpose, prove failover.",
                   no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = plain_console()
+err = plain_console(stderr=True)
 
 ERROR_EXIT = 3
 
@@ -153,7 +154,7 @@ async def _run(drill: Any, target: str, token: str | None, report_dir: Path,
             err.print(f"error: {exc}", markup=False)
             _error_journal(drill, target, str(exc), report_dir, junit)
             return ERROR_EXIT
-        display = LiveDisplay(err if live else Console(stderr=True, quiet=True))
+        display = LiveDisplay(err if live else plain_console(stderr=True, quiet=True))
         with display:
             result = await Runner(prepared, admin, display).execute()
     files = write_reports(result, target, report_dir, junit)

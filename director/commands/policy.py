@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from director.console import plain_console
 from director.engine import Engine, RegionState, Snapshot
-from director.engine.clients import client_from_address, client_from_ecs
+from director.engine.clients import ClientInputError, client_from_input
 from director.engine.exhaustive import check_engine_residency
 from director.engine.types import Decision
 from director.geo import GeoDatabaseError, GeoLocator
@@ -20,8 +20,8 @@ from policies.errors import PolicyError
 from policies.formatter import format_text
 
 app = typer.Typer(help="Check, format and explain policy files.", no_args_is_help=True)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = plain_console()
+err = plain_console(stderr=True)
 
 
 @app.command()
@@ -116,8 +116,6 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:
     """Print the decision chain for one client and name, step by step."""
-    if client is None and ecs is None:
-        _fail("give --client ADDRESS, --ecs PREFIX, or both")
     result = check_policy(str(file))
     if result.policy is None:
         err.print(result.error().render(), markup=False)
@@ -128,9 +126,10 @@ def explain(
     except GeoDatabaseError as exc:
         _fail(str(exc))
     try:
-        who = client_from_ecs(locator, ecs) if ecs else client_from_address(locator, client)
-    except ValueError as exc:
-        _fail(f"not an address or prefix: {exc}")
+        who = client_from_input(locator, client, ecs, client_option="--client ",
+                                ecs_option="--ecs ")
+    except ClientInputError as exc:
+        _fail(str(exc))
     snapshot = _snapshot(policy.region_names, down or [], load or [])
     try:
         service = policy.service(name)

@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from director.console import plain_console
+from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
+
+DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
 
 app = typer.Typer(help="Run a region's local balancer.", no_args_is_help=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 
 def parse_listen(text: str, default_port: int) -> tuple[str, int]:
@@ -126,11 +130,12 @@ def serve(
         typer.Option(
             "--scorer",
             help="NAME=WEIGHT, repeatable: the scheduling profile's scorers "
-            "(default: outstanding-work=2 queue-depth=1).",
+            f"(default: {DEFAULT_SCORERS_TEXT}).",
         ),
     ] = None,
     picker: Annotated[
-        str | None, typer.Option("--picker", help="The profile's picker (default: max-score).")
+        str | None,
+        typer.Option("--picker", help=f"The profile's picker (default: {DEFAULT_PICKER})."),
     ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from director.commands.region import parse_listen
+from director.console import plain_console
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 
 def up(
@@ -65,7 +65,7 @@ def up(
         balancer_port=balancer_port, time_scale=time_scale,
         geoip=geoip.resolve() if geoip else None)
     try:
-        status = asyncio.run(run_up(result.policy, options, Console(highlight=False),
+        status = asyncio.run(run_up(result.policy, options, plain_console(soft_wrap=False),
                                     embedded=redis_url is None))
     except UpError as exc:
         err.print(f"error: {exc}", markup=False)

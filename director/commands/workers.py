@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from director.console import plain_console
+
+err = plain_console(stderr=True)
 
 
 def workers(

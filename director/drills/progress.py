@@ -14,6 +14,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from director.console import plain_console
 from director.drills import accounting as acc
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class LiveDisplay:
     """A rich ``Live`` region on stderr; a no-op when the console is not a terminal."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or plain_console(stderr=True, soft_wrap=False)
         self.live: Live | None = None
 
     def __enter__(self) -> LiveDisplay:

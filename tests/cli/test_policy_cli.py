@@ -114,3 +114,23 @@ def test_explain_bad_input_is_a_clear_error(args):
                       "--name", "chat.infer.example.com", *args)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ")
+
+
+def test_diagnostic_positions_print_as_written_never_as_emoji(tmp_path):
+    """Rich would turn ':100:' into an emoji; a file:line:col must reach the console as is."""
+    bad = tmp_path / "C-spill-leak.dp"
+    padding = "# padding\n" * 99
+    bad.write_text(
+        padding
+        + "zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }\n"
+        + "region eu-west { location 53.3 -6.2; jurisdiction EU; endpoints 127.0.2.1; "
+        "capacity 10rps }\n"
+        + "service chat.infer.example.com {\n"
+        + "    regions eu-wst\n"
+        + "    all-down answer-nothing\n"
+        + "}\n"
+    )
+    result = director("policy", "check", bad.name, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "C-spill-leak.dp:103:13: error: unknown region 'eu-wst'" in result.stderr
+    assert "\N{HUNDRED POINTS SYMBOL}" not in result.stderr
