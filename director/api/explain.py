@@ -10,7 +10,7 @@ from __future__ import annotations
 from director.api.errors import ApiError, NotFound
 from director.dns.explain import explain_lines
 from director.engine import Client, Engine, Snapshot
-from director.engine.clients import client_from_address, client_from_ecs
+from director.engine.clients import ClientInputError, client_from_input
 from director.geo import GeoLocator
 from policies import Policy
 from policies.model import Service
@@ -34,12 +34,10 @@ def find_service(policy: Policy, name: str) -> Service:
 
 def make_client(locator: GeoLocator, client: str | None, ecs: str | None) -> Client:
     """The client to decide for: its ECS prefix when given, else its address."""
-    if client is None and ecs is None:
-        raise BadQuery("give client=ADDRESS, ecs=PREFIX, or both")
     try:
-        return client_from_ecs(locator, ecs) if ecs else client_from_address(locator, client)
-    except ValueError as exc:
-        raise BadQuery(f"not an address or prefix: {exc}") from None
+        return client_from_input(locator, client, ecs)
+    except ClientInputError as exc:
+        raise BadQuery(str(exc)) from None
 
 
 def explain(policy: Policy, engine: Engine, snapshot: Snapshot, client: Client,

@@ -77,7 +77,7 @@ async def test_explain_returns_the_steps(tmp_path, valkey, prefix):
         status, body = await api.get("/api/v1/explain?name=chat")
         assert status == 422 and "give client=ADDRESS" in body["error"]
         status, body = await api.get("/api/v1/explain?client=nope&name=chat")
-        assert status == 422 and "not an address" in body["error"]
+        assert status == 422 and "client=nope is not an IP address" in body["error"]
         status, body = await api.get("/api/v1/explain?client=1.2.3.4&name=video")
         assert status == 404 and "services: chat.infer.example.com" in body["error"]
         status, body = await api.get("/api/v1/explain?client=1.2.3.4")
@@ -95,3 +95,15 @@ async def test_services(tmp_path, valkey, prefix):
         rule = by_name["chat"]["rules"][0]
         assert (rule["name"], rule["allowed"]) == ("eu-gdpr", ["eu-west", "eu-central"])
         assert [r["name"] for r in by_name["sovereign"]["rules"]] == ["eu-gdpr", "india"]
+
+
+async def test_explain_sends_a_prefix_given_as_client_to_ecs(tmp_path, valkey, prefix):
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        status, body = await api.get("/api/v1/explain?client=2.2.2.0/24&name=chat")
+        assert status == 422
+        assert body["error"] == ("client=2.2.2.0/24 is a prefix, and client= takes one "
+                                 "address: pass a prefix as ecs=2.2.2.0/24")
+        status, body = await api.get("/api/v1/explain?ecs=2.2.2.300/24&name=chat")
+        assert status == 422 and "ecs=2.2.2.300/24 is not a prefix" in body["error"]
+        status, body = await api.get("/api/v1/explain?ecs=2.2.2.0/24&name=chat")
+        assert status == 200 and body["client"]["source"] == "ecs"
