@@ -7,7 +7,9 @@
   gauges read from the pool at scrape time;
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
-  ``director_balancer_upstream_errors_total{backend,kind}``;
+  ``director_balancer_upstream_errors_total{backend,kind}``,
+  ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
+  chunk, as SSE clients do once they read ``[DONE]``);
 - ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
@@ -115,6 +117,12 @@ class BalancerMetrics:
             "director_balancer_residency_refused",
             "Requests refused because this region may not serve the client",
             ["service"],
+            registry=r,
+        )
+        self.client_gone = Counter(
+            "director_balancer_client_gone",
+            "Clients that closed their connection before the answer's end (not errors)",
+            ["when"],
             registry=r,
         )
         self.upstream_errors = Counter(

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -41,6 +42,8 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
 
+WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
+CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
 REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
 DEADLINE_HEADER = "x-director-deadline-ms"
@@ -240,10 +243,17 @@ class Proxy:
             if sse:
                 meter.observe(chunk, now)
 
-        end = await relay(request, upstream, resp, on_chunk, self.clock)
+        try:
+            end = await relay(request, upstream, resp, on_chunk, self.clock)
+        except asyncio.CancelledError:  # the client went away while we waited upstream
+            self.metrics.client_gone.labels("before_end").inc()
+            raise
         if end is RelayEnd.UPSTREAM_FAILED:
             self._failed(backend, "mid_stream")
-        if end is not RelayEnd.FINISHED:
+        elif end in CLIENT_GONE:
+            self.metrics.client_gone.labels(CLIENT_GONE[end]).inc()
+            log.debug("client went away (%s) from a %s answer", CLIENT_GONE[end], backend.name)
+        if end not in WHOLE_ANSWER:
             return resp
         metrics.e2e.observe(self.clock() - start)
         if upstream.status >= 500:

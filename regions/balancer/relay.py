@@ -2,7 +2,7 @@
 """Relay an upstream answer to the client chunk by chunk, unbuffered (the proxy to a GPU
 server and the overflow to a sibling region both do).
 
-``relay`` ends one of three ways (``RelayEnd``) and leaves the upstream connection in the
+``relay`` ends one of four ways (``RelayEnd``) and leaves the upstream connection in the
 right state for each: released to the pool after a whole answer, closed otherwise (closing
 it is what aborts the sequence on a GPU server when the client goes away). When the
 upstream fails mid-answer the client's connection is aborted, so it sees a truncated
@@ -28,6 +28,9 @@ OnChunk = Callable[[bytes, float], None]  # (chunk, when it was read), after wri
 class RelayEnd(enum.Enum):
     FINISHED = "finished"  # the whole answer went out
     CLIENT_GONE = "client_gone"  # before the headers or during the body
+    # every chunk went out, the client closed before the terminating chunk (usual after
+    # an SSE client reads ``[DONE]``): the answer is whole, the client is not an error
+    CLIENT_GONE_AT_END = "client_gone_at_end"
     UPSTREAM_FAILED = "upstream_failed"  # a read from upstream failed mid-answer
 
 
@@ -82,8 +85,11 @@ async def relay(
             finally:
                 if on_chunk is not None:
                     on_chunk(chunk, now)
-        await resp.write_eof()
         finished = True
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            return RelayEnd.CLIENT_GONE_AT_END
         return RelayEnd.FINISHED
     finally:
         if finished:

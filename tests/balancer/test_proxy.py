@@ -6,11 +6,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import re
 import time
 
+import aiohttp
 import pytest
+from aiohttp import web
 
-from regions.balancer import AdmissionConfig, BalancerConfig, OutlierConfig
+from regions.balancer import (
+    AdmissionConfig,
+    BackendSpec,
+    BalancerConfig,
+    OutlierConfig,
+    build_balancer,
+)
 from regions.balancer.app import _is_loopback
 from regions.simulator import Fault, FaultMode
 from tests.balancer.helpers import MODEL, completion, eventually, stack, stream_completion
@@ -256,3 +266,53 @@ async def test_speeds_are_learned_from_streamed_tokens() -> None:
             "/_admin/explain", json={"path": "/v1/completions", "body": completion(30)}
         ) as resp:
             assert (await resp.json())["steps"][-1]["plugin"] == "max-score"
+
+
+
+async def test_clients_that_close_after_done_are_counted_never_logged_as_errors(caplog) -> None:
+    """An SSE client closes as soon as it reads ``[DONE]``, before a server that ends its
+    body a little later has done so: counted in ``client_gone_total``, never logged as an
+    error. (The race where the balancer's own end-of-body write finds the client gone is
+    pinned down in ``test_relay.py``.)"""
+    async def lingering(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"text": "hi"}]}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(0.3)  # the body ends after the client has gone
+        with contextlib.suppress(ConnectionResetError):  # the balancer may close first
+            await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", lingering)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    caplog.set_level(logging.INFO)
+    balancer = build_balancer("test-region", [BackendSpec("gpu0", f"http://{host}:{port}",
+                                                          (MODEL,), 16)])
+    try:
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            front_host, front_port = balancer.url.removeprefix("http://").split(":")
+            body = json.dumps(completion(8)).encode()
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection(front_host, int(front_port))
+                writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                await reader.readuntil(b"data: [DONE]\n\n")
+                writer.close()
+            await eventually(lambda: balancer.pool.in_flight() == 0)
+            async with client.get("/metrics") as resp:
+                text = await resp.text()
+    finally:
+        await runner.cleanup()
+    gone = {when: float(value) for when, value in re.findall(
+        r'director_balancer_client_gone_total\{when="(\w+)"\} (\S+)', text)}
+    assert sum(gone.values()) == 3.0, gone
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -33,8 +33,9 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
 class Upstream:
     """Streams ``CHUNKS`` 20 ms apart; ``fail_after`` chunks it drops the connection."""
 
-    def __init__(self, fail_after: int | None = None) -> None:
+    def __init__(self, fail_after: int | None = None, linger: float = 0.0) -> None:
         self.fail_after = fail_after
+        self.linger = linger  # seconds between the last chunk and the end of the body
         self.closed_early = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -48,6 +49,7 @@ class Upstream:
                     return resp
                 await resp.write(chunk)
                 await asyncio.sleep(0.02)
+            await asyncio.sleep(self.linger)
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             self.closed_early.set()
@@ -108,3 +110,18 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream_connection() -> N
         async with asyncio.timeout(5):
             await upstream.closed_early.wait()  # the GPU server's sequence is aborted
     assert RelayEnd.FINISHED not in ends
+
+
+async def test_a_client_leaving_after_the_last_chunk_is_a_whole_answer_not_an_error() -> None:
+    """An SSE client closes once it reads ``[DONE]``; the end of the body comes later."""
+    async with front_of(Upstream(linger=0.3)) as (url, ends, seen), \
+            aiohttp.ClientSession() as client:
+        async with client.get(url) as resp:
+            for chunk in CHUNKS:
+                assert await resp.content.readuntil(b"\n\n") == chunk
+            resp.close()  # gone after [DONE], before the terminating chunk
+        async with asyncio.timeout(5):
+            while not ends:
+                await asyncio.sleep(0.02)
+    assert ends == [RelayEnd.CLIENT_GONE_AT_END]
+    assert seen == CHUNKS
