@@ -50,3 +50,15 @@ def test_known_scorers_are_listed() -> None:
     _, text = invoke("--scorer", "nope=1")
     for name in ("prefix-affinity", "session-affinity", "outstanding-work"):
         assert name in text, text
+
+
+def test_help_states_the_real_default_profile() -> None:
+    """The help is generated from the balancer's defaults, so it cannot drift from them."""
+    from regions.balancer import BalancerConfig
+
+    result = CliRunner().invoke(app, ["region", "serve", "--help"], terminal_width=400)
+    text = " ".join(result.output.translate({ord(c): " " for c in "│╭╮╰╯─"}).split())
+    config = BalancerConfig()
+    scorers = " ".join(f"{name}={weight:g}" for name, weight in config.scorers)
+    assert f"(default: {scorers})" in text, text
+    assert f"(default: {config.picker})" in text, text
