@@ -235,11 +235,16 @@ def _residency(directive: Directive, ctx: _Context) -> ResidencyRule | None:
         else:
             spill_to = rule_ctx.region_list(Args(d, report).rest(_region_name,
                                                                  "<region> ... | none"))
+    cross_border: tuple[str, ...] = ()
+    if "cross-border" in found:
+        cross_border = rule_ctx.region_list(Args(found["cross-border"][0], report).rest(
+            _region_name, "<region> ..."))
     if name is None or "allow" not in found or "all-down" not in found:
         return None
     clients = ClientMatch(frozenset(sets["jurisdiction"]), frozenset(sets["country"]),
                           frozenset(sets["continent"]))
-    return ResidencyRule(name, clients, allowed, all_down, spill_to, pos=directive.pos)
+    return ResidencyRule(name, clients, allowed, all_down, spill_to, cross_border,
+                         pos=directive.pos)
 
 
 def _client_kind(text: str) -> str:

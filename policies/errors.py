@@ -4,7 +4,7 @@ Exception tree::
 
     PolicyError            a policy could not be loaded; carries every Diagnostic found
 
-A ``Diagnostic`` renders as::
+A ``Diagnostic`` (an error, or a warning from ``policies.lint``) renders as::
 
     global.dp:12:11: error: unknown region 'eu-wst'
        12 |     allow eu-wst eu-central
@@ -31,11 +31,12 @@ class Diagnostic:
     length: int = 1  # how many columns the caret underlines
     expected: str | None = None
     hint: str | None = None
+    severity: str = "error"  # or "warning": reported, never blocks loading
 
     def render(self, sources: Mapping[str, str]) -> str:
         """The diagnostic with its source line and a caret, given file name -> text."""
         where = str(self.pos) if self.pos.line > 0 else self.pos.file  # 0: the whole file
-        head = f"{where}: error: {self.message}"
+        head = f"{where}: {self.severity}: {self.message}"
         lines = [head]
         text = sources.get(self.pos.file)
         if text is not None and self.pos.line > 0:
@@ -63,6 +64,7 @@ class Diagnostic:
             "file": self.pos.file,
             "line": self.pos.line,
             "column": self.pos.col,
+            "severity": self.severity,
             "message": self.message,
             "expected": self.expected,
             "hint": self.hint,

@@ -112,6 +112,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "all-down": Spec("answer-allowed | answer-nothing | fallback <region> ...",
                          required=True),
         "spillover-to": Spec("<region> ... | none"),
+        "cross-border": Spec("<region> ..."),
     },
 }
 

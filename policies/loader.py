@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from policies.compiler import compile_file
 from policies.errors import Diagnostic, PolicyError
+from policies.lint import lint
 from policies.model import Policy, SourcePos
 from policies.parser import parse_text
 from policies.reading import Reporter
@@ -45,6 +46,7 @@ class CheckResult:
     diagnostics: list[Diagnostic]
     proof: list[PathCheck] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
+    warnings: list[Diagnostic] = field(default_factory=list)  # never block loading
 
     @property
     def ok(self) -> bool:
@@ -88,7 +90,8 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
         if prove and not report.diagnostics and not proof_disabled():
             proof = prove_residency(compiled.policy, report)
     policy = compiled.policy if not report.diagnostics else None
-    return CheckResult(policy, _dedupe(report.diagnostics), proof, sources)
+    warnings = lint(policy, report) if policy is not None else []
+    return CheckResult(policy, _dedupe(report.diagnostics), proof, sources, warnings)
 
 
 def load_policy(path: str, *, reader: SourceReader = read_file, prove: bool = True) -> Policy:
@@ -102,14 +105,18 @@ def load_policy(path: str, *, reader: SourceReader = read_file, prove: bool = Tr
 def load_policy_text(text: str, name: str = "policy.dp",
                      files: Mapping[str, str] | None = None, *, prove: bool = True) -> Policy:
     """Like ``load_policy`` but from memory; ``files`` holds included files by path."""
-    contents = {name: text, **(files or {})}
+    return load_policy(name, reader=memory_reader({name: text, **(files or {})}), prove=prove)
+
+
+def memory_reader(contents: Mapping[str, str]) -> SourceReader:
+    """A ``SourceReader`` over texts by path (a missing path reads as a missing file)."""
 
     def reader(path: str) -> str:
         if path not in contents:
             raise FileNotFoundError(2, "No such file or directory", path)
         return contents[path]
 
-    return load_policy(name, reader=reader, prove=prove)
+    return reader
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,11 @@ def read_sources(path: str, *, reader: SourceReader = read_file) -> PolicySource
     result = check_policy(path, reader=reader)
     if result.policy is None:
         raise result.error()
+    return sources_of(path, result)
+
+
+def sources_of(path: str, result: CheckResult) -> PolicySources:
+    """The sources a check of ``path`` read, as ``PolicySources``."""
     folder = os.path.dirname(path)
     files = {os.path.relpath(name, folder or "."): text
              for name, text in result.sources.items() if name != path}

@@ -141,6 +141,8 @@ class ResidencyRule:
     allowed: tuple[str, ...]  # region names, in policy order
     all_down: AllDown
     spillover_to: tuple[str, ...] | None  # overrides the service's spill targets
+    # allowed regions outside the clients' jurisdictions, acknowledged on purpose (lint)
+    cross_border: tuple[str, ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -1,7 +1,8 @@
 """Where the beat scheduler gets its policy, and how it notices a new one.
 
 ``poll()`` returns the policy when it changed since the last call (the first call always
-returns it), else None. A policy that fails to load never replaces the running one.
+returns it), else None. Every policy passes the policy gate (``director.policy_gate``); one
+that fails it never replaces the running one.
 """
 
 from __future__ import annotations
@@ -10,15 +11,24 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol
 
 from director.state.errors import StateError
-from director.state.policy_follower import StoredVersions
+from director.state.policy_follower import RecordLoader, StoredVersions
 from director.state.store import StateStore
 from policies.model import Policy
 from workers.errors import PolicySourceError
 
 log = logging.getLogger(__name__)
+
+
+def gate() -> ModuleType:
+    """The policy gate every loaded policy passes (``director.policy_gate``); imported when
+    first needed, so that importing the workers does not load the decision engine."""
+    from director import policy_gate
+
+    return policy_gate
 
 
 class PolicySource(Protocol):
@@ -102,9 +112,7 @@ class PolicyFile:
     def _load(self, path: Path) -> Policy:
         if self._loader is not None:
             return self._loader(path)
-        from policies import load_policy  # the parser lands separately; imported when needed
-
-        return load_policy(path)
+        return gate().load(str(path))
 
 
 class StoredPolicy:
@@ -112,10 +120,11 @@ class StoredPolicy:
     from ``initial``: the stored version wins once there is one, and a stored version that
     does not load never replaces the running policy. Redis errors keep the running one."""
 
-    def __init__(self, store: StateStore, initial: PolicySource) -> None:
+    def __init__(self, store: StateStore, initial: PolicySource,
+                 load: RecordLoader | None = None) -> None:
         self.store = store
         self.initial = initial
-        self.versions = StoredVersions()
+        self.versions = StoredVersions(load or gate().load_record)
 
     @property
     def version(self) -> int | None:

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policies import Policy, check_policy, load_policy_text
+from director import policy_gate
+from director.policy_gate import Acceptance
+from policies import Policy
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_MAX_BODY = 1024 * 1024
@@ -22,18 +24,23 @@ class PolicyDocument:
     text: str
     files: Mapping[str, str] = field(default_factory=dict)
 
+    def accept(self) -> Acceptance:
+        """Through the policy gate: both residency proofs and the lint."""
+        return policy_gate.accept_text(self.text, self.name, self.files)
+
     def load(self) -> Policy:
-        """Parse, validate and prove residency; raises ``policies.PolicyError``."""
-        return load_policy_text(self.text, self.name, self.files, prove=True)
+        """The accepted policy; raises ``policies.PolicyError``."""
+        return policy_gate.load_text(self.text, self.name, self.files)
 
     @classmethod
     def from_file(cls, path: str) -> tuple[PolicyDocument, Policy]:
         """Read ``path`` and its includes; raises ``policies.PolicyError`` listing problems."""
-        result = check_policy(path)
-        if result.policy is None:
-            raise result.error()
+        acceptance = policy_gate.accept(path)
+        if acceptance.policy is None:
+            raise acceptance.error()
+        result = acceptance.result
         files = {name: text for name, text in result.sources.items() if name != path}
-        return cls(path, result.sources[path], files), result.policy
+        return cls(path, result.sources[path], files), acceptance.policy
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The active policy of this API instance, replaced atomically and only by a good one.
 
-``PolicyHolder.replace`` (``PUT /api/v1/policy``): load (parse, validate, prove residency)
-off the event loop, write the files to the store directory under temporary names, store
-the policy in Redis (which assigns the version), rename the files to that version, then
-swap the reference. Any failure before the Redis write leaves everything as it was: the
-last good policy keeps serving. ``PolicyHolder.sync`` follows a version another instance
-(or ``director up``) stored; a version that fails to load is logged and skipped.
+``PolicyHolder.replace`` (``PUT /api/v1/policy``): load through the policy gate
+(``director.policy_gate``: both residency proofs and the lint) off the event loop, write the
+files to the store directory under temporary names, store the policy in Redis (which assigns
+the version), rename the files to that version, then swap the reference. Any failure before
+the Redis write leaves everything as it was: the last good policy keeps serving.
+``PolicyHolder.sync`` follows a version another instance (or ``director up``) stored; a
+version that fails to load is logged and skipped.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from director.api.errors import ApiError, PolicyRejected
 from director.api.policy_disk import PolicyDisk
 from director.engine import Engine
 from director.state import PolicyRecord, StateStore
-from policies import Policy, PolicyError
+from policies import Diagnostic, Policy
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class ActivePolicy:
     policy: Policy
     version: int
     engine: Engine
+    warnings: tuple[Diagnostic, ...] = ()  # the lint's, from the policy gate
 
 
 class PersistError(ApiError):
@@ -66,7 +68,7 @@ class PolicyHolder:
         """Load, persist and activate ``document``; raises ``PolicyRejected`` (422),
         ``PersistError`` (500) or ``StateError`` (Redis: 503), keeping the old policy."""
         async with self._lock:
-            policy = await _load(document)
+            policy, warnings = await _load(document)
             prepared = None
             if self._disk is not None:
                 try:
@@ -88,7 +90,8 @@ class PolicyHolder:
                 except OSError:  # already shared through Redis: activate it all the same
                     log.exception("api: policy version %d stored in Redis but not on disk",
                                   version)
-            return self._swap(ActivePolicy(document, policy, version, Engine(policy)))
+            return self._swap(ActivePolicy(document, policy, version, Engine(policy),
+                                           warnings))
 
     async def sync(self, read: Callable[[], Awaitable[PolicyRecord | None]]) -> str:
         """One follow step: ``read`` the record, then adopt a version we do not run, or
@@ -109,7 +112,7 @@ class PolicyHolder:
             return "failed"  # already reported
         document = PolicyDocument(record.name, record.text, dict(record.files))
         try:
-            policy = await _load(document)
+            policy, warnings = await _load(document)
         except PolicyRejected as exc:
             self._failed = (record.version, record.timestamp)
             self.reload_failures += 1
@@ -117,7 +120,7 @@ class PolicyHolder:
                       "\n%s", record.version, self._current.version, exc.message)
             return "failed"
         self._persist_quietly(document, record.version)
-        self._swap(ActivePolicy(document, policy, record.version, Engine(policy)))
+        self._swap(ActivePolicy(document, policy, record.version, Engine(policy), warnings))
         log.info("api: following policy version %d (%s)", record.version, record.name)
         return "adopted"
 
@@ -127,7 +130,7 @@ class PolicyHolder:
         version = await asyncio.to_thread(self._store.set_policy, doc.text, name=doc.name,
                                           files=dict(doc.files))
         self._persist_quietly(doc, version)
-        self._swap(ActivePolicy(doc, active.policy, version, active.engine))
+        self._swap(ActivePolicy(doc, active.policy, version, active.engine, active.warnings))
         log.info("api: Redis held no policy; stored ours as version %d", version)
 
     def _persist_quietly(self, document: PolicyDocument, version: int) -> None:
@@ -146,14 +149,16 @@ class PolicyHolder:
         return active
 
 
-async def _load(document: PolicyDocument) -> Policy:
-    """The policy of ``document``, loaded off the event loop; raises ``PolicyRejected``."""
+async def _load(document: PolicyDocument) -> tuple[Policy, tuple[Diagnostic, ...]]:
+    """The policy of ``document`` and its warnings, through the policy gate off the event
+    loop; raises ``PolicyRejected``."""
     try:
-        return await asyncio.to_thread(document.load)
-    except PolicyError as exc:
-        raise PolicyRejected(exc.render(),
-                             diagnostics=[d.as_dict() for d in exc.diagnostics]) from exc
+        acceptance = await asyncio.to_thread(document.accept)
     except Exception as exc:  # a loader bug must not replace the running policy either
         log.exception("api: policy loader failed")
         raise PolicyRejected(f"{document.name}: the policy could not be loaded: {exc}",
                              diagnostics=[]) from exc
+    if acceptance.policy is None:
+        error = acceptance.error()
+        raise PolicyRejected(error.render(), diagnostics=[d.as_dict() for d in error.diagnostics])
+    return acceptance.policy, tuple(acceptance.warnings)

@@ -12,10 +12,9 @@ import typer
 from director.console import plain_console
 from director.engine import Engine, RegionState, Snapshot
 from director.engine.clients import ClientInputError, client_from_input
-from director.engine.exhaustive import check_engine_residency
 from director.engine.types import Decision
 from director.geo import GeoDatabaseError, GeoLocator
-from policies import check_policy
+from director.policy_gate import accept
 from policies.errors import PolicyError
 from policies.formatter import format_text
 
@@ -28,41 +27,45 @@ err = plain_console(stderr=True)
 def check(
     files: Annotated[list[Path], typer.Argument(help="Policy files to check.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors (for "
+                                         "CI pipelines).")] = False,
 ) -> None:
-    """Parse, validate and prove residency for each FILE; exit 1 if any has an error."""
+    """Parse, validate, prove residency (from the policy and by running the engine) and lint
+    each FILE; exit 1 if any has an error (or, with --strict, a warning)."""
     reports = []
     failed = False
     for path in files:
-        result = check_policy(str(path))
-        violations, decisions = ([], 0)
-        if result.policy is not None:
-            violations, decisions = check_engine_residency(result.policy)
-        ok = result.ok and not violations
+        acceptance = accept(str(path), strict=strict)
+        result, engine = acceptance.result, acceptance.engine
+        ok = acceptance.ok
         failed |= not ok
         if as_json:
             reports.append({
                 "file": str(path), "ok": ok,
-                "errors": [d.as_dict() for d in result.diagnostics],
+                "errors": [d.as_dict() for d in acceptance.diagnostics],
+                "warnings": [d.as_dict() for d in acceptance.warnings],
                 "residency": [c.as_dict() for c in result.proof],
-                "engine_decisions": decisions,
-                "engine_violations": [v.describe() for v in violations],
+                "engine_decisions": engine.decisions if engine else 0,
+                "engine_violations": [v.describe() for v in engine.violations] if engine
+                else [],
+                "engine": engine.as_dict() if engine else None,
             })
-        elif ok:
+            continue
+        if acceptance.warnings and not strict:
+            err.print(PolicyError(acceptance.warnings, result.sources).render(), markup=False)
+        if ok:
             policy = result.policy
             rules = sum(len(s.residency) for s in policy.services)
             proved = (f"residency proved on {len(result.proof)} paths of "
-                      f"{_count(range(rules), 'rule')} and confirmed on {decisions} engine "
-                      "decisions" if rules else "no residency rules")
+                      f"{_count(range(rules), 'rule')} and confirmed on {engine.summary()}"
+                      if rules and engine else "no residency rules")
+            warned = f", {_count(acceptance.warnings, 'warning')}" if acceptance.warnings \
+                else ""
             out.print(f"{path}: ok ({_count(policy.regions, 'region')}, "
-                      f"{_count(policy.services, 'service')}, {proved})")
-        elif result.ok:
-            for violation in violations[:20]:
-                err.print(f"{path}: error: residency violated by the engine: "
-                          f"{violation.describe()}", markup=False)
-            err.print(f"{path}: {len(violations)} engine residency violation(s)", markup=False)
+                      f"{_count(policy.services, 'service')}, {proved}{warned})")
         else:
-            err.print(result.error().render(), markup=False)
-            err.print(f"{path}: {len(result.diagnostics)} error(s)", markup=False)
+            err.print(acceptance.error().render(), markup=False)
+            err.print(f"{path}: {_count(acceptance.diagnostics, 'error')}", markup=False)
     if as_json:
         print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
     raise typer.Exit(1 if failed else 0)
@@ -116,11 +119,11 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:
     """Print the decision chain for one client and name, step by step."""
-    result = check_policy(str(file))
-    if result.policy is None:
-        err.print(result.error().render(), markup=False)
+    acceptance = accept(str(file))
+    if acceptance.policy is None:
+        err.print(acceptance.error().render(), markup=False)
         raise typer.Exit(1)
-    policy = result.policy
+    policy = acceptance.policy
     try:
         locator = GeoLocator(str(geoip) if geoip else None)
     except GeoDatabaseError as exc:

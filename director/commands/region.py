@@ -141,11 +141,12 @@ def serve(
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
     import uvloop
 
+    from director import policy_gate
     from director.geo import GeoDatabaseError, GeoLocator
-    from policies import check_policy
     from regions.balancer import BalancerConfig, SharedStateConfig
     from regions.balancer import serve as serve_balancer
     from regions.balancer.overflow import OverflowConfig, OverflowMode
+    from regions.balancer.policy_follow import FollowPolicy
     from regions.balancer.registry import Registry, register_builtin_plugins
     from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
 
@@ -173,14 +174,15 @@ def serve(
             )
         config = dataclasses.replace(config, picker=picker)
 
-    result = check_policy(str(policy))
-    if result.policy is None:
-        err.print(result.error().render(), markup=False)
+    acceptance = policy_gate.accept(str(policy))
+    if acceptance.policy is None:
+        err.print(acceptance.error().render(), markup=False)
         raise typer.Exit(1)
+    accepted = acceptance.policy
     try:
-        spec = result.policy.region(region)
+        spec = accepted.region(region)
     except KeyError:
-        names = ", ".join(result.policy.region_names)
+        names = ", ".join(accepted.region_names)
         err.print(f"error: no region '{region}' in {policy} (regions: {names})", markup=False)
         raise typer.Exit(2) from None
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
@@ -197,7 +199,7 @@ def serve(
         return location.country, location.continent
 
     try:
-        residency = ResidencyCheck(result.policy, region, locate, trusted or DEFAULT_TRUSTED)
+        residency = ResidencyCheck(accepted, region, locate, trusted or DEFAULT_TRUSTED)
     except ValueError as exc:
         err.print(f"error: --trusted-network: {exc}", markup=False)
         raise typer.Exit(2) from None
@@ -210,7 +212,7 @@ def serve(
             )
             raise typer.Exit(2)
         shared = SharedStateConfig(
-            redis_url, prefix=state_prefix, stale_after_s=result.policy.stale_after
+            redis_url, prefix=state_prefix, stale_after_s=accepted.stale_after
         )
 
     overflow_config = None
@@ -248,6 +250,7 @@ def serve(
                 capacity_rps=spec.capacity.rps,
                 config=config,
                 overflow=overflow_config,
-                follow_policy=shared if follow_policy else None,
+                follow_policy=FollowPolicy(shared, policy_gate.load_record)
+                if follow_policy and shared is not None else None,
             )
         )

@@ -45,18 +45,18 @@ def up(
     """Run DNS, admin API, one balancer per region, probe workers with beat, Valkey (unless
     --redis) and, with --simulate, the GPU servers: supervised, restarted when they die,
     stopped together on Ctrl-C."""
+    from director.policy_gate import accept
     from director.up import rundir
     from director.up.plan import UpOptions
     from director.up.run import UpError, run_up
-    from policies import check_policy
     from policies.loader import UNSAFE_SKIP_PROOF_ENV
 
     if unsafe_skip_residency_proof:
         os.environ[UNSAFE_SKIP_PROOF_ENV] = "1"  # inherited by every child
         err.print("WARNING: residency proof disabled (test only)", markup=False)
-    result = check_policy(str(policy))
-    if result.policy is None:
-        err.print(result.error().render(), markup=False)
+    acceptance = accept(str(policy))
+    if acceptance.policy is None:
+        err.print(acceptance.error().render(), markup=False)
         raise typer.Exit(1)
     options = UpOptions(
         policy_path=policy.resolve(), run_dir=(run_dir or rundir.default_run_dir()).resolve(),
@@ -65,8 +65,8 @@ def up(
         balancer_port=balancer_port, time_scale=time_scale,
         geoip=geoip.resolve() if geoip else None)
     try:
-        status = asyncio.run(run_up(result.policy, options, plain_console(soft_wrap=False),
-                                    embedded=redis_url is None))
+        status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,
+                                    plain_console(soft_wrap=False), embedded=redis_url is None))
     except UpError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
+from director import policy_gate
 from director.dns.app import DnsApp
 from director.dns.metrics import DnsStats, serve_metrics
 from director.dns.ratelimit import RrlMode
@@ -24,7 +25,7 @@ from director.geo import GeoLocator
 from director.state.aio import AsyncStateStore
 from director.state.policy_follower import PolicyFollower
 from director.state.refresher import SnapshotRefresher
-from policies import PolicyError, load_policy
+from policies import PolicyError
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     SIGHUP reloads the policy file the same way.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
-    policy = load_policy(policy_path)
+    policy = policy_gate.load(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
     mode = RrlMode(rrl_mode)
     config = ServerConfig(listen=parse_listen(listen), tcp_idle_timeout=tcp_idle_timeout,
@@ -69,7 +70,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
             return loop.run_until_complete(
                 _run(make_app, factory(policy), config, sockets, report,
                      metrics_listen if sockets is None else None, follow_policy,
-                     lambda: load_policy(policy_path)))
+                     lambda: policy_gate.load(policy_path)))
         finally:
             loop.close()
 
@@ -95,7 +96,8 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         swap = _swapper(app, source)
         if follow_policy:
             follower = PolicyFollower(AsyncStateStore.from_url(follow_policy),
-                                      lambda policy, _version: swap(policy))
+                                      lambda policy, _version: swap(policy),
+                                      load=policy_gate.load_record)
             await stack.enter_async_context(follower)
         reloads: set[asyncio.Task[None]] = set()
         if reload_policy is not None:

@@ -1,7 +1,8 @@
 """Follow the active policy stored in Redis: every instance answers from the same version.
 
 ``PolicyFollower`` polls the policy record's version (one small HGET a second); when it
-changes it loads the new text with the residency proof, off the event loop, and hands the
+changes it loads the new text with ``load`` (the policy gate, ``director.policy_gate.
+load_record``, which the composition point passes in), off the event loop, and hands the
 policy to ``on_policy``. A version that fails to load is logged and remembered, so it is not
 retried, and the last good policy keeps serving; so does an unreachable Redis.
 """
@@ -18,7 +19,7 @@ from director.state.errors import StateError
 from director.state.guard import describe, redis_errors
 from director.state.records import PolicyRecord
 from director.tasks import cancel_and_wait
-from policies import PolicyError, load_policy_text
+from policies import PolicyError
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -26,16 +27,15 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 1.0
 
 
-def load_record(record: PolicyRecord, *, prove: bool = True) -> Policy:
-    """The policy a stored record holds (raises ``PolicyError`` when it does not load)."""
-    return load_policy_text(record.text, record.name, record.files, prove=prove)
+RecordLoader = Callable[[PolicyRecord], Policy]  # raises PolicyError when it does not load
 
 
 class StoredVersions:
     """Which stored policy version is in use and which one was refused, so that each stored
-    version is loaded at most once (with the residency proof)."""
+    version is loaded at most once (with ``load``, the policy gate)."""
 
-    def __init__(self, version: int | None = None) -> None:
+    def __init__(self, load: RecordLoader, version: int | None = None) -> None:
+        self.load = load
         self.version = version  # the version now serving (None: the local file)
         self.rejected: int | None = None  # the last version that failed to load
 
@@ -48,7 +48,7 @@ class StoredVersions:
         if not self.wanted(record.version):
             return None
         try:
-            policy = load_record(record)
+            policy = self.load(record)
         except PolicyError as exc:
             self.rejected = record.version
             log.error("stored policy version %d rejected, keeping version %s:\n%s",
@@ -67,13 +67,14 @@ class PolicyFollower:
         store: AsyncStateStore,
         on_policy: Callable[[Policy, int], None],
         *,
+        load: RecordLoader,
         version: int | None = None,
         interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.store = store
         self.on_policy = on_policy
         self.interval = interval
-        self.versions = StoredVersions(version)
+        self.versions = StoredVersions(load, version)
         self._task: asyncio.Task[None] | None = None
 
     @property

@@ -20,7 +20,7 @@ from director.up import rundir
 from director.up.console import print_ready, tail
 from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
 from director.up.supervisor import Supervisor
-from policies import read_sources
+from policies import PolicySources
 from policies.model import Policy
 
 BIND_GRACE_S = 5.0
@@ -30,9 +30,8 @@ class UpError(Exception):
     """``director up`` cannot start (another one runs, Redis unreachable, ...)."""
 
 
-def publish_policy(redis_url: str, policy_path: Path) -> int:
-    """Make the policy file the active one in Redis, as every instance follows it there."""
-    sources = read_sources(str(policy_path))
+def publish_policy(redis_url: str, sources: PolicySources) -> int:
+    """Make the accepted policy the active one in Redis, as every instance follows it there."""
     store = StateStore.from_url(redis_url)
     try:
         return store.set_policy(sources.text, name=sources.name, files=sources.files)
@@ -71,8 +70,8 @@ async def wait_bindable(specs: list[ChildSpec], grace: float) -> list[str]:
     return problems
 
 
-async def run_up(policy: Policy, options: UpOptions, console: Console,
-                 embedded: bool) -> int:
+async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
+                 console: Console, embedded: bool) -> int:
     """Start everything, print where it is, serve until a signal; returns the exit status."""
     run_dir = options.run_dir
     if (run_dir / "control.sock").exists() and await _answers(run_dir / "control.sock"):
@@ -96,7 +95,7 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
         loop.add_signal_handler(signum, stop.set)
     try:
         if not embedded:
-            await _publish_and_control(supervisor, options)
+            await _publish_and_control(supervisor, options, sources)
         for group in start_groups(specs):
             if stop.is_set():
                 return 130
@@ -107,7 +106,7 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
                               f"({child.log_path}) ends with:[/yellow]")
                 console.print(tail(child.log_path), markup=False)
             if group == ["valkey"]:
-                await _publish_and_control(supervisor, options)
+                await _publish_and_control(supervisor, options, sources)
         rundir.write_manifest(run_dir, {
             "pid": os.getpid(), "api": f"http://{hostport(options.api)}",
             "dns": hostport(options.dns), "redis": options.redis_url,
@@ -126,8 +125,9 @@ async def run_up(policy: Policy, options: UpOptions, console: Console,
         console.print("stopped")
 
 
-async def _publish_and_control(supervisor: Supervisor, options: UpOptions) -> None:
-    await asyncio.to_thread(publish_policy, options.redis_url, options.policy_path)
+async def _publish_and_control(supervisor: Supervisor, options: UpOptions,
+                               sources: PolicySources) -> None:
+    await asyncio.to_thread(publish_policy, options.redis_url, sources)
     await supervisor.serve_control()
 
 

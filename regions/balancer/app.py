@@ -55,7 +55,7 @@ from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
-from regions.balancer.policy_follow import PolicyFollow
+from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
 from regions.balancer.proxy import Proxy, ProxySettings, error_response
 from regions.balancer.registry import (
@@ -122,7 +122,7 @@ class Balancer:
         shared_state: SharedStateConfig | None = None,
         capacity_rps: float | None = None,
         overflow: OverflowConfig | None = None,
-        follow_policy: SharedStateConfig | None = None,
+        follow_policy: FollowPolicy | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -555,7 +555,7 @@ def build_balancer(
     shared_state: SharedStateConfig | None = None,
     capacity_rps: float | None = None,
     overflow: OverflowConfig | None = None,
-    follow_policy: SharedStateConfig | None = None,
+    follow_policy: FollowPolicy | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
@@ -563,7 +563,8 @@ def build_balancer(
     ``shared_state`` publishes load and follows drains in Redis; ``capacity_rps`` (the
     policy's region capacity) is what the published utilization is relative to;
     ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
-    ``follow_policy`` applies the stored policy's GPU servers live."""
+    ``follow_policy`` applies the stored policy's GPU servers live (each version through
+    its ``load``, the policy gate)."""
     return Balancer(
         region_name,
         backends,
@@ -591,7 +592,7 @@ async def serve(
     shared_state: SharedStateConfig | None = None,
     capacity_rps: float | None = None,
     overflow: OverflowConfig | None = None,
-    follow_policy: SharedStateConfig | None = None,
+    follow_policy: FollowPolicy | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
     balancer = build_balancer(

@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from director.state.aio import AsyncStateStore
-from director.state.policy_follower import PolicyFollower
+from director.state.policy_follower import PolicyFollower, RecordLoader
 from director.tasks import cancel_and_wait
 from policies.model import Policy
 from regions.balancer.backends import Backend, BackendSpec
@@ -44,23 +45,33 @@ log = logging.getLogger(__name__)
 RETIRE_POLL_S = 0.05
 
 
+@dataclass(frozen=True)
+class FollowPolicy:
+    """Where the stored policy is, and the gate each version passes before it is applied
+    (``director.policy_gate.load_record``, passed in by the composition point)."""
+
+    state: SharedStateConfig
+    load: RecordLoader
+
+
 class PolicyFollow:
     """Applies stored policy versions to one running balancer."""
 
-    def __init__(self, balancer: Balancer, state: SharedStateConfig | None = None) -> None:
+    def __init__(self, balancer: Balancer, follow: FollowPolicy | None = None) -> None:
         self.balancer = balancer
-        self.state = state
+        self.follow = follow
         self.follower: PolicyFollower | None = None
         self.version: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._retire_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if self.state is None or self.follower is not None:
+        if self.follow is None or self.follower is not None:
             return
-        cfg = self.state
+        cfg = self.follow.state
         store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
-        self.follower = PolicyFollower(store, self.apply, interval=cfg.read_every_s)
+        self.follower = PolicyFollower(store, self.apply, load=self.follow.load,
+                                       interval=cfg.read_every_s)
         await self.follower.__aenter__()
 
     async def stop(self) -> None:

@@ -181,3 +181,35 @@ async def test_a_record_read_before_a_put_is_never_adopted_after_it(valkey, pref
     assert (holder.current.version, holder.current.document.text) == (2, newer.text)
     await astore.close()
     store.close()
+
+
+async def test_put_returns_the_lint_warnings_and_loads_the_policy(tmp_path, valkey, prefix):
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        _, before = await api.get("/api/v1/policy", token="read")
+        crossing = before["text"].replace("        allow eu-west eu-central\n",
+                                          "        allow eu-west eu-central us-east\n", 1)
+        assert crossing != before["text"]
+        status, body = await api.put("/api/v1/policy", data=crossing.encode())
+        assert status == 200, body
+        assert body["version"] == before["version"] + 1
+        (warning,) = body["warnings"]
+        assert warning["severity"] == "warning"
+        assert "allows us-east (US), outside the jurisdictions of its clients" in \
+            warning["message"]
+        assert "cross-border us-east" in warning["text"]
+
+
+async def test_put_refuses_what_the_engine_run_proof_refuses(tmp_path, valkey, prefix,
+                                                             monkeypatch):
+    """The PUT path runs the engine half of the proof too (here made to find a leak)."""
+    from tests.gate.gate_helpers import leaking_engine_proof
+
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        _, before = await api.get("/api/v1/policy", token="read")
+        good = before["text"].replace(AFFINITY, "    affinity none\n", 1)
+        monkeypatch.setattr("director.policy_gate.run_engine_proof", leaking_engine_proof)
+        status, body = await api.put("/api/v1/policy", data=good.encode())
+        assert status == 422, body
+        assert "residency violated by the engine" in body["error"]
+        assert (await api.get("/api/v1/policy", token="read"))[1]["version"] == \
+            before["version"]

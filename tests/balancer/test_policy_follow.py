@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from director import policy_gate
 from director.ports import free_port
 from director.state import EmbeddedValkey, StateStore
 from director.up.plan import UpOptions, balancer_child
@@ -25,6 +26,7 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
+from regions.balancer.policy_follow import FollowPolicy
 from regions.balancer.pool_update import POLICY
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import completion, eventually, stream_completion
@@ -62,7 +64,7 @@ async def following(
             policy.region("eu-west").gpus,
             config=config,
             shared_state=state,
-            follow_policy=state,
+            follow_policy=FollowPolicy(state, policy_gate.load_record),
         )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             yield fleet, balancer, client

@@ -134,3 +134,41 @@ def test_diagnostic_positions_print_as_written_never_as_emoji(tmp_path):
     assert result.returncode == 1
     assert "C-spill-leak.dp:103:13: error: unknown region 'eu-wst'" in result.stderr
     assert "\N{HUNDRED POINTS SYMBOL}" not in result.stderr
+
+
+CROSSING = """zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
+jurisdiction EU { countries FR DE }
+jurisdiction US { countries US }
+region us-east { location 38.9 -77.0; jurisdiction US; endpoints 127.0.1.1; capacity 10rps }
+region eu-west { location 53.3 -6.2; jurisdiction EU; endpoints 127.0.2.1; capacity 10rps }
+service chat.infer.example.com {
+    residency eu { clients jurisdiction EU; allow eu-west us-east; all-down answer-allowed }
+    unknown-location refuse
+    all-down answer-nothing
+}
+"""
+
+
+def test_check_warns_and_passes_then_fails_with_strict(tmp_path):
+    (tmp_path / "chat.dp").write_text(CROSSING)
+    relaxed = director("policy", "check", "chat.dp", cwd=tmp_path)
+    assert relaxed.returncode == 0, relaxed.stderr
+    assert "chat.dp:7:59: warning: residency: service chat.infer.example.com, rule eu: " \
+        "allows us-east (US)" in relaxed.stderr
+    assert "chat.dp: ok (2 regions, 1 service, residency proved on" in relaxed.stdout
+    assert relaxed.stdout.rstrip().endswith(", 1 warning)")
+
+    strict = director("policy", "check", "--strict", "chat.dp", cwd=tmp_path)
+    assert strict.returncode == 1
+    assert "chat.dp:7:59: warning:" in strict.stderr and "chat.dp: 1 error" in strict.stderr
+
+    report = json.loads(director("policy", "check", "--json", "chat.dp", cwd=tmp_path).stdout)
+    assert report["ok"] is True and report["errors"] == []
+    assert [w["severity"] for w in report["warnings"]] == ["warning"]
+    assert report["engine"]["services"][0]["missing"] == []
+
+    silenced = CROSSING.replace("all-down answer-allowed }",
+                                "all-down answer-allowed; cross-border us-east }")
+    (tmp_path / "chat.dp").write_text(silenced)
+    quiet = director("policy", "check", "--strict", "chat.dp", cwd=tmp_path)
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from director import policy_gate
 from director.state import AsyncStateStore, EmbeddedValkey, StateStore
 from director.state.policy_follower import PolicyFollower
 from policies import load_policy, load_policy_text, read_sources
@@ -23,7 +24,7 @@ def test_new_versions_swap_in_and_broken_ones_are_rejected(
 
     async def scenario() -> None:
         aio = AsyncStateStore.from_url(valkey.url, prefix=store.keys.prefix)
-        follower = PolicyFollower(aio, swap, interval=0.05)
+        follower = PolicyFollower(aio, swap, load=policy_gate.load_record, interval=0.05)
         assert await follower.check() is None  # nothing stored yet
 
         store.set_policy(sources.text, name=sources.name, files=sources.files)

@@ -46,7 +46,9 @@ async def put_policy(request: Request, runtime: Runtime, who: Admin) -> dict[str
               "files": sorted(document.files)}
     active = await audited(runtime, who, "policy.put", "policy", detail,
                            runtime.holder.replace(document))
-    return {"version": active.version, "name": active.document.name}
+    sources = {active.document.name: active.document.text, **active.document.files}
+    return {"version": active.version, "name": active.document.name,
+            "warnings": [{**w.as_dict(), "text": w.render(sources)} for w in active.warnings]}
 
 
 def _document(body: bytes, content_type: str, current: PolicyDocument) -> PolicyDocument:

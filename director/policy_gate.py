@@ -1,0 +1,130 @@
+"""The one gate every policy passes before anything uses it.
+
+``accept`` parses, compiles, validates, proves residency from the policy
+(``policies.residency``), runs the decision engine over the border states
+(``director.engine.engine_proof``) and lints (``policies.lint``). A policy that fails either
+half of the residency proof is refused; lint warnings never refuse one, unless ``strict``.
+
+Every path that loads a policy goes through here: ``director policy check`` and ``explain``,
+``PUT /api/v1/policy`` and the admin API's follower, ``dns serve`` (its file, its reloads,
+the stored-policy follower), ``director up``, ``region serve`` and its follower, the probe
+workers and the demo. ``tests/test_policy_gate.py`` checks that no other path loads one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from director.engine.engine_proof import EngineProof, run_engine_proof
+from director.state.records import PolicyRecord
+from policies import CheckResult, Diagnostic, Policy, PolicyError, check_policy
+from policies.loader import (
+    PolicySources,
+    SourceReader,
+    memory_reader,
+    proof_disabled,
+    read_file,
+    sources_of,
+)
+
+MAX_REPORTED_VIOLATIONS = 20
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the gate found; ``policy`` is set only when the policy is accepted."""
+
+    path: str
+    result: CheckResult
+    engine: EngineProof | None  # None when the policy did not compile or prove
+    strict: bool = False
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return self.result.warnings
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """Every problem that refuses the policy (warnings too, when strict)."""
+        found = list(self.result.diagnostics)
+        if self.engine is not None:
+            found += _engine_diagnostics(self.result.policy, self.engine)
+        if self.strict:
+            found += self.result.warnings
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return self.result.policy is not None and not self.diagnostics
+
+    @property
+    def policy(self) -> Policy | None:
+        return self.result.policy if self.ok else None
+
+    def error(self) -> PolicyError:
+        return PolicyError(self.diagnostics, self.result.sources)
+
+    def sources(self) -> PolicySources:
+        """The texts that were accepted: the main file and its includes."""
+        return sources_of(self.path, self.result)
+
+
+def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False) -> Acceptance:
+    """Check the policy at ``path`` (and what it includes) through both proofs."""
+    result = check_policy(path, reader=reader)
+    engine = None
+    if result.policy is not None and not proof_disabled():
+        engine = run_engine_proof(result.policy)
+    return Acceptance(path, result, engine, strict)
+
+
+def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,
+                *, strict: bool = False) -> Acceptance:
+    """Like ``accept``, from memory; ``files`` holds included files by path."""
+    return accept(name, reader=memory_reader({name: text, **(files or {})}), strict=strict)
+
+
+def load(path: str, *, reader: SourceReader = read_file) -> Policy:
+    """The accepted policy at ``path``; raises ``PolicyError`` listing every problem."""
+    return _accepted(accept(path, reader=reader))
+
+
+def load_text(text: str, name: str = "policy.dp",
+              files: Mapping[str, str] | None = None) -> Policy:
+    """The accepted policy from memory; raises ``PolicyError``."""
+    return _accepted(accept_text(text, name, files))
+
+
+def load_record(record: PolicyRecord) -> Policy:
+    """The accepted policy a stored record holds; raises ``PolicyError``."""
+    return load_text(record.text, record.name, record.files)
+
+
+def _accepted(acceptance: Acceptance) -> Policy:
+    if acceptance.policy is None:
+        raise acceptance.error()
+    return acceptance.policy
+
+
+def _engine_diagnostics(policy: Policy | None, proof: EngineProof) -> list[Diagnostic]:
+    if policy is None:
+        return []
+    found = []
+    for violation in proof.violations[:MAX_REPORTED_VIOLATIONS]:
+        service = policy.service(violation.service)
+        found.append(Diagnostic(
+            service.pos, f"residency violated by the engine: {violation.describe()}",
+            hint="the policy proof holds but the engine answered outside the allowed "
+            "regions: this is a bug in director, please report it with this policy"))
+    hidden = len(proof.violations) - MAX_REPORTED_VIOLATIONS
+    if hidden > 0:
+        found.append(Diagnostic(policy.pos, f"... and {hidden} more engine residency "
+                                            "violations"))
+    for coverage in proof.services:
+        if coverage.missing:
+            service = policy.service(coverage.service)
+            found.append(Diagnostic(
+                service.pos, f"the engine-run residency proof left {', '.join(coverage.missing)}"
+                " unchecked", hint="this is a bug in director's proof, please report it"))
+    return found

@@ -1,0 +1,81 @@
+"""Warnings about legal policies that are likely mistakes. A warning never blocks loading;
+``director policy check --strict`` turns warnings into failures for CI pipelines.
+
+``cross-border``: a residency rule whose ``allow`` list names a region outside the
+jurisdictions its clients belong to (an EU rule allowing ``us-east``). The language allows
+it, and it may be meant, but it is the first mistake people make. The clients' jurisdictions
+are those the rule names (``clients jurisdiction EU``) plus every declared jurisdiction that
+contains a country the rule names or a country on a continent it names (``policies.
+continents``). A rule acknowledges a crossing with ``cross-border <region> ...``; an
+acknowledgement of a region that does not cross is reported too, so that silencing stays
+exact. When nothing tells which jurisdictions the clients belong to (no declared jurisdiction
+matches), the rule is not linted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from policies.continents import CONTINENT_OF
+from policies.errors import Diagnostic
+from policies.model import Policy, ResidencyRule, Service
+from policies.reading import Reporter
+
+
+def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
+    """Warnings for ``policy``, positioned with the directives ``directives`` recorded."""
+    report = Reporter()
+    report.directives = directives.directives
+    for service in policy.services:
+        for rule in service.residency:
+            _cross_border(policy, service, rule, report)
+    return [dataclasses.replace(d, severity="warning") for d in report.diagnostics]
+
+
+def client_jurisdictions(policy: Policy, rule: ResidencyRule) -> frozenset[str]:
+    """The declared jurisdictions a rule's clients may belong to."""
+    clients = rule.clients
+    found = set(clients.jurisdictions)
+    continents = set(clients.continents) | {CONTINENT_OF[c] for c in clients.countries
+                                            if c in CONTINENT_OF}
+    for jurisdiction in policy.jurisdictions:
+        holds = (jurisdiction.countries & clients.countries
+                 or jurisdiction.continents & continents
+                 or any(CONTINENT_OF.get(c) in clients.continents
+                        for c in jurisdiction.countries))
+        if holds:
+            found.add(jurisdiction.name)
+    return frozenset(found)
+
+
+def _cross_border(policy: Policy, service: Service, rule: ResidencyRule,
+                  report: Reporter) -> None:
+    home = client_jurisdictions(policy, rule)
+    if not home:
+        return
+    where = {region.name: region.jurisdiction for region in policy.regions}
+    homes = ", ".join(sorted(home))
+    crossing = [r for r in rule.allowed if where.get(r) not in home]
+    unacknowledged = [r for r in crossing if r not in rule.cross_border]
+    head = f"residency: service {service.name}, rule {rule.name}"
+    if unacknowledged:
+        named = _and([f"{r} ({where.get(r)})" for r in unacknowledged])
+        listed = " ".join(unacknowledged)
+        them = "it" if len(unacknowledged) == 1 else "them"
+        report.at_name(
+            rule.pos, f"{head}: allows {named}, outside the jurisdictions of its clients "
+            f"({homes})", child="allow", words=unacknowledged[:1],
+            hint=f"if {homes} clients may be served there on purpose, say so in the rule: "
+            f"'cross-border {listed}'; otherwise remove {them} from 'allow'")
+    for region in rule.cross_border:
+        if region not in crossing:
+            inside = "is not in 'allow'" if region not in rule.allowed else \
+                f"is inside {where.get(region)}"
+            report.at_name(
+                rule.pos, f"{head}: 'cross-border {region}' acknowledges nothing: {region} "
+                f"{inside}", child="cross-border", words=(region,),
+                hint=f"remove {region} from 'cross-border'")
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
