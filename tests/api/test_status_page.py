@@ -127,3 +127,41 @@ async def test_api_docs_render_offline_from_local_assets(tmp_path, valkey, prefi
             assert outside == []  # offline
         finally:
             await browser.close()
+
+
+def documented_screenshot_command() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in readme.splitlines() if line.startswith("chromium --headless")]
+    return line
+
+
+async def test_the_readmes_screenshot_recipe_works_as_this_user(tmp_path, valkey, prefix):
+    """The documented command, run as is (root included: it carries --no-sandbox) against a
+    running API, writes a screenshot of the rendered page."""
+    import asyncio
+    import os
+    import shlex
+
+    chromium()
+    command = documented_screenshot_command()
+    if os.geteuid() == 0:
+        assert "--no-sandbox" in command
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    for name in ("us-east", "eu-west", "eu-central", "ap-south"):
+        store.record_probe(name, None, ok=True, rise=1, fall=1)
+    store.close()
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        argv = shlex.split(command.replace('"http://127.0.0.1:8080/#token=$(cat '
+                                           '/tmp/director-$UID/read.token)"',
+                                           f"{api.url}/#token={api.reader}"))
+        argv = [a for a in argv if not a.startswith("--screenshot=")]
+        argv.append(f"--screenshot={tmp_path / 'status.png'}")
+        argv.append(f"--user-data-dir={tmp_path / 'chromium'}")
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, output.decode(errors="replace")[-2000:]
+    png = (tmp_path / "status.png").read_bytes()
+    (ARTIFACTS / "status-page-recipe.png").parent.mkdir(exist_ok=True)
+    (ARTIFACTS / "status-page-recipe.png").write_bytes(png)
+    assert png.startswith(b"\x89PNG") and len(png) > 20_000

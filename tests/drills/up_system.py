@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from director.ports import free_port
+from tests.free_ports import on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "examples" / "global.dp"
@@ -56,6 +57,7 @@ def _healthy(system: UpSystem) -> bool:
 @contextlib.contextmanager
 def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[UpSystem]:
     api = free_port()
+    policy = on_free_ports(policy, run_dir / "policy")  # beside a running `director up` too
     command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
                "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port()}",
                "--api", f"127.0.0.1:{api}", "--dns-metrics", f"127.0.0.1:{free_port()}",

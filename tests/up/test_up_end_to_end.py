@@ -27,6 +27,7 @@ import dns.rdatatype
 import pytest
 
 from director.ports import free_port
+from tests.free_ports import on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "examples" / "global.dp"
@@ -52,6 +53,7 @@ class Up:
     run_dir: Path
     dns_port: int
     api: str
+    balancer_port: int
 
     def token(self, kind: str = "admin") -> str:
         return (self.run_dir / f"{kind}.token").read_text().strip()
@@ -83,13 +85,15 @@ class Up:
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     run_dir = tmp_path_factory.mktemp("up")
     dns_port, api_port = free_port(), free_port()
-    metrics_port = free_port()
+    metrics_port, balancer_port = free_port(), free_port()
+    policy = on_free_ports(POLICY, tmp_path_factory.mktemp("policy"))
     process = subprocess.Popen(
-        [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
+        [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
          "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",
-         "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{metrics_port}"],
+         "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{metrics_port}",
+         "--balancer-port", str(balancer_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}")
+    system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}", balancer_port)
     try:
         ready = wait_for(lambda: (run_dir / "up.json").exists(), 120)
         assert ready, process.stdout.read() if process.poll() is not None else system.log()
@@ -103,12 +107,12 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
                 process.kill()
 
 
-def stream_completion(address: str, client_ip: str) -> tuple[str, list[str]]:
+def stream_completion(address: str, port: int, client_ip: str) -> tuple[str, list[str]]:
     """POST a streaming chat completion; returns the serving region and the SSE data lines."""
     body = {"model": "llama-3.1-8b-instruct", "stream": True, "max_tokens": 16,
             "messages": [{"role": "user", "content": "Bonjour"}]}
     request = urllib.request.Request(
-        f"http://{address}:8080/v1/chat/completions", data=json.dumps(body).encode(),
+        f"http://{address}:{port}/v1/chat/completions", data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "X-Director-Client-IP": client_ip})
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.status == 200
@@ -126,7 +130,7 @@ def test_eu_client_gets_an_eu_region_and_us_client_us_east(up: Up) -> None:
 
 def test_streaming_completion_through_the_answered_address(up: Up) -> None:
     (address,) = up.answer(FRANCE)
-    region, events = stream_completion(address, "2.2.2.2")
+    region, events = stream_completion(address, up.balancer_port, "2.2.2.2")
     assert region in ("eu-west", "eu-central")
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -219,8 +223,9 @@ def test_a_taken_dns_port_stops_up_before_anything_starts(tmp_path: Path) -> Non
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]
+        policy = on_free_ports(POLICY, tmp_path / "policy")
         result = subprocess.run(
-            [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(POLICY),
+            [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
              "--run-dir", str(tmp_path), "--dns", f"127.0.0.1:{port}",
              "--api", f"127.0.0.1:{free_port()}", "--dns-metrics", f"127.0.0.1:{free_port()}",
              "--balancer-port", str(free_port())],
