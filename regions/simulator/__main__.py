@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", action="append", dest="models", help="served model; repeatable")
     p.add_argument("--speed", type=float, default=1.0, help="1.0 H100, 0.6 A100, 0.4 throttled")
     p.add_argument("--engine", default="vllm", choices=sorted(ENGINE_METRICS),
-                   help="whose metric names /metrics uses (default vllm)")
+                   help="whose metric names and info endpoints it serves (default vllm)")
     p.add_argument("--time-scale", type=float, default=1.0, help="model seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
     p.add_argument("--kv-cache-tokens", type=int, default=defaults.kv_cache_tokens)
@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunked-prefill", type=int, default=0, metavar="TOKENS",
                    help="vLLM v1 scheduling: decodes and prompt chunks share TOKENS per "
                         "iteration (its --max-num-batched-tokens); 0: prefill apart (default)")
+    p.add_argument("--max-concurrent-requests", type=int, default=None,
+                   help="--engine tgi: requests in flight before 429 (default TGI's 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
     return p
 
@@ -80,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             speed=args.speed,
             engine=engine,
             engine_name=args.engine,
+            max_concurrent_requests=args.max_concurrent_requests,
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

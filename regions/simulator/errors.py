@@ -8,7 +8,8 @@
     ├── FaultSpecError          a ``POST /_sim/fault`` body is malformed
     ├── RequestError            an OpenAI request is malformed (HTTP 400)
     │   ├── ContextLengthError  prompt + output exceed ``max_model_len`` (HTTP 400)
-    │   └── ModelNotFoundError  the server does not serve that model (HTTP 404)
+    │   ├── ModelNotFoundError  the server does not serve that model (HTTP 404)
+    │   └── OverloadedError     more in flight than the server accepts (TGI: HTTP 429)
     └── SequenceAborted         a sequence was cancelled while a caller waited on it
 """
 
@@ -43,6 +44,13 @@ class RequestError(SimulatorError):
         self.message = message
         self.param = param
 
+
+
+class OverloadedError(RequestError):
+    """More requests in flight than the server accepts at once (TGI's router: 429)."""
+
+    status = 429
+    error_type = "overloaded"
 
 class ContextLengthError(RequestError):
     """Prompt plus requested output exceed the model's context window."""

@@ -43,7 +43,7 @@ class ServerSpec:
 
     ``engine`` holds the remaining batching parameters; its ``speed`` is replaced by this
     spec's ``speed``. ``engine_name`` is the serving engine whose metric names ``/metrics``
-    uses (vllm, sglang, tgi or triton).
+    uses (vllm, sglang, tgi or triton), and whose info endpoints it serves.
     """
 
     name: str
@@ -53,6 +53,7 @@ class ServerSpec:
     speed: float = 1.0
     engine: EngineConfig = field(default_factory=EngineConfig)
     engine_name: str = "vllm"
+    max_concurrent_requests: int | None = None  # TGI's router limit (None: TGI's 128)
 
     def __post_init__(self) -> None:
         try:
@@ -94,7 +95,8 @@ class SimServer:
         self.spec = spec
         self.engine = Engine(spec.engine_config, clock or ScaledClock(time_scale))
         self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
-                                  engine_name=spec.engine_name)
+                                  engine_name=spec.engine_name,
+                                  max_concurrent_requests=spec.max_concurrent_requests)
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port

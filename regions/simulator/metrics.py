@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
+from regions.simulator.engine_info import kv_gauges
 from regions.simulator.errors import SimConfigError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -89,8 +90,10 @@ def metric_names(engine_name: str) -> MetricNames:
 
 
 class _EngineCollector(Collector):
-    def __init__(self, engine: Engine, names: MetricNames, label_values: list[str]) -> None:
+    def __init__(self, engine: Engine, names: MetricNames, label_values: list[str],
+                 engine_name: str) -> None:
         self._engine = engine
+        self._engine_name = engine_name
         self._names = names
         self._label_values = label_values
 
@@ -115,6 +118,7 @@ class _EngineCollector(Collector):
                 metric = family(name, doc, labels=list(names.labels))
                 metric.add_metric(self._label_values, value)
                 yield metric
+        yield from kv_gauges(self._engine_name, self._engine)
 
 
 class ServerMetrics:
@@ -126,7 +130,7 @@ class ServerMetrics:
         names = metric_names(engine_name)
         label_values = [model_name, "1"][:len(names.labels)]  # the model, then Triton's version
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_EngineCollector(engine, names, label_values))
+        self.registry.register(_EngineCollector(engine, names, label_values, engine_name))
         self._ttft = _histogram(names.ttft, "Histogram of time to first token in seconds.",
                                 TTFT_BUCKETS, names.labels, label_values, self.registry)
         self._e2e = _histogram(names.e2e, "Histogram of end to end request latency in "

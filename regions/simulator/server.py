@@ -2,10 +2,11 @@
 """The aiohttp app of one simulated GPU server: OpenAI-compatible API, health, metrics, faults.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
-``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /_sim/fault``,
-``GET /_sim/state``. Handlers are thin: parsing and bodies live in ``openai_format``, timing
-in ``engine``, fault semantics in ``faults``. A sequence is aborted however its request ends
-(finished, client gone, handler cancelled), so slots and KV never leak.
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /_sim/fault``, ``GET
+/_sim/state``; as SGLang ``GET /v1/loads``, as TGI ``GET /info`` (``engine_info``). Handlers
+are thin: parsing and bodies live in ``openai_format``, timing in ``engine``, fault
+semantics in ``faults``. A sequence is aborted however its request ends (finished, client
+gone, handler cancelled), so slots and KV never leak.
 
 Run the app with ``handler_cancellation=True`` (``SimServer`` does) so that a client which
 disconnects while its request is still queued frees its place at once.
@@ -25,7 +26,13 @@ from aiohttp import web
 from regions.simulator import openai_format as oai
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
-from regions.simulator.errors import FaultSpecError, RequestError, SequenceAborted
+from regions.simulator.engine_info import TGI_MAX_CONCURRENT_REQUESTS, sglang_loads, tgi_info
+from regions.simulator.errors import (
+    FaultSpecError,
+    OverloadedError,
+    RequestError,
+    SequenceAborted,
+)
 from regions.simulator.faults import Fault, FaultMode
 from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
 
@@ -41,7 +48,9 @@ class SimContext:
     engine: Engine
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     fault: Fault = field(default_factory=Fault)
-    engine_name: str = "vllm"  # whose metric names /metrics uses
+    engine_name: str = "vllm"  # whose metric names /metrics uses, whose info endpoints
+    # TGI's router limit (queued + running); None: the engine's default (TGI: 128)
+    max_concurrent_requests: int | None = None
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
@@ -62,6 +71,13 @@ class SimContext:
         if fault.mode is not FaultMode.NONE and fault.ttl is not None:
             loop = asyncio.get_running_loop()
             self._revert = loop.call_later(fault.ttl, self.set_fault, Fault())
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        """Requests accepted at once (queued or running) before 429: TGI's router only."""
+        if self.engine_name != "tgi":
+            return None
+        return self.max_concurrent_requests or TGI_MAX_CONCURRENT_REQUESTS
 
     def state_json(self) -> dict[str, Any]:
         s = self.engine.state()
@@ -93,6 +109,10 @@ def build_app(ctx: SimContext) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    if ctx.engine_name == "sglang":
+        app.router.add_get("/v1/loads", _sglang_loads)
+    if ctx.engine_name == "tgi":
+        app.router.add_get("/info", _tgi_info)
     app.router.add_post("/_sim/fault", _set_fault)
     app.router.add_get("/_sim/state", _state)
     return app
@@ -136,6 +156,11 @@ async def _admit(
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RequestError("request body is not valid JSON") from None
     req = oai.parse_request(endpoint, body, ctx.models)
+    limit = ctx.in_flight_limit
+    if limit is not None:
+        state = ctx.engine.state()
+        if state.running + state.waiting >= limit:
+            raise OverloadedError("Model is overloaded")
     return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens)
 
 
@@ -239,6 +264,15 @@ async def _health(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     body = request.app[CTX].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _sglang_loads(request: web.Request) -> web.Response:
+    return web.json_response(sglang_loads(request.app[CTX].engine))
+
+
+async def _tgi_info(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    return web.json_response(tgi_info(ctx.models[0], ctx.engine, ctx.in_flight_limit or 0))
 
 
 async def _set_fault(request: web.Request) -> web.Response:

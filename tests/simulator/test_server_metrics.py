@@ -9,9 +9,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import engines
 from director.state.records import GpuLoad
+from engines import EngineLimits, limits_from_info
+from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SimConfigError
-from regions.simulator.fleet import ServerSpec
+from regions.simulator.fleet import ServerSpec, SimServer
 from workers.probes.metrics_scrape import parse_load
 
 from .helpers import MODEL, completion, eventually, running_server
@@ -26,6 +29,9 @@ async def scrape(http: aiohttp.ClientSession) -> dict[str, float]:
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
+            if s.name == "vllm:cache_config_info":  # vLLM labels it with the cache config only
+                assert s.labels["block_size"] == "16" and s.value == 1.0
+                continue
             assert s.labels["model_name"] == MODEL
             key = s.name + (f"[{s.labels['le']}]" if "le" in s.labels else "")
             samples[key] = s.value
@@ -92,3 +98,47 @@ async def test_each_engines_names_are_read_back_by_the_probe_workers_scraper(eng
 def test_an_unknown_engine_is_refused() -> None:
     with pytest.raises(SimConfigError, match="engine: 'ollama' is not one of"):
         ServerSpec("x", engine_name="ollama")
+
+
+@pytest.mark.parametrize(("engine_name", "path", "limits"), [
+    ("sglang", "/v1/loads", EngineLimits(max_running=24, kv_tokens=65_536)),
+    ("tgi", "/info", EngineLimits(max_in_flight=128)),
+])
+async def test_info_endpoints_publish_the_limits_as_the_engine_does(
+        engine_name: str, path: str, limits: EngineLimits) -> None:
+    async with running_server(engine_name=engine_name, max_num_seqs=24,
+                              kv_cache_tokens=65_536) as (_, http):
+        async with http.get(path) as resp:
+            assert resp.status == 200
+            assert limits_from_info(engine_name, await resp.json()) == limits
+        async with http.get("/metrics") as resp:
+            assert engines.parse_load(await resp.text(), engine_name).kv_tokens == 65_536
+        other = "/info" if path == "/v1/loads" else "/v1/loads"
+        async with http.get(other) as resp:
+            assert resp.status == 404  # only the engine's own endpoint
+
+
+async def test_vllm_publishes_its_kv_capacity_but_no_slot_count() -> None:
+    async with running_server(max_num_seqs=24, kv_cache_tokens=65_536) as (_, http):
+        async with http.get("/metrics") as resp:
+            text = await resp.text()
+        assert engines.parse_load(text, "vllm").kv_tokens == 65_536
+        assert "24" not in text.split("cache_config_info")[1].split("\n")[1]
+
+
+async def test_tgi_refuses_beyond_its_concurrent_request_limit() -> None:
+    spec = ServerSpec("tgi", models=(MODEL,), engine=EngineConfig(max_num_seqs=2),
+                      engine_name="tgi", max_concurrent_requests=3)
+    server = SimServer(spec, time_scale=20)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession(base_url=server.url) as http:
+            body = completion(100, 2000, stream=True)
+            streams = [await http.post("/v1/completions", json=body) for _ in range(3)]
+            async with http.post("/v1/completions", json=body) as refused:
+                assert refused.status == 429
+                assert (await refused.json())["error"]["type"] == "overloaded"
+            for stream in streams:
+                stream.close()
+    finally:
+        await server.stop()

@@ -1,0 +1,25 @@
+"""What inference engines (vLLM, SGLang, TGI, Triton) publish about their load and limits,
+read into engine-neutral values. Pure parsing: no I/O, imports no other package of ours.
+
+- ``metrics``: a Prometheus ``/metrics`` page -> ``EngineLoad`` (waiting, running, cache
+  usage) and, where the page has it, the KV capacity (vLLM's ``cache_config_info``);
+- ``limits``: the engines' info endpoints -> ``EngineLimits`` (slot and in-flight limits).
+
+Sources: ``docs/research/engine-capacity-signals.md``.
+"""
+
+from engines.errors import EngineDataError
+from engines.limits import INFO_PATHS, EngineLimits, limits_from_info
+from engines.metrics import ENGINES, EngineLoad, detect_engine, parse_load, samples_by_name
+
+__all__ = [
+    "ENGINES",
+    "INFO_PATHS",
+    "EngineDataError",
+    "EngineLimits",
+    "EngineLoad",
+    "detect_engine",
+    "limits_from_info",
+    "parse_load",
+    "samples_by_name",
+]

@@ -1,0 +1,11 @@
+"""Exception tree::
+
+    EngineDataError (ValueError)   a page or document is not what the engine publishes
+"""
+
+from __future__ import annotations
+
+
+class EngineDataError(ValueError):
+    """A metrics page is not Prometheus text or lacks the engine's metrics; an info
+    document is not the JSON the engine publishes."""
