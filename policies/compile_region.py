@@ -129,10 +129,12 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     kind = single("kind", lambda t: values.name(t, "GPU kind"), "<gpu kind>")
     speed = single("speed", lambda t: values.number(t, 0.01, 100, "speed"), "<relative speed>")
     engine = single("engine", _engine, "vllm | sglang | tgi | triton") or "vllm"
+    max_seqs = single("max-seqs", lambda t: values.integer(t, 1, 1_000_000, "max-seqs"),
+                      "<count>")
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
-                     engine=engine, pos=directive.pos)
+                     engine=engine, max_seqs=max_seqs, pos=directive.pos)
 
 
 def _engine(text: str) -> str:

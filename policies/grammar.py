@@ -76,6 +76,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "kind": Spec("<gpu kind>"),
         "speed": Spec("<relative speed>"),
         "engine": Spec("vllm | sglang | tgi | triton"),
+        "max-seqs": Spec("<count>"),
     },
     "service": {
         "ttl": Spec("<duration>"),

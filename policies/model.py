@@ -94,6 +94,8 @@ class GpuServer:
     kind: str | None  # e.g. H100, A100
     speed: float | None  # relative speed hint; None: learned online
     engine: str  # vllm | sglang | tgi | triton
+    # requests it runs at once, pinned by the operator; None: the balancer learns it
+    max_seqs: int | None = None
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -51,10 +51,14 @@ def soa_serial(policy: Policy) -> int:
 
 
 def _canonical(value: object) -> str:
-    """A text form of the policy that is the same in every process (sets sorted)."""
+    """A text form of the policy that is the same in every process (sets sorted). A field
+    left at its default is left out, so that a field added to the model with a default does
+    not change the serial of every policy that does not use it."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = (f"{f.name}={_canonical(getattr(value, f.name))}"
-                  for f in dataclasses.fields(value) if f.compare)
+                  for f in dataclasses.fields(value)
+                  if f.compare and (f.default is dataclasses.MISSING
+                                    or getattr(value, f.name) != f.default))
         return f"{type(value).__name__}({','.join(fields)})"
     if isinstance(value, (frozenset, set)):
         return "{" + ",".join(sorted(_canonical(v) for v in value)) + "}"

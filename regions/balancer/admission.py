@@ -28,7 +28,8 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
 - Retry-After, in whole seconds, clamped to [1, ``max_retry_after_s``]::
 
       backlog_tokens = sum(in-flight work) + sum(queued cost)
-      throughput     = sum over usable backends of tokens_per_s * cap
+      throughput     = sum over usable backends of tokens_per_s * slots
+      (slots: the capacity if known, else what is in flight there, at least one)
       retry_after    = ceil(backlog_tokens / throughput)
 """
 
@@ -292,7 +293,7 @@ class Dispatcher:
     def retry_after(self) -> int:
         snapshot = self.pool.snapshot()
         usable = [b for b in snapshot.backends if b.healthy and not b.ejected and not b.draining]
-        throughput = sum(b.tokens_per_s * b.cap for b in usable)
+        throughput = sum(b.tokens_per_s * running_slots(b) for b in usable)
         backlog = sum(b.work_tokens for b in snapshot.backends) + self.queued_cost()
         if throughput <= 0:
             return self.config.max_retry_after_s
@@ -307,6 +308,12 @@ class Dispatcher:
         return self.profile.run(
             self.pool.snapshot(), self.refine(request, learn=False), explain=True
         )
+
+
+def running_slots(b: BackendSnapshot) -> int:
+    """Streams decoding at once on ``b``: its capacity, or while that is unknown what is in
+    flight there (a guessed capacity would overstate the throughput)."""
+    return b.cap if b.cap_known else max(1, min(b.cap, b.in_flight))
 
 
 def _has_lease(future: asyncio.Future[Lease]) -> bool:

@@ -34,6 +34,7 @@ shared state (``shared_state.StateLink``); state errors never stop serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import json
 import random
@@ -51,6 +52,8 @@ from director.state.records import RegionLoad
 from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
@@ -79,14 +82,13 @@ MODELS_TIMEOUT_S = 2.0
 class BalancerConfig:
     """Settings of one balancer (defaults suit a vLLM fleet).
 
-    ``max_concurrency``: sequences a backend runs at once (vLLM's ``--max-num-seqs``);
-    ``prefetch``: requests allowed to wait at a backend beyond that, so its batch refills
-    without waiting for the balancer's round trip (everything beyond waits in the region
-    queue, late bound). 0 by default: a request waiting at one server takes that server's
-    next free slot, one in the region queue the region's; in a burst that fills the fleet
-    the difference is seconds of TTFT (routing DES at 90%), against one round trip per
-    refill; ``scorer_params``: keyword arguments per scorer name, e.g.
-    ``{"size-aware": {"hold": 0.5}}``.
+    ``max_concurrency``: pins every backend's capacity that the policy does not pin (None,
+    the default: learned from the backends, see ``capacity``); ``capacity``: how it is
+    learned and the headroom of requests allowed to wait at a server beyond it (everything
+    beyond waits in the region queue, late bound); ``scrape_every_s``: how often the
+    balancer reads each busy backend's metrics (0: never; then only what the shared state
+    carries), ``info_every_s`` its engine's info endpoint; ``scorer_params``: keyword
+    arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``.
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -95,8 +97,10 @@ class BalancerConfig:
     read_timeout_s: float = 300.0
     prefill_ratio: float = 150.0
     default_tokens_per_s: float = 50.0
-    max_concurrency: int = 16
-    prefetch: int = 0
+    max_concurrency: int | None = None
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    scrape_every_s: float = 1.0
+    info_every_s: float = 30.0
     filters: tuple[str, ...] = DEFAULT_FILTERS
     scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
     picker: str = DEFAULT_PICKER
@@ -135,7 +139,7 @@ class Balancer:
             outliers=cfg.outliers,
             default_tokens_per_s=cfg.default_tokens_per_s,
             clock=clock,
-            prefetch=cfg.prefetch,
+            capacity=cfg.capacity,
         )
         self.registry = register_builtin_plugins(Registry())
         self.profile = build_profile(
@@ -179,6 +183,8 @@ class Balancer:
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, follow_policy)
+        self.scraper = EngineScraper(self.pool, self.sessions, cfg.scrape_every_s,
+                                     cfg.info_every_s)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -287,10 +293,12 @@ class Balancer:
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner
+        await self.scraper.__aenter__()
         await self.policy_follow.start()
 
     async def stop(self) -> None:
         await self.policy_follow.stop()
+        await self.scraper.__aexit__()
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
@@ -301,9 +309,10 @@ class Balancer:
 
     def _new_link(self, store: AsyncStateStore) -> StateLink:
         assert self.shared_state is not None
-        return StateLink(
-            store, self.region, self.pool, self.measure_load, self.shared_state, self.metrics
-        )
+        config = self.shared_state
+        if self.config.scrape_every_s > 0:  # the balancer reads the servers itself, fresher
+            config = dataclasses.replace(config, follow_load=False)
+        return StateLink(store, self.region, self.pool, self.measure_load, config, self.metrics)
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None:
         """Rebuild the shared-state link (it follows the backends in the pool when built);
@@ -380,6 +389,7 @@ class Balancer:
         return {
             "region": self.region,
             "profile": self.profile.name,
+            "capacity": {b.name: describe_capacity(b.cap_now, b.in_flight) for b in self.pool},
             "request": {
                 "model": info.model,
                 "prompt_tokens": info.prompt_tokens,
@@ -423,6 +433,11 @@ class Balancer:
                     "in_flight": b.in_flight,
                     "cap": b.cap,
                     "limit": b.limit,
+                    "capacity": {
+                        "slots": self.pool[b.name].cap_now.slots,
+                        "source": self.pool[b.name].cap_now.source,
+                        "limit": self.pool[b.name].cap_now.limit,
+                    },
                     "work_tokens": round(b.work_tokens, 3),
                     "prefill_tokens": round(b.prefill_tokens, 3),
                     "tokens_per_s": round(b.tokens_per_s, 3),
@@ -538,8 +553,19 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-def backends_from_region(region: Any, max_concurrency: int = 16) -> list[BackendSpec]:
-    """``BackendSpec``s from a ``policies.model.Region``'s GPU servers."""
+def describe_capacity(capacity: Capacity, in_flight: int) -> str:
+    """One backend's capacity in explain's words."""
+    if capacity.slots is None:
+        held = "at most " + str(capacity.limit) if capacity.limit < UNBOUNDED else "nothing held"
+        return (f"capacity unknown ({held}: least outstanding requests until its metrics show "
+                f"it saturated); {in_flight} in flight")
+    return (f"capacity {capacity.slots} ({capacity.source}), limit {capacity.limit} in flight; "
+            f"{in_flight} in flight")
+
+
+def backends_from_region(region: Any, max_concurrency: int | None = None) -> list[BackendSpec]:
+    """``BackendSpec``s from a ``policies.model.Region``'s GPU servers (capacity learned
+    unless the policy, or ``max_concurrency``, pins it)."""
     return [BackendSpec.coerce(gpu, max_concurrency) for gpu in region.gpus]
 
 

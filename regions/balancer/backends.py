@@ -18,8 +18,15 @@ requests bound while the backend was at most ``ttft_max_occupancy`` full), a bac
 ejected for ``base_ejection_s * 2**(k-1)`` (k = its ejection count, capped at
 ``max_ejection_s``), never more than ``max_ejected_fraction`` of the region at once (at
 least one backend may be). When it returns, its effective cap ramps linearly from 1 to its
-cap over ``slow_start_s`` (slow start). A TTFT ejection also forgets the backend's TTFT
-average, so it is judged again on fresh samples only.
+capacity over ``slow_start_s`` (slow start).
+
+A TTFT ejection also forgets the backend's TTFT average, so it is judged again on fresh
+samples only.
+
+Capacity: each backend's ``CapacityEstimator`` (``capacity``) learns how many requests it
+runs at once from scrapes (``set_scraped``) and its engine's limits (``set_engine_limits``),
+unless the policy pins it; a view's ``cap`` is that capacity (a guess while unknown) and its
+``limit`` what admission lets be in flight there (unbounded while unknown).
 
 A TTFT sample does not invalidate anything: it arrives while its request holds a lease,
 and the release rebuilds that backend's view, so it costs no extra rebuild. Scraped load
@@ -40,6 +47,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from regions.balancer.capacity import (
+    GUESS_SLOTS,
+    Capacity,
+    CapacityConfig,
+    CapacityEstimator,
+)
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.latency import RegionTtft, is_ttft_outlier, ttft_ewma
 from regions.balancer.speed import Ewma
@@ -51,12 +64,15 @@ STATE = "state"
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One GPU server behind the balancer. ``max_concurrency`` is its admission cap."""
+    """One GPU server behind the balancer. ``max_concurrency`` pins its capacity (the
+    policy's ``max-seqs``; None: learned, see ``capacity``); ``engine`` says whose metric
+    names and info endpoint it has (None: detected from its metrics page)."""
 
     name: str
     url: str
     models: tuple[str, ...]
-    max_concurrency: int = 16
+    max_concurrency: int | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -67,16 +83,20 @@ class BackendSpec:
             )
         if not self.models:
             raise BalancerConfigError(f"backend {self.name}: models: at least one is required")
-        if self.max_concurrency < 1:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
             raise BalancerConfigError(f"backend {self.name}: max_concurrency: must be >= 1")
 
     @classmethod
-    def coerce(cls, obj: Any, max_concurrency: int = 16) -> BackendSpec:
+    def coerce(cls, obj: Any, max_concurrency: int | None = None) -> BackendSpec:
         """Accept a ``BackendSpec`` or anything with ``name``, ``url``, ``models`` (such as
-        ``policies.model.GpuServer``; its ``speed`` hint is ignored: speeds are learned)."""
+        ``policies.model.GpuServer``, whose ``max_seqs`` and ``engine`` are read; its
+        ``speed`` hint is ignored: speeds are learned). ``max_concurrency`` pins every
+        backend that does not pin its own."""
         if isinstance(obj, cls):
             return obj
-        return cls(str(obj.name), str(obj.url).rstrip("/"), tuple(obj.models), max_concurrency)
+        pinned = getattr(obj, "max_seqs", None) or max_concurrency
+        return cls(str(obj.name), str(obj.url).rstrip("/"), tuple(obj.models), pinned,
+                   getattr(obj, "engine", None))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}
@@ -152,9 +172,13 @@ class Backend:
     requests: int = 0
     errors: int = 0
     models: frozenset[str] = field(init=False)
+    capacity: CapacityEstimator = field(init=False)
+    cap_now: Capacity = field(init=False)  # capacity.current() as of the last change
 
     def __post_init__(self) -> None:
         self.models = model_set(self.spec.models)
+        self.capacity = CapacityEstimator(self.spec.max_concurrency)
+        self.cap_now = self.capacity.current(0.0)
 
     @property
     def name(self) -> str:
@@ -222,7 +246,7 @@ class BackendPool:
         default_tokens_per_s: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[], None] | None = None,
-        prefetch: int = 0,
+        capacity: CapacityConfig | None = None,
     ) -> None:
         self.backends: list[Backend] = []
         names: set[str] = set()
@@ -238,7 +262,11 @@ class BackendPool:
         self.default_tokens_per_s = default_tokens_per_s
         self.clock = clock
         self.on_change = on_change
-        self.prefetch = prefetch
+        self.capacity_config = capacity or CapacityConfig()
+        for b in self.backends:
+            b.capacity.config = self.capacity_config
+            b.cap_now = b.capacity.current(clock())
+        self._guess = self._slot_guess()
         self._snapshot: RegionSnapshot | None = None
         self._views: list[BackendSnapshot] | None = None  # None: rebuild every view
         self._touched: set[int] = set()
@@ -280,7 +308,7 @@ class BackendPool:
         self._version += 1
         views = self._views
         if views is not None and now < self._valid_until:
-            backends, prefetch = self.backends, self.prefetch
+            backends, guess = self.backends, self._guess
             for i in self._touched:
                 b = backends[i]
                 rate = b.rate.value
@@ -289,7 +317,8 @@ class BackendPool:
                     break
                 # what _view builds for a steady backend (not ejected, no slow start, a
                 # learned rate), inlined: one is built on every lease and release
-                ttft, scraped = b.ttft, b.scraped
+                ttft, scraped, capacity = b.ttft, b.scraped, b.cap_now
+                cap = guess if capacity.slots is None else capacity.slots
                 views[i] = BackendSnapshot(
                     b.index,
                     b.spec.name,
@@ -298,17 +327,18 @@ class BackendPool:
                     False,  # ejected
                     bool(b.drains),  # draining
                     b.in_flight,
-                    b.spec.max_concurrency,  # cap
+                    cap,
                     b.work_tokens,
                     rate,  # tokens_per_s
                     True,  # rate_learned
-                    prefetch,
+                    capacity.limit - cap,  # prefetch
                     ttft.value,  # ttft_ewma_s
                     ttft.samples,
                     scraped.waiting,
                     scraped.running,
                     scraped.kv_usage,
                     b.prefill_tokens,
+                    capacity.slots is not None,  # cap_known
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -338,8 +368,9 @@ class BackendPool:
         elif b.ejected_until is not None:  # ejection over: start the ramp
             b.ejected_until = None
             b.slow_start_from = b.slow_start_from or now
-        cap = b.spec.max_concurrency
-        prefetch = self.prefetch
+        capacity = b.cap_now
+        cap = self._guess if capacity.slots is None else capacity.slots
+        prefetch = capacity.limit - cap
         ramp = self.outliers.slow_start_s
         if b.slow_start_from is not None:
             elapsed = now - b.slow_start_from
@@ -371,6 +402,7 @@ class BackendPool:
             scraped.running,
             scraped.kv_usage,
             b.prefill_tokens,
+            capacity.slots is not None,  # cap_known
         )
         return view, valid_until
 
@@ -391,7 +423,8 @@ class BackendPool:
         b.requests += 1
         self._snapshot = None  # invalidate(index), inlined: every bind takes a lease
         self._touched.add(index)
-        return Lease(self, b, cost_tokens, b.in_flight / b.spec.max_concurrency, prefill_tokens)
+        slots = b.cap_now.slots or self._guess
+        return Lease(self, b, cost_tokens, b.in_flight / slots, prefill_tokens)
 
     def _started(self, lease: Lease) -> None:
         b = lease.backend
@@ -482,6 +515,10 @@ class BackendPool:
         backend.ejected_until = now + duration
         backend.ejected_for = reason
         backend.slow_start_from = None
+        if reason == "errors":  # failing: it may be restarting with other settings
+            backend.capacity.forget()
+            backend.cap_now = backend.capacity.current(now)
+            self._guess = self._slot_guess()
         self.changed()
         return True
 
@@ -493,11 +530,46 @@ class BackendPool:
         self.invalidate(None if first or self._unlearned else backend.index)
 
     def set_scraped(self, name: str, load: ScrapedLoad) -> None:
-        """Backend ``name``'s load as last scraped (``ScrapedLoad()``: unknown or stale)."""
+        """Backend ``name``'s load as last scraped (``ScrapedLoad()``: unknown or stale).
+        A scrape with running and waiting is also a capacity observation."""
         b = self._lookup(name)
+        if load.running is not None and load.waiting is not None:
+            b.capacity.observe(self.clock(), load.running, load.waiting)
+            self._capacity_changed(b)
         if load != b.scraped:
             b.scraped = load
             self.invalidate(b.index)
+
+    def set_engine_limits(self, name: str, max_running: int | None,
+                          max_in_flight: int | None) -> None:
+        """What backend ``name``'s engine publishes about its limits (``engines.limits``)."""
+        b = self._lookup(name)
+        b.capacity.engine_limits(max_running, max_in_flight)
+        self._capacity_changed(b)
+
+    def forget_capacity(self, name: str) -> None:
+        """Backend ``name`` may have restarted with other settings: learn its capacity anew."""
+        b = self._lookup(name)
+        b.capacity.forget()
+        self._capacity_changed(b)
+
+    def _capacity_changed(self, b: Backend) -> None:
+        capacity = b.capacity.current(self.clock())
+        if capacity == b.cap_now:
+            return
+        b.cap_now = capacity
+        guess = self._slot_guess()
+        if guess != self._guess:
+            self._guess = guess
+            self.changed()  # every unknown backend's view shows the new guess
+        else:
+            self.changed(b.index)  # a higher limit may let queued requests through
+
+    def _slot_guess(self) -> int:
+        """What scorers assume of a backend whose capacity is unknown: the largest learned
+        in the region (its peers are likely alike), else ``GUESS_SLOTS``."""
+        known = [b.cap_now.slots for b in self.backends if b.cap_now.slots is not None]
+        return max(known) if known else GUESS_SLOTS
 
     def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
         """Hold (or lift) ``source``'s drain on backend ``name``."""
@@ -516,6 +588,10 @@ class BackendPool:
             return
         if healthy:
             b.slow_start_from = self.clock()
+        else:
+            b.capacity.forget()  # it may come back with other settings
+            b.cap_now = b.capacity.current(self.clock())
+            self._guess = self._slot_guess()
         b.healthy = healthy
         self.changed()
 

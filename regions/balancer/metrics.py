@@ -3,8 +3,9 @@
 
 - ``director_balancer_in_flight{backend}``, ``director_balancer_work_tokens{backend}``,
   ``director_balancer_prefill_tokens{backend}`` (prompts sent there without a first byte
-  yet), ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``:
-  gauges read from the pool at scrape time;
+  yet), ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``,
+  ``director_balancer_capacity{backend,source}`` (learned or pinned, absent while unknown),
+  ``director_balancer_capacity_limit{backend}``: gauges read from the pool at scrape time;
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from regions.balancer.capacity import UNBOUNDED
 
 if TYPE_CHECKING:
     from regions.balancer.admission import Dispatcher
@@ -66,7 +69,23 @@ class _PoolCollector(Collector):
             rate.add_metric([b.name], b.tokens_per_s)
         queue = GaugeMetricFamily("director_balancer_queue", "Requests waiting in the region queue")
         queue.add_metric([], self.dispatcher.queued)
-        yield from (in_flight, work, prefill, rate, queue)
+        capacity = GaugeMetricFamily(
+            "director_balancer_capacity",
+            "Requests a backend runs at once, as learned (or pinned); absent while unknown",
+            labels=["backend", "source"],
+        )
+        limit = GaugeMetricFamily(
+            "director_balancer_capacity_limit",
+            "Requests admission lets be in flight at a backend (absent: unbounded)",
+            labels=["backend"],
+        )
+        for backend in self.dispatcher.pool:
+            learned = backend.cap_now
+            if learned.slots is not None:
+                capacity.add_metric([backend.name, learned.source], learned.slots)
+            if learned.limit < UNBOUNDED:
+                limit.add_metric([backend.name], learned.limit)
+        yield from (in_flight, work, prefill, rate, queue, capacity, limit)
 
 
 @dataclass(frozen=True, slots=True)

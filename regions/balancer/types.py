@@ -57,13 +57,14 @@ class BackendSnapshot:
     ``object.__setattr__``). Nothing writes to a view once built; a changed backend gets a
     new one.
 
-    ``cap`` is the effective concurrency cap (reduced during slow start); ``prefetch``
-    how many requests beyond it may wait at the server itself (``limit = cap + prefetch``
-    is what admission allows); ``work_tokens`` the predicted work of its in-flight requests
-    in decode-token equivalents, ``prefill_tokens`` the part of it that is prompts still
-    waiting to prefill (streamed requests without a first byte yet: the server prefills
-    them before it starts anything sent later); ``tokens_per_s`` its learned decode rate (or
-    the fleet's prior).
+    ``cap`` is the backend's capacity, the requests it runs at once (learned, pinned, or a
+    guess while ``cap_known`` is False; reduced during slow start); ``prefetch`` how many
+    requests beyond it may wait at the server itself (``limit = cap + prefetch`` is what
+    admission allows: unbounded while the capacity is unknown); ``work_tokens`` the
+    predicted work of its in-flight requests in decode-token equivalents, ``prefill_tokens``
+    the part of it that is prompts still waiting to prefill (streamed requests without a
+    first byte yet: the server prefills them before it starts anything sent later);
+    ``tokens_per_s`` its learned decode rate (or the fleet's prior).
 
     ``ttft_ewma_s`` is the backend's time to first token (first byte of the body when not
     streamed) as an EWMA over ``ttft_samples`` samples, None before the first; it is as of
@@ -90,6 +91,7 @@ class BackendSnapshot:
     running: float | None = None
     kv_usage: float | None = None
     prefill_tokens: float = 0.0
+    cap_known: bool = True
 
     @property
     def limit(self) -> int:

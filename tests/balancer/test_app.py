@@ -28,7 +28,7 @@ async def test_serve_accepts_policy_gpu_servers() -> None:
     async with Fleet([ServerSpec("h100", models=(MODEL,))]) as fleet:
         gpu = GpuServer("h100", fleet["h100"].url + "/", (MODEL,), "H100", None, "vllm")
         assert backends_from_region(_Region((gpu,))) == [
-            BackendSpec("h100", fleet["h100"].url, (MODEL,), 16)
+            BackendSpec("h100", fleet["h100"].url, (MODEL,), None, "vllm")
         ]
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from regions.balancer.backends import BackendPool, BackendSpec, ScrapedLoad
+from regions.balancer.capacity import GUESS_SLOTS
 from regions.balancer.filters.capacity import CapacityFilter
 from regions.balancer.filters.health import HealthFilter
 from regions.balancer.filters.model import ModelFilter
@@ -214,8 +215,8 @@ def test_queue_depth_is_the_clamped_formula() -> None:
 def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
     rng = random.Random(11)
     specs = [BackendSpec(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m1", "m2")[: i % 2 + 1],
-                         rng.randint(1, 8)) for i in range(12)]
-    pool = BackendPool(specs, prefetch=1)
+                         rng.choice([None, rng.randint(1, 8)])) for i in range(12)]
+    pool = BackendPool(specs)
     leases = []
     for _ in range(400):
         b = pool.backends[rng.randrange(len(specs))]
@@ -229,12 +230,17 @@ def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
         elif op == 3:  # a sample shows from the view's next rebuild (its lease's release)
             pool.record_ttft(b, rng.uniform(0.01, 0.3))
             pool.invalidate(b.index)
-        elif op == 4:
-            pool.set_scraped(b.name, ScrapedLoad(rng.random(), rng.random(), rng.random()))
+        elif op == 4:  # running and waiting counts: capacity observations too
+            pool.set_scraped(b.name, ScrapedLoad(float(rng.randint(0, 3)),
+                                                 float(rng.randint(0, 12)), rng.random()))
         else:
             pool.set_draining(b.name, rng.random() < 0.5)
         for b, view in zip(pool.backends, pool.snapshot().backends, strict=True):
             prior = pool.prior_tokens_per_s()
+            known = b.cap_now.slots is not None
+            cap = b.cap_now.slots if known else max(
+                [o.cap_now.slots for o in pool.backends if o.cap_now.slots is not None],
+                default=GUESS_SLOTS)
             assert view == BackendSnapshot(
                 index=b.index,
                 name=b.name,
@@ -243,14 +249,16 @@ def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
                 ejected=False,
                 draining=b.draining,
                 in_flight=b.in_flight,
-                cap=b.spec.max_concurrency,
+                cap=cap,
                 work_tokens=b.work_tokens,
                 tokens_per_s=b.rate.value if b.rate.value is not None else prior,
                 rate_learned=b.rate.value is not None,
-                prefetch=1,
+                prefetch=b.cap_now.limit - cap,
                 ttft_ewma_s=b.ttft.value,
                 ttft_samples=b.ttft.samples,
                 waiting=b.scraped.waiting,
                 running=b.scraped.running,
                 kv_usage=b.scraped.kv_usage,
+                prefill_tokens=b.prefill_tokens,
+                cap_known=known,
             )

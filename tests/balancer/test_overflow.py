@@ -45,7 +45,7 @@ service eu-only.infer.example.com {
 CHAT = "chat.infer.example.com"
 DE = {"Host": CHAT, "X-Director-Client-Country": "DE"}
 US = {"Host": CHAT, "X-Director-Client-Country": "US"}
-SATURABLE = BalancerConfig(prefetch=0, admission=AdmissionConfig(max_queue=0))
+SATURABLE = BalancerConfig(admission=AdmissionConfig(max_queue=0))
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,10 @@ from workers.targets import GpuTarget
 
 REGION = "test-region"  # the region tests.balancer.helpers.stack builds
 
+# the load as the probe workers store it; the balancer's own scraping (on by default, and
+# then preferred) is off in these tests
+FROM_STATE = BalancerConfig(scrape_every_s=0)
+
 
 def shared(url: str, prefix: str, **overrides: float) -> SharedStateConfig:
     fields = {"publish_every_s": 0.2, "read_every_s": 0.1, "timeout_s": 0.5}
@@ -142,7 +146,8 @@ async def test_scraped_load_in_valkey_reaches_the_snapshot_unless_stale(
     valkey: EmbeddedValkey, prefix: str, store: StateStore
 ) -> None:
     config = shared(valkey.url, prefix, load_stale_after_s=5.0)
-    async with stack((1.0, 1.0, 1.0), shared_state=config) as (_, balancer, _client):
+    async with stack((1.0, 1.0, 1.0), shared_state=config, config=FROM_STATE) as (
+            _, balancer, _client):
         now = time.time()
         store.write_gpu_load(REGION, "gpu0", GpuLoad("vllm", 3.0, 16.0, 0.75, now))
         store.write_gpu_load(REGION, "gpu1", GpuLoad("tgi", 1.0, 2.0, None, now))
@@ -161,7 +166,7 @@ async def test_scraped_load_ages_out_while_valkey_is_unreachable(prefix: str) ->
     server = EmbeddedValkey().start()
     try:
         config = shared(server.url, prefix, load_stale_after_s=1.0)
-        async with stack(shared_state=config) as (_, balancer, _client):
+        async with stack(shared_state=config, config=FROM_STATE) as (_, balancer, _client):
             writer = StateStore.from_url(server.url, prefix=prefix)
             writer.write_gpu_load(REGION, "gpu0", GpuLoad("vllm", 2.0, 3.0, 0.5, time.time()))
             writer.close()
@@ -197,7 +202,7 @@ async def busy_fleet_behind(
 async def test_a_servers_metrics_scraped_by_the_workers_steer_the_scorer(
     valkey: EmbeddedValkey, prefix: str, store: StateStore
 ) -> None:
-    config = BalancerConfig(scorers=(("scraped-load", 1.0),))
+    config = BalancerConfig(scorers=(("scraped-load", 1.0),), scrape_every_s=0)
     async with busy_fleet_behind(config, shared(valkey.url, prefix)) as (fleet, balancer):
         async with aiohttp.ClientSession() as direct:  # load gpu0 around the balancer
             url = fleet["gpu0"].url + "/v1/completions"

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from director.state import AsyncStateStore, EmbeddedValkey, RegionLoad, StateUnavailable
-from regions.balancer import BalancerConfig, SharedStateConfig
+from regions.balancer import SharedStateConfig
 from tests.balancer.helpers import completion, eventually, stack, stream_completion
 
 REGION = "test-region"
@@ -103,7 +103,7 @@ async def test_state_drain_and_admin_drain_are_held_apart(
 async def test_region_load_is_published(valkey: EmbeddedValkey, prefix: str) -> None:
     """One slot, one long stream in it, one request queued: the published load says so."""
     async with state(valkey.url, prefix) as store, stack(
-        (1.0,), time_scale=5.0, cap=1, config=BalancerConfig(prefetch=0),
+        (1.0,), time_scale=5.0, cap=1,
         shared_state=shared(valkey.url, prefix), capacity_rps=4.0
     ) as (_, balancer, client):
         idle = await wait_load(store, lambda load: True)

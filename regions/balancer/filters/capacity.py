@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """``capacity`` filter: keep backends that may take one more request (late binding).
 
-A backend is full when ``in_flight >= limit``, ``limit = cap + prefetch``: its slots
-(``cap``, already reduced by slow start) plus the few requests allowed to wait at the
-server so that its batch refills the moment a sequence ends, without waiting for the
-balancer's round trip. When this filter drops the last candidate the request waits in the
-region queue, in the balancer, until a slot frees: it is bound to a backend only when that
-backend can start it soon, rather than queued behind a slow GPU. No parameters.
+A backend is full when ``in_flight >= limit``, ``limit = cap + prefetch``: its learned
+capacity (``cap``, reduced by slow start; see ``regions.balancer.capacity``) plus the few
+requests allowed to wait at the server so that its batch refills the moment a sequence
+ends. While its capacity is unknown the limit is unbounded: this filter never holds a
+request for a backend that may have room. When it drops the last candidate the request
+waits in the region queue, in the balancer, until a slot frees: it is bound to a backend
+only when that backend can start it soon, rather than queued behind a slow GPU. No
+parameters.
 """
 
 from __future__ import annotations

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How many requests a backend runs at once, learned from what its engine says and does.
+
+Sources, strongest first:
+
+1. **pinned**: the policy's ``max-seqs`` for that GPU server (``BackendSpec.max_concurrency``).
+2. **observed**: a metrics scrape showing requests waiting at the server says the server
+   runs ``running`` requests at once right now (its sequence slots, or fewer when long
+   prompts fill its KV cache). The capacity is the largest such ``running`` seen in the last
+   ``window_s`` (the newest one keeps counting after that, until a newer one comes). A
+   scrape without waiting that shows more running than the capacity says the estimate is
+   wrong (the server ran the headroom too, with room to spare): it is dropped, and the
+   backend is unknown again until a scrape with waiting says where its limit is now.
+3. **engine**: the slot count the engine publishes (SGLang's ``max_running_requests``),
+   until an observation says otherwise.
+4. **unknown**: nothing said yet. Admission then holds nothing (the limit is unbounded), so
+   the balancer behaves like least-outstanding-requests; scorers see a guess: the largest
+   capacity learned in the region, else ``GUESS_SLOTS``.
+
+The admission limit is the capacity plus, unless pinned, a headroom (``headroom_share`` of
+it, at least one) of requests allowed to wait at the server, so that its batch refills
+without the balancer's round trip and a capacity that grows is seen (the server runs what
+it can of them). An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429)
+caps the limit, whatever the source. A backend that cannot be scraped, comes back from an
+ejection or turns unhealthy forgets what was observed (it may have restarted with other
+settings).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+UNBOUNDED = 1 << 30  # the admission limit while the capacity is unknown
+GUESS_SLOTS = 256  # vLLM's default max_num_seqs on most GPUs (1024 on 80 GB+ GPUs)
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """``window_s``: how long a saturated observation counts; ``headroom_share``: requests
+    allowed to wait at a server beyond a learned capacity, as a share of it, at least one
+    (0: none; then a capacity that grows is seen only through the engine's limits or a
+    restart)."""
+
+    window_s: float = 5.0
+    headroom_share: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """A backend's capacity as the estimator has it."""
+
+    slots: int | None  # None: unknown
+    source: str  # "pinned", "observed", "engine" or "unknown"
+    limit: int  # what admission lets be in flight there (UNBOUNDED while unknown)
+
+    @property
+    def known(self) -> bool:
+        return self.slots is not None
+
+
+class CapacityEstimator:
+    """One backend's capacity from its pin, its engine's limits and scraped observations."""
+
+    def __init__(self, pinned: int | None = None, config: CapacityConfig | None = None) -> None:
+        self.pinned = pinned
+        self.config = config or CapacityConfig()
+        self.engine_slots: int | None = None
+        self.engine_in_flight: int | None = None
+        self._saturated: deque[tuple[float, int]] = deque()  # (time, running) with waiting
+
+    def engine_limits(self, max_running: int | None, max_in_flight: int | None) -> None:
+        """What the engine's info endpoint says (None: it does not say)."""
+        self.engine_slots = max_running
+        self.engine_in_flight = max_in_flight
+
+    def observe(self, now: float, running: float | None, waiting: float | None) -> None:
+        """A metrics scrape: requests running and waiting at the server."""
+        if running is None or waiting is None:
+            return
+        count = int(running)
+        if waiting > 0 and count > 0:
+            self._saturated.append((now, count))
+        elif self._saturated and count > max(c for _, c in self._saturated):
+            self._saturated.clear()  # it ran more than we thought it could, with room left
+        self._expire(now)
+
+    def forget(self) -> None:
+        """Drop what was observed (a restart may have changed it); the pin stays."""
+        self._saturated.clear()
+        self.engine_slots = None
+        self.engine_in_flight = None
+
+    def current(self, now: float) -> Capacity:
+        """The capacity and admission limit as of ``now``."""
+        self._expire(now)
+        if self.pinned is not None:
+            slots, source = self.pinned, "pinned"
+        elif self._saturated:
+            slots, source = max(count for _, count in self._saturated), "observed"
+        elif self.engine_slots is not None:
+            slots, source = self.engine_slots, "engine"
+        else:
+            slots, source = None, "unknown"
+        limit = UNBOUNDED if slots is None else slots + self._headroom(slots, source)
+        if self.engine_in_flight is not None:
+            limit = min(limit, self.engine_in_flight)
+            if slots is not None:
+                slots = min(slots, self.engine_in_flight)
+        return Capacity(slots, source, limit)
+
+    def _headroom(self, slots: int, source: str) -> int:
+        share = self.config.headroom_share
+        if source == "pinned" or share <= 0:
+            return 0  # what the operator said the server runs; nothing to probe
+        return max(1, math.ceil(share * slots))
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.config.window_s
+        saturated = self._saturated
+        while saturated and saturated[0][0] < horizon:
+            # the newest saturated sample keeps counting until a newer one replaces it, so
+            # a capacity learned under load holds while the load that showed it has passed
+            if len(saturated) == 1:
+                break
+            saturated.popleft()
