@@ -21,6 +21,7 @@ from pathlib import Path
 from routing_configs import Upstream, render_haproxy, render_nginx
 
 from director.ports import free_port
+from regions.simulator.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -81,13 +82,20 @@ def _wait_port(port: int, process: subprocess.Popen[bytes], name: str, log: Path
     raise RuntimeError(f"{name} did not listen on {HOST}:{port} within {timeout}s")
 
 
-def start_simulator(workdir: Path, name: str, speed: float, time_scale: float) -> Proc:
+def start_simulator(workdir: Path, name: str, speed: float, time_scale: float,
+                    engine: EngineConfig | None = None) -> Proc:
+    """One simulated server; ``engine`` sets its slots, KV budget, context length and
+    chunked prefill (the simulator's defaults otherwise)."""
     port = free_port()
     log = workdir / f"sim-{name}.log"
+    engine = engine or EngineConfig()
+    chunk = engine.max_prefill_tokens if engine.chunked_prefill else 0
     process = _spawn(
         [PYTHON, str(ROOT / "bench" / "routing_sim.py"), "--listen", f"{HOST}:{port}",
          "--name", name, "--speed", str(speed), "--time-scale", str(time_scale),
-         "--model", "sim-model"], log)
+         "--model", "sim-model", "--max-num-seqs", str(engine.max_num_seqs),
+         "--kv-cache-tokens", str(engine.kv_cache_tokens),
+         "--max-model-len", str(engine.max_model_len), "--chunked-prefill", str(chunk)], log)
     _wait_port(port, process, name, log, 30)
     return Proc(name, process, f"http://{HOST}:{port}", log)
 

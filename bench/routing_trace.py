@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The Azure LLM inference 2023 conversation trace, sliced and time-compressed for replay.
+"""Request traces, sliced and time-compressed for replay: the Azure LLM inference 2023
+conversation and code traces and the Mooncake FAST'25 conversation trace (``TRACES``).
 
 A slice is ``count`` consecutive requests from ``offset``; its arrival gaps are scaled so
 that its mean rate is the target rate (in model requests per second), which keeps the
 trace's own burstiness. Token counts are used as they are (prompt capped so that prompt +
-output fits the simulator's ``max_model_len``). Trace: CC BY 4.0, Patel et al., "Splitwise",
-ISCA 2024 (see the trace's README).
+output fits the simulator's ``max_model_len``). Traces: Azure, CC BY 4.0, Patel et al.,
+"Splitwise", ISCA 2024; Mooncake, Apache-2.0, Qin et al., FAST 2025 (see ``data/traces``).
 
 A slice's requests are not the trace's average: a stretch of long answers holds more work
 than its request count says. ``arrivals_at_load`` therefore sets the rate from the work
@@ -18,6 +19,7 @@ from __future__ import annotations
 import csv
 import gzip
 import itertools
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +29,11 @@ from regions.simulator.config import EngineConfig
 
 TRACE = trace_path("azure-llm-2023/AzureLLMInferenceTrace_conv.csv.gz")
 MAX_MODEL_LEN = 16_384
+TRACES = {
+    "azure-conv": "azure-llm-2023/AzureLLMInferenceTrace_conv.csv.gz",
+    "azure-code": "azure-llm-2023/AzureLLMInferenceTrace_code.csv.gz",
+    "mooncake-conv": "mooncake-fast25-conversation/conversation_trace.first45min.jsonl.gz",
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,22 @@ def load_trace(path: Path = TRACE) -> list[TraceRequest]:
             output = int(row["GeneratedTokens"])
             prompt = min(int(row["ContextTokens"]), MAX_MODEL_LEN - output)
             rows.append(TraceRequest((stamp - first).total_seconds(), prompt, output))
+    return rows
+
+
+def load_named(name: str, max_model_len: int = MAX_MODEL_LEN) -> list[TraceRequest]:
+    """The trace ``name`` (a key of ``TRACES``), prompts capped to fit ``max_model_len``."""
+    path = trace_path(TRACES[name])
+    if name.startswith("azure"):
+        return [TraceRequest(r.arrival, min(r.prompt_tokens, max_model_len - r.output_tokens),
+                             r.output_tokens) for r in load_trace(path)]
+    rows: list[TraceRequest] = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            item = json.loads(line)
+            output = int(item["output_length"])
+            prompt = min(int(item["input_length"]), max_model_len - output)
+            rows.append(TraceRequest(int(item["timestamp"]) / 1000.0, prompt, output))
     return rows
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from regions.simulator.batching import Counters, Scheduler, SeqState, Sequence
@@ -81,6 +81,9 @@ class Engine:
         self.clock: Clock = clock or ScaledClock()
         self._sched = Scheduler(self.config)
         self._events: dict[int, asyncio.Event] = {}
+        # futures of callers that only want the first token or the end (not every token)
+        self._firsts: dict[int, asyncio.Future[None]] = {}
+        self._ends: dict[int, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._hung = False
@@ -144,9 +147,27 @@ class Engine:
 
     async def wait(self, seq: Sequence) -> Sequence:
         """Wait until the sequence has finished; raise ``SequenceAborted`` if aborted."""
-        async for _ in self.stream(seq):
-            pass
+        await self._milestone(self._ends, seq, lambda s: s.done)
+        if seq.state is not SeqState.FINISHED:
+            raise SequenceAborted(f"sequence {seq.seq_id} aborted")
         return seq
+
+    async def first_token(self, seq: Sequence) -> Sequence:
+        """Wait until the sequence has its first token (or has ended; then it raises
+        ``SequenceAborted`` if it was aborted); one wake-up, not one per token."""
+        await self._milestone(self._firsts, seq, lambda s: s.generated > 0 or s.done)
+        if seq.generated == 0 and seq.state is not SeqState.FINISHED:
+            raise SequenceAborted(f"sequence {seq.seq_id} aborted")
+        return seq
+
+    async def _milestone(self, waiting: dict[int, asyncio.Future[None]], seq: Sequence,
+                         reached: Callable[[Sequence], bool]) -> None:
+        if reached(seq):
+            return
+        future = waiting.get(seq.seq_id)
+        if future is None:
+            future = waiting[seq.seq_id] = asyncio.get_running_loop().create_future()
+        await asyncio.shield(future)
 
     # -- fault knobs ---------------------------------------------------------------------
 
@@ -214,5 +235,13 @@ class Engine:
         event = self._events.get(seq.seq_id)
         if event is not None:
             event.set()
+        if seq.generated > 0 or seq.done:
+            _resolve(self._firsts.pop(seq.seq_id, None))
         if seq.done:
             self._events.pop(seq.seq_id, None)
+            _resolve(self._ends.pop(seq.seq_id, None))
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)

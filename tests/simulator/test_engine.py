@@ -187,3 +187,31 @@ async def test_a_long_prompt_stalls_a_running_stream_unless_prefill_is_chunked(
     assert len(stamps) == 60
     assert max(gaps) == pytest.approx(longest_gap_s)
     await engine.stop()
+
+
+async def test_first_token_and_wait_wake_once_at_their_moments() -> None:
+    engine = await started()
+    seq = engine.submit(200, 11)
+    first = asyncio.ensure_future(engine.first_token(seq))
+    end = asyncio.ensure_future(engine.wait(seq))
+    await first
+    assert seq.first_token_at == pytest.approx(0.2) and 1 <= seq.generated < 11
+    assert not end.done()
+    await end
+    assert seq.finished_at == pytest.approx(0.3) and seq.generated == 11
+    assert await engine.first_token(seq) is seq  # already past it: returns at once
+    await engine.stop()
+
+
+async def test_first_token_and_wait_raise_for_an_aborted_sequence() -> None:
+    engine = await started(max_num_seqs=1)
+    running, queued = engine.submit(100, 50), engine.submit(100, 5)
+    first = asyncio.ensure_future(engine.first_token(queued))
+    end = asyncio.ensure_future(engine.wait(queued))
+    await engine.first_token(running)
+    engine.abort(queued)
+    with pytest.raises(SequenceAborted):
+        await first
+    with pytest.raises(SequenceAborted):
+        await end
+    await engine.stop()

@@ -1,0 +1,245 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Routing in virtual time: a trace slice through our balancer's objects, or through a
+model of HAProxy's ``leastconn``, to the real simulator ``Engine`` of each GPU, on one
+asyncio loop whose clock jumps to the next timer whenever nothing is ready.
+
+Ours is the real ``Balancer`` (pool, pipeline, region queue, learned speeds, answer lengths
+and capacities), fed as ``regions.balancer.proxy`` feeds it and scraped once a model second
+as ``engine_scrape`` scrapes (the engines' running and waiting counts; vLLM publishes no
+slot count, so capacities are learned from those). The peer is ``leastconn`` as the live
+bench configures HAProxy: no queue in the proxy, the fewest active requests, ties in turn.
+
+Left out, so the figures compare policies with each other (``bench/routing.py`` measures
+real proxies over HTTP): network and proxy time, CPU jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import selectors
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from matrix import Server
+from routing_client import body
+from routing_trace import Arrival
+
+from regions.balancer import BackendSpec, BalancerConfig
+from regions.balancer.app import Balancer
+from regions.balancer.backends import ScrapedLoad
+from regions.balancer.errors import ShedError
+from regions.balancer.request_info import parse_request
+from regions.balancer.types import Endpoint
+from regions.simulator.engine import Engine
+from regions.simulator.errors import SequenceAborted
+
+MODEL = "sim-model"
+SCRAPE_EVERY_S = 1.0
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Never blocks: a wait of ``timeout`` seconds moves the loop's clock instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list:
+        if timeout is not None and timeout > 0:
+            self.now += timeout
+        return super().select(0)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on virtual time: sleeping costs nothing, order is kept."""
+
+    def __init__(self) -> None:
+        self._jumping = _JumpingSelector()
+        super().__init__(self._jumping)
+
+    def time(self) -> float:
+        return self._jumping.now
+
+
+class LoopClock:
+    """The engine's ``Clock`` over the running loop's (virtual) time."""
+
+    time_scale = 1.0
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - self.now()))
+
+
+@dataclass(frozen=True)
+class Result:
+    at: float  # arrival, model seconds
+    status: int  # 200, or 429 when shed
+    ttft: float | None
+    e2e: float | None
+    output_tokens: int
+    backend: str
+
+
+Done = Callable[[float, float, int], None]  # (TTFT from the send, decode rate, tokens)
+
+
+class LeastConn:
+    """HAProxy ``leastconn`` without a per-server cap: fewest active, ties in turn."""
+
+    def __init__(self, servers: list[Server]) -> None:
+        self.active = {s.name: 0 for s in servers}
+        self.turn = itertools.count()
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None],
+                                                                       Callable[[], None], Done]:
+        fewest = min(self.active.values())
+        tied = [n for n, c in self.active.items() if c == fewest]
+        name = tied[next(self.turn) % len(tied)]
+        self.active[name] += 1
+
+        def release() -> None:
+            self.active[name] -= 1
+
+        return name, release, _nothing, _learn_nothing
+
+
+def _nothing() -> None:
+    pass
+
+
+def _learn_nothing(ttft: float, rate: float, tokens: int) -> None:
+    pass
+
+
+class Ours:
+    """Our balancer's objects, fed as the proxy feeds them, scraped as ``engine_scrape``
+    scrapes (``scrape``: False to leave capacities unknown)."""
+
+    def __init__(self, servers: list[Server], engines: dict[str, Engine],
+                 config: BalancerConfig, scrape: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        specs = [BackendSpec(s.name, f"http://127.0.0.1:1/{s.name}", (MODEL,),
+                             config.max_concurrency) for s in servers]
+        self.balancer = Balancer("des", specs, config=config, clock=loop.time)
+        self.pool = self.balancer.pool
+        self.engines = engines
+        self.scrape = scrape
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self.scrape:
+            self._task = asyncio.create_task(self._scraping())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _scraping(self) -> None:
+        while True:
+            for name, engine in self.engines.items():
+                state = engine.state()
+                self.pool.set_scraped(name, ScrapedLoad(float(state.waiting),
+                                                        float(state.running), state.kv_usage))
+            await asyncio.sleep(SCRAPE_EVERY_S)
+
+    async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None],
+                                                                       Callable[[], None], Done]:
+        proxy = self.balancer.proxy
+        info = parse_request(Endpoint.COMPLETIONS, body(a, max_tokens), {},
+                             prefill_ratio=self.balancer.config.prefill_ratio,
+                             lengths=proxy.output_lengths, with_prefix=False)
+        lease = await self.balancer.dispatcher.acquire(info)
+        backend = lease.backend
+
+        def learn(ttft: float, rate: float, tokens: int) -> None:
+            self.pool.record_ttft(backend, ttft, lease.occupancy)
+            self.pool.record_success(backend)
+            if rate > 0:
+                self.pool.record_rate(backend, rate)
+            proxy.output_lengths.observe(info.model, info.prompt_tokens, info.max_tokens, tokens)
+
+        return backend.name, lease.release, lease.started, learn
+
+
+async def _one(router: Ours | LeastConn, engines: dict[str, Engine], a: Arrival,
+               max_tokens: int | None, out: list[Result]) -> None:
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, a.at - loop.time()))
+    start = loop.time()
+    try:
+        name, release, started, learn = await router.send(a, max_tokens)
+    except ShedError:
+        out.append(Result(a.at, 429, None, None, 0, ""))
+        return
+    sent = loop.time()
+    engine = engines[name]
+    seq = engine.submit(a.prompt_tokens, max(1, a.output_tokens))
+    try:
+        await engine.first_token(seq)
+        started()
+        await engine.wait(seq)
+    except (SequenceAborted, asyncio.CancelledError):
+        out.append(Result(a.at, 0, None, None, seq.generated, name))
+        engine.abort(seq)
+        return
+    finally:
+        release()
+    first, last = seq.first_token_at, seq.finished_at
+    assert first is not None and last is not None
+    rate = (seq.generated - 1) / (last - first) if seq.generated > 3 and last > first else 0.0
+    learn(first - sent, rate, seq.generated)
+    out.append(Result(a.at, 200, first - start, last - start, seq.generated, name))
+
+
+async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
+                 max_tokens: int | None, counted_until: float,
+                 config: BalancerConfig | None = None, cut_after: float = 600.0,
+                 scrape: bool = True) -> list[Result]:
+    """Every arrival through ``setup`` (``ours`` or ``leastconn``); returns once the counted
+    ones (arriving before ``counted_until``) have ended, or ``cut_after`` model seconds after
+    the last of them arrived (those still running are errors, status 0)."""
+    engines = {s.name: Engine(s.engine, LoopClock()) for s in servers}
+    for engine in engines.values():
+        await engine.start()
+    router: Ours | LeastConn
+    if setup == "leastconn":
+        router = LeastConn(servers)
+    else:
+        router = Ours(servers, engines, config or BalancerConfig(), scrape)
+    await router.start()
+    out: list[Result] = []
+    tasks = [asyncio.create_task(_one(router, engines, a, max_tokens, out)) for a in arrivals]
+    counted = [t for t, a in zip(tasks, arrivals, strict=True) if a.at < counted_until]
+    last = max((a.at for a in arrivals if a.at < counted_until), default=0.0)
+    loop = asyncio.get_running_loop()
+    await asyncio.wait(counted, timeout=max(0.0, last + cut_after - loop.time()))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await router.stop()
+    for engine in engines.values():
+        await engine.stop()
+    return out
+
+
+def run(setup: str, servers: list[Server], arrivals: list[Arrival], max_tokens: int | None,
+        counted_until: float, config: BalancerConfig | None = None,
+        scrape: bool = True) -> list[Result]:
+    """``replay`` on a fresh virtual-time loop."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(
+            replay(setup, servers, arrivals, max_tokens, counted_until, config, scrape=scrape))
+    finally:
+        loop.close()
