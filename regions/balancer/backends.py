@@ -264,7 +264,7 @@ class BackendPool:
         self.on_change = on_change
         self.capacity_config = capacity or CapacityConfig()
         for b in self.backends:
-            b.capacity.config = self.capacity_config
+            b.capacity = CapacityEstimator(b.spec.max_concurrency, self.capacity_config)
             b.cap_now = b.capacity.current(clock())
         self._guess = self._slot_guess()
         self._snapshot: RegionSnapshot | None = None
@@ -534,7 +534,7 @@ class BackendPool:
         A scrape with running and waiting is also a capacity observation."""
         b = self._lookup(name)
         if load.running is not None and load.waiting is not None:
-            b.capacity.observe(self.clock(), load.running, load.waiting)
+            b.capacity.observe(self.clock(), load.running, load.waiting, load.kv_usage)
             self._capacity_changed(b)
         if load != b.scraped:
             b.scraped = load

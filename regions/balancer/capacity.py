@@ -4,10 +4,14 @@
 Sources, strongest first:
 
 1. **pinned**: the policy's ``max-seqs`` for that GPU server (``BackendSpec.max_concurrency``).
-2. **observed**: a metrics scrape showing requests waiting at the server says the server
-   runs ``running`` requests at once right now (its sequence slots, or fewer when long
-   prompts fill its KV cache). The capacity is the largest such ``running`` seen in the last
-   ``window_s`` (the newest one keeps counting after that, until a newer one comes). A
+2. **observed**: a server that keeps requests waiting while it runs as many as it ever ran
+   (within ``plateau_share``), or while its KV cache is full (``kv_full``), runs
+   ``running`` requests at once right now: its sequence slots, or fewer when long prompts
+   fill its KV cache. One such scrape is not enough: a request that arrived a moment before
+   the scrape waits for the engine's next iteration on any busy server, so it takes
+   ``persist`` of the last ``persist + 1`` scrapes. The capacity is the largest such
+   ``running`` seen in the last ``window_s`` (the newest one keeps counting after that,
+   until a newer one comes). A
    scrape without waiting that shows more running than the capacity says the estimate is
    wrong (the server ran the headroom too, with room to spare): it is dropped, and the
    backend is unknown again until a scrape with waiting says where its limit is now.
@@ -45,6 +49,9 @@ class CapacityConfig:
 
     window_s: float = 5.0
     headroom_share: float = 0.1
+    plateau_share: float = 0.9
+    kv_full: float = 0.9
+    persist: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,27 +75,38 @@ class CapacityEstimator:
         self.config = config or CapacityConfig()
         self.engine_slots: int | None = None
         self.engine_in_flight: int | None = None
-        self._saturated: deque[tuple[float, int]] = deque()  # (time, running) with waiting
+        self._saturated: deque[tuple[float, int]] = deque()  # (time, running) at capacity
+        self._recent: deque[bool] = deque(maxlen=self.config.persist + 1)  # at capacity?
+        self._max_running = 0  # the most it was seen running, since it was last forgotten
 
     def engine_limits(self, max_running: int | None, max_in_flight: int | None) -> None:
         """What the engine's info endpoint says (None: it does not say)."""
         self.engine_slots = max_running
         self.engine_in_flight = max_in_flight
 
-    def observe(self, now: float, running: float | None, waiting: float | None) -> None:
-        """A metrics scrape: requests running and waiting at the server."""
+    def observe(self, now: float, running: float | None, waiting: float | None,
+                kv_usage: float | None = None) -> None:
+        """A metrics scrape: requests running and waiting at the server, its KV usage."""
         if running is None or waiting is None:
             return
         count = int(running)
-        if waiting > 0 and count > 0:
+        config = self.config
+        self._max_running = max(self._max_running, count)
+        full = (waiting > 0 and count > 0
+                and (count >= config.plateau_share * self._max_running
+                     or (kv_usage is not None and kv_usage >= config.kv_full)))
+        self._recent.append(full)
+        if full and sum(self._recent) >= config.persist:
             self._saturated.append((now, count))
-        elif self._saturated and count > max(c for _, c in self._saturated):
+        elif not waiting and self._saturated and count > max(c for _, c in self._saturated):
             self._saturated.clear()  # it ran more than we thought it could, with room left
         self._expire(now)
 
     def forget(self) -> None:
         """Drop what was observed (a restart may have changed it); the pin stays."""
         self._saturated.clear()
+        self._recent.clear()
+        self._max_running = 0
         self.engine_slots = None
         self.engine_in_flight = None
 

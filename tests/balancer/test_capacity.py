@@ -11,6 +11,13 @@ from hypothesis import strategies as st
 from regions.balancer.capacity import UNBOUNDED, CapacityConfig, CapacityEstimator
 
 
+def saturate(estimator: CapacityEstimator, at: float, running: int, waiting: int = 3,
+             kv: float | None = None, scrapes: int = 2) -> None:
+    """``scrapes`` scrapes a second apart, ending at ``at``, all showing the same state."""
+    for i in range(scrapes):
+        estimator.observe(at - (scrapes - 1 - i), running, waiting, kv)
+
+
 def test_unknown_until_something_says_so() -> None:
     estimator = CapacityEstimator()
     capacity = estimator.current(0.0)
@@ -19,54 +26,66 @@ def test_unknown_until_something_says_so() -> None:
     assert estimator.current(1.0).limit == UNBOUNDED
 
 
-def test_waiting_at_the_server_reveals_its_capacity() -> None:
+def test_persistent_waiting_at_its_most_running_reveals_its_capacity() -> None:
     estimator = CapacityEstimator()
     estimator.observe(1.0, running=32, waiting=5)
-    capacity = estimator.current(1.0)
+    assert estimator.current(1.0).slots is None  # one scrape: maybe an arrival between steps
+    estimator.observe(2.0, running=32, waiting=4)
+    capacity = estimator.current(2.0)
     assert (capacity.slots, capacity.source, capacity.limit) == (32, "observed", 32 + 4)
+
+
+def test_waiting_well_below_the_most_it_ran_is_not_saturation() -> None:
+    """A busy server's new arrivals wait for its next iteration: not a slot limit."""
+    estimator = CapacityEstimator()
+    estimator.observe(1.0, running=200, waiting=0)
+    saturate(estimator, 5.0, running=60, waiting=2, scrapes=3)
+    assert estimator.current(5.0).slots is None
+    saturate(estimator, 8.0, running=60, waiting=9, kv=0.97)  # unless its KV cache is full
+    assert estimator.current(8.0).slots == 60
 
 
 def test_the_largest_saturated_observation_of_the_window_counts() -> None:
     estimator = CapacityEstimator(config=CapacityConfig(window_s=5.0))
-    estimator.observe(1.0, running=30, waiting=2)
-    estimator.observe(2.0, running=20, waiting=9)  # long prompts: KV full at 20
-    assert estimator.current(2.0).slots == 30
-    estimator.observe(8.0, running=21, waiting=1)
-    assert estimator.current(8.0).slots == 21  # the 30 is older than the window
-    assert estimator.current(100.0).slots == 21  # the newest keeps counting with no load
+    saturate(estimator, 2.0, running=30)
+    saturate(estimator, 3.0, running=28, kv=0.95)  # long prompts: KV full at 28
+    assert estimator.current(3.0).slots == 30
+    saturate(estimator, 10.0, running=28, kv=0.95)
+    assert estimator.current(10.0).slots == 28  # the 30 is older than the window
+    assert estimator.current(100.0).slots == 28  # the newest keeps counting with no load
 
 
 def test_a_server_running_more_than_the_estimate_makes_it_unknown_again() -> None:
     estimator = CapacityEstimator()
-    estimator.observe(1.0, running=20, waiting=3)
-    estimator.observe(2.0, running=22, waiting=0)  # the headroom all runs: it had room
-    capacity = estimator.current(2.0)
+    saturate(estimator, 2.0, running=20)
+    estimator.observe(3.0, running=22, waiting=0)  # the headroom all runs: it had room
+    capacity = estimator.current(3.0)
     assert (capacity.slots, capacity.source, capacity.limit) == (None, "unknown", UNBOUNDED)
-    estimator.observe(3.0, running=64, waiting=4)
-    assert (estimator.current(3.0).slots, estimator.current(3.0).source) == (64, "observed")
+    saturate(estimator, 5.0, running=64, waiting=4)
+    assert (estimator.current(5.0).slots, estimator.current(5.0).source) == (64, "observed")
 
 
 def test_engine_limits_and_pins() -> None:
     estimator = CapacityEstimator()
     estimator.engine_limits(max_running=48, max_in_flight=None)
     assert (estimator.current(0).slots, estimator.current(0).source) == (48, "engine")
-    estimator.observe(1.0, running=40, waiting=3)  # KV-limited below the slot count
-    assert estimator.current(1.0).slots == 40
+    saturate(estimator, 2.0, running=40, kv=0.95)  # KV-limited below the slot count
+    assert estimator.current(2.0).slots == 40
     tgi = CapacityEstimator()
     tgi.engine_limits(max_running=None, max_in_flight=128)
     assert tgi.current(0).limit == 128 and tgi.current(0).slots is None  # never a 429
-    tgi.observe(1.0, running=200, waiting=10)
-    assert (tgi.current(1.0).slots, tgi.current(1.0).limit) == (128, 128)
+    saturate(tgi, 2.0, running=200, waiting=10)
+    assert (tgi.current(2.0).slots, tgi.current(2.0).limit) == (128, 128)
     pinned = CapacityEstimator(pinned=16)
-    pinned.observe(1.0, running=64, waiting=3)
-    assert (pinned.current(1.0).slots, pinned.current(1.0).limit) == (16, 16)
+    saturate(pinned, 2.0, running=64)
+    assert (pinned.current(2.0).slots, pinned.current(2.0).limit) == (16, 16)
 
 
 def test_forget_drops_what_was_learned_but_not_the_pin() -> None:
     estimator = CapacityEstimator()
-    estimator.observe(1.0, running=32, waiting=1)
+    saturate(estimator, 2.0, running=32)
     estimator.forget()
-    assert estimator.current(2.0).slots is None
+    assert estimator.current(3.0).slots is None
     pinned = CapacityEstimator(pinned=8)
     pinned.forget()
     assert pinned.current(0).slots == 8
@@ -75,9 +94,9 @@ def test_forget_drops_what_was_learned_but_not_the_pin() -> None:
 @pytest.mark.parametrize("headroom", [0.0, 0.1, 0.5])
 def test_headroom(headroom: float) -> None:
     estimator = CapacityEstimator(config=CapacityConfig(headroom_share=headroom))
-    estimator.observe(1.0, running=100, waiting=1)
+    saturate(estimator, 2.0, running=100, waiting=1)
     expected = 100 if headroom == 0 else 100 + max(1, round(headroom * 100))
-    assert estimator.current(1.0).limit == expected
+    assert estimator.current(2.0).limit == expected
 
 
 # The floor, as a property: a server whose capacity changes as it pleases, a balancer that
@@ -104,6 +123,6 @@ def test_holding_while_the_server_has_room_never_survives_a_scrape(
             holding_with_room = 0
         if waiting:  # what is held is never below what the server was just seen running
             assert limit >= running
-        estimator.observe(now, running, waiting)
+        estimator.observe(now, running, waiting, kv_usage=None)
         now += 1.0
     assert estimator.current(now).limit >= 1
