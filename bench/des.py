@@ -166,7 +166,7 @@ class Ours:
             self.pool.record_ttft(backend, ttft, lease.occupancy)
             self.pool.record_success(backend)
             if rate > 0:
-                self.pool.record_rate(backend, rate)
+                self.pool.record_stream(lease, rate)
             proxy.output_lengths.observe(info.model, info.prompt_tokens, info.max_tokens, tokens)
 
         return backend.name, lease.release, lease.started, learn

@@ -102,8 +102,9 @@ def stats(results: list[des.Result], speeds: dict[str, float]) -> dict[str, obje
 
 
 def config_of(setup: str) -> BalancerConfig:
-    """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME=W/NAME=W``, ``capacity=off``
-    (capacities never learned: nothing held), ``NAME.PARAM=VALUE`` for a scorer."""
+    """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME~W/NAME~W``, ``capacity=off``
+    (capacities never learned: nothing held), ``capacity.FIELD=VALUE`` (``CapacityConfig``),
+    ``NAME.PARAM=VALUE`` for a scorer."""
     name, _, params = setup.partition(":")
     if name != "ours":
         raise SystemExit(f"unknown setup {setup!r}")
@@ -117,6 +118,11 @@ def config_of(setup: str) -> BalancerConfig:
                 (n, float(w)) for n, _, w in pairs))
         elif key == "capacity":
             continue  # read by scrape_of
+        elif key.startswith("capacity."):
+            field = key.partition(".")[2]
+            kind = type(getattr(config.capacity, field))
+            config = dataclasses.replace(config, capacity=dataclasses.replace(
+                config.capacity, **{field: kind(float(value))}))
         elif "." in key:
             scorer, _, param = key.partition(".")
             scorer_params.setdefault(scorer, {})[param] = float(value)

@@ -55,10 +55,11 @@ from regions.balancer.capacity import (
 )
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.latency import RegionTtft, is_ttft_outlier, ttft_ewma
-from regions.balancer.speed import Ewma
+from regions.balancer.speed import BatchRate, Ewma
 from regions.balancer.types import BackendSnapshot, RegionSnapshot
 
 ADMIN = "admin"
+_NO_SPT = (None, 0.0)  # spt_base, spt_slope of a backend whose speed model is not fitted
 STATE = "state"
 
 
@@ -174,6 +175,10 @@ class Backend:
     models: frozenset[str] = field(init=False)
     capacity: CapacityEstimator = field(init=False)
     cap_now: Capacity = field(init=False)  # capacity.current() as of the last change
+    batch_rate: BatchRate = field(default_factory=BatchRate)
+    spt: tuple[float, float] | None = None  # batch_rate.model() as of its last sample
+    busy_integral: float = 0.0  # in_flight integrated over time (request-seconds)
+    busy_at: float = 0.0  # when busy_integral was last brought up to date
 
     def __post_init__(self) -> None:
         self.models = model_set(self.spec.models)
@@ -201,7 +206,8 @@ class Lease:
     backend's prefill backlog until ``started()`` (its first byte) or the release.
     """
 
-    __slots__ = ("_pool", "backend", "cost_tokens", "occupancy", "prefill_tokens", "released")
+    __slots__ = ("_pool", "backend", "cost_tokens", "decode_from", "occupancy",
+                 "prefill_tokens", "released")
 
     def __init__(
         self,
@@ -217,10 +223,12 @@ class Lease:
         self.occupancy = occupancy
         self.prefill_tokens = prefill_tokens
         self.released = False
+        self.decode_from: tuple[float, float] | None = None  # (busy integral, time) at 1st byte
 
     def started(self) -> None:
-        """The backend sent its first byte: the prompt is no longer waiting to prefill."""
-        if self.prefill_tokens and not self.released:
+        """The backend sent its first byte: the prompt is no longer waiting to prefill, and
+        the stream's decode starts (its mean concurrency is measured from here)."""
+        if self.decode_from is None and not self.released:
             self._pool._started(self)
 
     def release(self) -> None:
@@ -339,6 +347,7 @@ class BackendPool:
                     scraped.kv_usage,
                     b.prefill_tokens,
                     capacity.slots is not None,  # cap_known
+                    *(b.spt or _NO_SPT),
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -403,6 +412,7 @@ class BackendPool:
             scraped.kv_usage,
             b.prefill_tokens,
             capacity.slots is not None,  # cap_known
+            *(b.spt or _NO_SPT),
         )
         return view, valid_until
 
@@ -417,6 +427,7 @@ class BackendPool:
         """Count a request on backend ``index``: ``cost_tokens`` of work, of which
         ``prefill_tokens`` (its prompt) wait to prefill until ``Lease.started()``."""
         b = self.backends[index]
+        _account(b, self.clock())
         b.in_flight += 1
         b.work_tokens += cost_tokens
         b.prefill_tokens += prefill_tokens
@@ -428,12 +439,17 @@ class BackendPool:
 
     def _started(self, lease: Lease) -> None:
         b = lease.backend
-        _drop_prefill(b, lease)
-        self._snapshot = None  # no slot was freed: nothing for the queue to do
-        self._touched.add(b.index)
+        now = self.clock()
+        _account(b, now)
+        lease.decode_from = (b.busy_integral, now)
+        if lease.prefill_tokens:
+            _drop_prefill(b, lease)
+            self._snapshot = None  # no slot was freed: nothing for the queue to do
+            self._touched.add(b.index)
 
     def _release(self, lease: Lease) -> None:
         b = lease.backend
+        _account(b, self.clock())
         b.in_flight -= 1
         b.work_tokens -= lease.cost_tokens
         _drop_prefill(b, lease)
@@ -522,6 +538,21 @@ class BackendPool:
         self.changed()
         return True
 
+    def record_stream(self, lease: Lease, tokens_per_s: float) -> None:
+        """A stream's decode rate, with the mean concurrency on its backend while it
+        decoded (from its first byte until now): both feed the backend's learned speed."""
+        b = lease.backend
+        now = self.clock()
+        _account(b, now)
+        concurrency = float(max(1, b.in_flight))
+        if lease.decode_from is not None:
+            integral, since = lease.decode_from
+            if now > since:
+                concurrency = max(1.0, (b.busy_integral - integral) / (now - since))
+        b.batch_rate.observe(concurrency, tokens_per_s)
+        b.spt = b.batch_rate.model()
+        self.record_rate(b, tokens_per_s)
+
     def record_rate(self, backend: Backend, tokens_per_s: float) -> None:
         """Fold a decode-rate sample in. While some backend has no rate yet, the fleet's
         prior (the mean learned rate) moves with it: every view is rebuilt."""
@@ -600,6 +631,12 @@ class BackendPool:
             return self.by_name[name]
         except KeyError:
             raise BalancerConfigError(f"backend {name!r}: no such backend") from None
+
+
+def _account(backend: Backend, now: float) -> None:
+    """Bring the backend's in-flight integral up to ``now`` (before in_flight changes)."""
+    backend.busy_integral += backend.in_flight * (now - backend.busy_at)
+    backend.busy_at = now
 
 
 def _drop_prefill(backend: Backend, lease: Lease) -> None:

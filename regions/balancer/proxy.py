@@ -261,7 +261,7 @@ class Proxy:
         else:
             self.pool.record_success(backend)
             if upstream.status == 200:
-                self._learn(backend, info, meter)
+                self._learn(lease, info, meter)
         return resp
 
     def _ttft(self, backend: Backend, seconds: float, occupancy: float) -> None:
@@ -275,10 +275,10 @@ class Proxy:
                 average.value or seconds,
             )
 
-    def _learn(self, backend: Backend, info: RequestInfo, meter: StreamMeter) -> None:
+    def _learn(self, lease: Lease, info: RequestInfo, meter: StreamMeter) -> None:
         rate = meter.rate()
         if rate is not None:
-            self.pool.record_rate(backend, rate)
+            self.pool.record_stream(lease, rate)
         if meter.events:
             self.output_lengths.observe(
                 info.model, info.prompt_tokens, info.max_tokens, meter.events

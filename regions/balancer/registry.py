@@ -13,7 +13,8 @@ Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics
 Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
 load); picker ``weighted-random`` (probability proportional to the total score).
 Scorer ``size-aware``: long requests to the fast GPUs, holds for them (in the default profile,
-weighted above the others' sum).
+weighted above the others' sum). Scorer ``expected-finish``: soonest predicted end, with
+speeds learned per concurrency.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from regions.balancer.pickers.round_robin import RoundRobinPicker
 from regions.balancer.pickers.weighted_random import WeightedRandomPicker
 from regions.balancer.pipeline import Profile, WeightedScorer
 from regions.balancer.scorers.completion_time import CompletionTimeScorer
+from regions.balancer.scorers.expected_finish import ExpectedFinishScorer
 from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
@@ -98,6 +100,7 @@ def register_builtin_plugins(registry: Registry) -> Registry:
     registry.register("scorer", "prefix-affinity", PrefixAffinityScorer)
     registry.register("scorer", "session-affinity", SessionAffinityScorer)
     registry.register("scorer", "size-aware", SizeAwareScorer)
+    registry.register("scorer", "expected-finish", ExpectedFinishScorer)
     registry.register("picker", "max-score", MaxScorePicker)
     registry.register("picker", "power-of-two", PowerOfTwoPicker)
     registry.register("picker", "round-robin", RoundRobinPicker)

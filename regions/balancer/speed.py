@@ -38,6 +38,57 @@ class Ewma:
         return self.value
 
 
+@dataclass
+class BatchRate:
+    """A backend's decode speed as a function of how many streams it runs at once.
+
+    A continuous-batching server decodes every running sequence in each step, and a step
+    takes longer the more sequences it holds, so one stream's time per token grows with the
+    batch. Fitted online by weighted least squares, each sample weighing ``forget`` times
+    the one before (so a backend that slows down or speeds up is followed)::
+
+        seconds_per_token(b) = base + slope * b      (slope >= 0)
+
+    from (mean concurrency over a stream's decode, 1 / its tokens per second). Until the
+    samples span at least ``min_spread`` streams of concurrency the slope is 0 and ``base``
+    their mean; ``None`` before ``min_samples`` samples."""
+
+    forget: float = 0.98
+    min_samples: int = 3
+    min_spread: float = 2.0
+    _w: float = 0.0
+    _sx: float = 0.0
+    _sxx: float = 0.0
+    _sy: float = 0.0
+    _sxy: float = 0.0
+    samples: int = 0
+
+    def observe(self, concurrency: float, tokens_per_s: float) -> None:
+        if tokens_per_s <= 0 or concurrency <= 0:
+            return
+        y = 1.0 / tokens_per_s
+        k = self.forget
+        self._w = k * self._w + 1.0
+        self._sx = k * self._sx + concurrency
+        self._sxx = k * self._sxx + concurrency * concurrency
+        self._sy = k * self._sy + y
+        self._sxy = k * self._sxy + concurrency * y
+        self.samples += 1
+
+    def model(self) -> tuple[float, float] | None:
+        """``(base, slope)``, or None before enough samples."""
+        if self.samples < self.min_samples or self._w <= 0:
+            return None
+        w = self._w
+        mean_x, mean_y = self._sx / w, self._sy / w
+        var_x = self._sxx / w - mean_x * mean_x
+        if var_x < (self.min_spread / 2) ** 2:
+            return mean_y, 0.0
+        slope = max(0.0, (self._sxy / w - mean_x * mean_y) / var_x)
+        base = max(mean_y - slope * mean_x, 0.1 * mean_y)
+        return base, slope
+
+
 class StreamMeter:
     """Counts streamed token events and their timing for one response."""
 

@@ -92,6 +92,15 @@ class BackendSnapshot:
     kv_usage: float | None = None
     prefill_tokens: float = 0.0
     cap_known: bool = True
+    spt_base: float | None = None  # learned seconds per token: base + slope * concurrency
+    spt_slope: float = 0.0
+
+    def seconds_per_token(self, concurrency: float) -> float:
+        """One stream's time per token with ``concurrency`` streams there (learned; the
+        plain rate's inverse until fitted)."""
+        if self.spt_base is None:
+            return 1.0 / self.tokens_per_s
+        return self.spt_base + self.spt_slope * concurrency
 
     @property
     def limit(self) -> int:

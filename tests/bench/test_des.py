@@ -106,6 +106,8 @@ def test_ours_learns_the_capacities_it_is_not_told() -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await router.stop()
+        for engine in engines.values():
+            await engine.stop()
         return [*learned, peak]
 
     try:

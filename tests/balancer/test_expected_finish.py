@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Speeds learned per concurrency (``speed.BatchRate``), and the ``expected-finish`` scorer
+that reads them: table tests with ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from regions.balancer.scorers.expected_finish import ExpectedFinishScorer, finish_s
+from regions.balancer.speed import BatchRate
+from tests.balancer.helpers import req, snap
+
+
+def test_the_model_recovers_a_linear_slowdown() -> None:
+    rate = BatchRate(forget=1.0)
+    for b in (1, 4, 8, 16, 32, 8, 2):
+        rate.observe(b, 1.0 / (0.012 + 0.0005 * b))
+    base, slope = rate.model()
+    assert base == pytest.approx(0.012, rel=1e-6) and slope == pytest.approx(0.0005, rel=1e-6)
+
+
+def test_no_spread_no_slope_and_nothing_before_enough_samples() -> None:
+    rate = BatchRate()
+    rate.observe(10, 50.0)
+    assert rate.model() is None
+    rate.observe(10, 40.0)
+    rate.observe(10.5, 45.0)
+    base, slope = rate.model()
+    assert slope == 0.0 and base == pytest.approx((1 / 50 + 1 / 40 + 1 / 45) / 3, rel=0.05)
+
+
+def test_recent_samples_weigh_more() -> None:
+    rate = BatchRate(forget=0.5)
+    for _ in range(20):
+        rate.observe(4, 100.0)
+    for _ in range(20):
+        rate.observe(4, 50.0)  # it slowed down
+    assert rate.model()[0] == pytest.approx(0.02, rel=0.01)
+
+
+FAST = dict(tokens_per_s=80.0, spt_base=0.0125, spt_slope=0.0005, cap=64)
+
+
+@pytest.mark.parametrize(("candidates", "best"), [
+    ([snap("idle", 0, in_flight=0, **FAST), snap("busy", 1, in_flight=30, **FAST)], "idle"),
+    ([snap("fast", 0, in_flight=20, **FAST),
+      snap("slow", 1, in_flight=2, tokens_per_s=20.0, spt_base=0.05, spt_slope=0.002, cap=64)],
+     "fast"),  # deeper batch, still sooner than the slow GPU
+    ([snap("deep", 0, in_flight=200, **{**FAST, "cap": 256}),
+      snap("small", 1, in_flight=10, **{**FAST, "cap": 16})],
+     "small"),  # a deep batch is slow for every stream in it
+    ([snap("full", 0, in_flight=40, work_tokens=40 * 300.0, **{**FAST, "cap": 16}),
+      snap("room", 1, in_flight=15, **{**FAST, "cap": 16})],
+     "room"),  # waiting for a slot counts
+], ids=["idle-wins", "speed-beats-depth", "depth-is-slow", "a-full-one-waits"])
+def test_the_soonest_finish_scores_one(candidates, best: str) -> None:
+    scores = ExpectedFinishScorer().score(req(output_tokens=200.0, cost_tokens=210.0),
+                                          candidates)
+    assert max(scores) == 1.0
+    assert candidates[scores.index(1.0)].name == best
+    assert all(0 < s <= 1 for s in scores)
+
+
+def test_before_the_model_is_fitted_the_plain_rate_stands_in() -> None:
+    b = snap("b", 0, in_flight=3, tokens_per_s=50.0, cap=16)
+    assert finish_s(req(output_tokens=100.0, cost_tokens=100.0), b) == pytest.approx(100 / 50)
