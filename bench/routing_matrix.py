@@ -102,7 +102,8 @@ def stats(results: list[des.Result], speeds: dict[str, float]) -> dict[str, obje
 
 
 def config_of(setup: str) -> BalancerConfig:
-    """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME~W/NAME~W``, ``capacity=off``
+    """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME~W/NAME~W``, ``filters=A/B``,
+    ``picker=NAME``, ``capacity=off``
     (capacities never learned: nothing held), ``capacity.FIELD=VALUE`` (``CapacityConfig``),
     ``NAME.PARAM=VALUE`` for a scorer."""
     name, _, params = setup.partition(":")
@@ -112,10 +113,14 @@ def config_of(setup: str) -> BalancerConfig:
     scorer_params: dict[str, dict[str, float]] = {}
     for item in filter(None, params.split("+")):
         key, _, value = item.partition("=")
-        if key == "scorers":
+        if key == "filters":
+            config = dataclasses.replace(config, filters=tuple(value.split("/")))
+        elif key == "scorers":
             pairs = [p.partition("~") for p in value.split("/") if p]
             config = dataclasses.replace(config, scorers=tuple(
                 (n, float(w)) for n, _, w in pairs))
+        elif key == "picker":
+            config = dataclasses.replace(config, picker=value)
         elif key == "capacity":
             continue  # read by scrape_of
         elif key.startswith("capacity."):

@@ -64,3 +64,18 @@ def test_the_soonest_finish_scores_one(candidates, best: str) -> None:
 def test_before_the_model_is_fitted_the_plain_rate_stands_in() -> None:
     b = snap("b", 0, in_flight=3, tokens_per_s=50.0, cap=16)
     assert finish_s(req(output_tokens=100.0, cost_tokens=100.0), b) == pytest.approx(100 / 50)
+
+
+def test_late_binding_holds_for_a_full_backend_that_would_finish_far_sooner() -> None:
+    scorer = ExpectedFinishScorer(hold=1.5)
+    deep = snap("deep", 0, in_flight=200, **{**FAST, "cap": 256})
+    small = snap("small", 1, in_flight=16, work_tokens=16 * 100.0, **{**FAST, "cap": 16})
+    request = req(output_tokens=200.0, cost_tokens=210.0)
+    assert not scorer.acceptable(request, deep)
+    held = scorer.hold_s(request, deep, [deep, small])
+    assert held == pytest.approx(finish_s(request, deep) - finish_s(request, small))
+    assert held > 0
+    assert scorer.hold_s(request, small, [deep, small]) == 0.0
+    assert ExpectedFinishScorer().acceptable(request, deep)  # off by default
+    with pytest.raises(ValueError, match="hold"):
+        ExpectedFinishScorer(hold=0.5)

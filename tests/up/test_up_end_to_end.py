@@ -186,6 +186,40 @@ def test_a_dead_child_is_restarted(up: Up) -> None:
     assert wait_for(restarted, 30)
 
 
+def balancer_get(up: Up, region_ip: str, path: str) -> str:
+    with urllib.request.urlopen(f"http://{region_ip}:{up.balancer_port}{path}",
+                                timeout=10) as response:
+        return response.read().decode()
+
+
+def test_balancers_learn_what_the_engines_publish(up: Up) -> None:
+    """No GPU server's capacity is configured: us-east's SGLang server says its slots on
+    /v1/loads, ap-south's TGI servers their in-flight limit on /info; the balancers show
+    it in /_admin/state, /metrics and explain."""
+
+    def state(region_ip: str) -> dict[str, dict]:
+        body = json.loads(balancer_get(up, region_ip, "/_admin/state"))
+        return {b["name"]: b["capacity"] for b in body["backends"]}
+
+    assert wait_for(lambda: state("127.0.1.1")["use1-a100-b"]["source"] == "engine", 30), \
+        state("127.0.1.1")
+    us_east = state("127.0.1.1")
+    assert us_east["use1-a100-b"]["slots"] == 16  # the simulator's max_num_seqs
+    assert {c["source"] for n, c in us_east.items() if n != "use1-a100-b"} <= {
+        "unknown", "observed"}
+    assert wait_for(lambda: state("127.0.4.1")["aps1-a100-a"]["limit"] == 128, 30)
+    metrics = balancer_get(up, "127.0.1.1", "/metrics")
+    assert 'director_balancer_capacity{backend="use1-a100-b",source="engine"} 16.0' in metrics
+    request = urllib.request.Request(
+        f"http://127.0.1.1:{up.balancer_port}/_admin/explain", method="POST",
+        data=json.dumps({"path": "/v1/chat/completions", "body": {
+            "model": "llama-3.1-8b-instruct", "messages": [{"role": "user", "content": "hi"}]}
+        }).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        explained = json.loads(response.read())
+    assert explained["capacity"]["use1-a100-b"].startswith("capacity 16 (engine)")
+
+
 def processes_mentioning(*needles: str) -> list[str]:
     """Command lines of live processes that contain any of ``needles`` (Celery's forked pool
     and other grandchildren included)."""
@@ -234,3 +268,4 @@ def test_a_taken_dns_port_stops_up_before_anything_starts(tmp_path: Path) -> Non
     assert f"dns: UDP 127.0.0.1:{port} (Address already in use)" in result.stderr
     assert "starting" not in result.stdout
     assert processes_mentioning(str(tmp_path)) == []
+
