@@ -31,7 +31,10 @@ def decisions(backends: int, rounds: int, varied: bool, cap: int = 16) -> list[s
     rng = random.Random(1)
     for b in pool:
         pool.record_rate(b, rng.uniform(20, 120))
-    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+    # the size-aware hold as it was on by default when the digests were recorded, so that
+    # holds are still exercised (the default profile has it off since the routing matrix)
+    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0),
+                            scorer_params={"size-aware": {"hold": 1.0}})
     dispatcher = Dispatcher(pool, profile)
     if varied:  # as the balancer wires them: size-aware learns the backends' rates
         dispatcher.on_bind.extend(ws.scorer.on_bind for ws in profile.scorers

@@ -179,7 +179,7 @@ def full(name: str, index: int, rate: float, work: float = 17 * 400.0):
     ids=["short", "fast-has-slot", "not-busy", "hold"],
 )
 def test_hold_table(output, chosen, eligible, expected) -> None:
-    scorer = trained()
+    scorer = trained(hold=1.0)  # the hold is opt-in
     request = sized(output)
     assert scorer.acceptable(request, chosen) == (finish_s(chosen, request.cost_tokens) <= 9.9)
     assert scorer.hold_s(request, chosen, eligible) == pytest.approx(expected)
@@ -191,9 +191,12 @@ def test_hold_first_caps_a_hold_at_typical_prefills() -> None:
     chosen = snap("slow", 1, tokens_per_s=40.0, cap=16, in_flight=15)
     eligible = [full("fast", 0, 100.0), chosen]
     uncapped = 6.1 + 2 * 4.0 / 16
-    assert trained().hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
-    assert trained(hold_first=2).hold_s(sized(600), chosen, eligible) == pytest.approx(2 * 0.25)
-    assert trained(hold_first=40).hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
+    assert trained(hold=1.0).hold_s(sized(600), chosen, eligible) == pytest.approx(uncapped)
+    assert trained(hold=1.0, hold_first=2).hold_s(sized(600), chosen, eligible) == \
+        pytest.approx(2 * 0.25)
+    assert trained(hold=1.0, hold_first=40).hold_s(sized(600), chosen, eligible) == \
+        pytest.approx(uncapped)
+    assert trained().hold_s(sized(600), chosen, eligible) == 0.0  # off by default
 
 
 def test_precedence_is_lead_times_service_on_the_fastest() -> None:

@@ -37,7 +37,8 @@ def region(
 ) -> tuple[Dispatcher, FakeClock, SizeAwareScorer]:
     """``fast`` (100 tok/s) and ``slow`` (40 tok/s), 4 slots each, no prefetch; the
     dispatcher has seen ``caps`` declared (budget 1.5 * 660 / 100 = 9.9 s); ``params``
-    are the ``size-aware`` scorer's."""
+    are the ``size-aware`` scorer's (``hold`` 1 unless given: the hold is opt-in)."""
+    params = {"hold": 1.0, **params}
     clock = FakeClock()
     specs = [
         BackendSpec(n, f"http://127.0.0.1:{9000 + i}", (MODEL,), 4)
