@@ -15,9 +15,12 @@ class EngineConfig:
 
     - ``speed``: GPU speed factor dividing every duration (1.0 H100-like, 0.6 A100,
       0.4 throttled).
-    - ``max_num_seqs``: sequences decoded together at most (vLLM's ``--max-num-seqs``).
+    - ``max_num_seqs``: sequences decoded together at most (vLLM's ``--max-num-seqs``;
+      default 256, vLLM's own on GPUs under 70 GiB, ``EngineArgs.get_batch_defaults``).
     - ``kv_cache_tokens``: KV-cache budget in tokens, counting prompt and generated tokens
-      of running sequences.
+      of running sequences (default 432,000: an 8B model with 8 KV heads of 128 dimensions
+      in 32 layers holds 128 KiB of bf16 KV per token, and an 80 GB GPU at vLLM's
+      ``gpu_memory_utilization`` 0.9 leaves about 54 GB for it after 16 GB of weights).
     - ``max_model_len``: longest prompt + output accepted; longer requests get HTTP 400.
     - ``max_prefill_tokens``: prompt tokens prefilled in one iteration at most (vLLM's
       ``--max-num-batched-tokens``); a single longer prompt is still admitted alone. With
@@ -35,8 +38,8 @@ class EngineConfig:
     """
 
     speed: float = 1.0
-    max_num_seqs: int = 16
-    kv_cache_tokens: int = 32_768
+    max_num_seqs: int = 256
+    kv_cache_tokens: int = 432_000
     max_model_len: int = 16_384
     max_prefill_tokens: int = 16_384
     prefill_tokens_per_s: float = 16_000.0

@@ -9,32 +9,24 @@ once, which is what a client disconnect does.
 
 Calibration (defaults in ``EngineConfig``; all figures model seconds at ``speed=1.0``)
 ---------------------------------------------------------------------------------------
-A mid-size model on an H100-class GPU, capped at 16 sequences so that queueing, not just a
-slower batch, appears near saturation (which is what makes routing decisions matter):
+A mid-size (8B) model on an H100-class GPU with vLLM's default batch limits
+(``EngineConfig`` says where each number comes from):
 
 - prefill 16,000 tokens/s: a median conversation prompt (1,020 tokens) takes 64 ms,
   the trace mean (1,155) 72 ms, a 4,000-token prompt 250 ms;
 - decode step ``12 ms * (1 + 0.04 * (batch - 1))``: 12 ms alone (83 tokens/s for one
-  stream), 19.2 ms for a full batch of 16 (833 tokens/s);
-- KV budget 32,768 tokens, so 16 sequences of ~2,000 tokens fit, and a few long (4k+) prompts
-  make requests queue for KV before the slot limit is reached; ``max_model_len`` 16,384.
+  stream), 19.2 ms for a batch of 16 (833 tokens/s), 134 ms for 256 (1,905 tokens/s);
+- 256 sequence slots and a KV budget of 432,000 tokens; ``max_model_len`` 16,384.
 
-Resulting capacity on the Azure conversation trace (``bench/simulator_check.py``: engine on
-a virtual clock, closed loop of 32 clients keeping it saturated, requests drawn from the
-trace, mean 1,155 prompt / 211 output tokens; 600 model seconds after a 60 s warm-up):
-
-=====  ======  ===============  ===========================================
-speed  req/s   output tokens/s  unloaded TTFT / E2E, median request (1,020/129)
-=====  ======  ===============  ===========================================
-1.0    3.02    654              0.064 s / 1.60 s
-0.6    1.82    390              0.106 s / 2.67 s
-0.4    1.22    261              0.159 s / 4.00 s
-=====  ======  ===============  ===========================================
-
-So the issue's mixed fleet (2 x 1.0, 2 x 0.6, 2 x 0.4) sustains about 12.1 req/s: 8.5 req/s
-is 70% load and 10.9 req/s is 90%. The same figures measured over HTTP at ``time_scale``
-10 or 20 agree within a few percent when the process has CPU to spare; the bench reports the
-model time lost when it does not (see ``EngineState.lost_s``).
+Capacity on the Azure conversation trace (``bench/routing_matrix.py``'s measure: the engine
+alone on a virtual clock, a closed loop of twice as many clients as slots keeping it
+saturated, requests drawn from the trace; 300 model seconds after a 60 s warm-up): 5.27 req/s
+(1,121 output tokens/s) at speed 1.0, 3.19 at 0.6, 2.19 at 0.4. Unloaded, the median request
+(1,020 prompt / 129 output tokens) takes 0.064 s to its first token and 1.60 s in all at
+speed 1.0. The routing matrix (``bench/matrix.py``) also runs 16 and 64 slots, chunked
+prefill and other traces; it measures each cell's capacity the same way. Figures measured
+over HTTP at a ``time_scale`` agree within a few percent when the process has CPU to spare;
+the benches report the model time lost when it does not (``EngineState.lost_s``).
 
 Capacity scales linearly with ``speed``. ``time_scale`` (on the clock) makes model time run
 faster than wall time without changing any of these model-time figures.

@@ -39,7 +39,8 @@ async def scrape(http: aiohttp.ClientSession) -> dict[str, float]:
 
 
 async def test_gauges_show_running_waiting_and_kv_under_load() -> None:
-    async with running_server(max_num_seqs=2, time_scale=20) as (_, http):
+    async with running_server(max_num_seqs=2, kv_cache_tokens=32_768, time_scale=20) as (
+            _, http):
         body = completion(1000, 2000, stream=True)
         streams = [await http.post("/v1/completions", json=body) for _ in range(5)]
 

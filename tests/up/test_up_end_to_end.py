@@ -204,12 +204,12 @@ def test_balancers_learn_what_the_engines_publish(up: Up) -> None:
     assert wait_for(lambda: state("127.0.1.1")["use1-a100-b"]["source"] == "engine", 30), \
         state("127.0.1.1")
     us_east = state("127.0.1.1")
-    assert us_east["use1-a100-b"]["slots"] == 16  # the simulator's max_num_seqs
+    assert us_east["use1-a100-b"]["slots"] == 256  # the simulator's max_num_seqs (vLLM's)
     assert {c["source"] for n, c in us_east.items() if n != "use1-a100-b"} <= {
         "unknown", "observed"}
     assert wait_for(lambda: state("127.0.4.1")["aps1-a100-a"]["limit"] == 128, 30)
     metrics = balancer_get(up, "127.0.1.1", "/metrics")
-    assert 'director_balancer_capacity{backend="use1-a100-b",source="engine"} 16.0' in metrics
+    assert 'director_balancer_capacity{backend="use1-a100-b",source="engine"} 256.0' in metrics
     request = urllib.request.Request(
         f"http://127.0.1.1:{up.balancer_port}/_admin/explain", method="POST",
         data=json.dumps({"path": "/v1/chat/completions", "body": {
@@ -217,7 +217,7 @@ def test_balancers_learn_what_the_engines_publish(up: Up) -> None:
         }).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         explained = json.loads(response.read())
-    assert explained["capacity"]["use1-a100-b"].startswith("capacity 16 (engine)")
+    assert explained["capacity"]["use1-a100-b"].startswith("capacity 256 (engine)")
 
 
 def processes_mentioning(*needles: str) -> list[str]:
