@@ -71,7 +71,7 @@ from routing_trace import arrivals_at_load, load_named
 QUICK_CELLS = "slots=16;speeds=mixed;engine=whole;trace=azure-conv;lengths=hidden;load=0.9"
 TAIL_LOAD_S = 60.0  # model seconds of arrivals after the counted ones, to keep the load up
 MAX_LOST_SHARE = 0.01  # replay a run whose simulators lost more model time than this
-WALL_REQ_PER_S = 12.0  # --time-scale auto: offered requests per wall second at most
+WALL_REQ_PER_S = 36.0  # --time-scale auto: offered requests per wall second at most
 SETUPS = ("ours", "nginx", "haproxy")
 PEERS = ("round-robin", "nginx", "haproxy")
 

@@ -4,12 +4,14 @@
 Sources, strongest first:
 
 1. **pinned**: the policy's ``max-seqs`` for that GPU server (``BackendSpec.max_concurrency``).
-2. **observed**: a server that keeps requests waiting while it runs as many as it ever ran
-   (within ``plateau_share``), or while its KV cache is full (``kv_full``), runs
-   ``running`` requests at once right now: its sequence slots, or fewer when long prompts
-   fill its KV cache. One such scrape is not enough: a request that arrived a moment before
-   the scrape waits for the engine's next iteration on any busy server, so it takes
-   ``persist`` of the last ``persist + 1`` scrapes. The capacity is the largest such
+2. **observed**: a server that keeps requests waiting while it runs exactly as many as it
+   ever ran (a slot limit holds the count still), or while its KV cache is full
+   (``kv_full``), runs ``running`` requests at once right now: its sequence slots, or fewer
+   when long prompts fill its KV cache. One such scrape is not enough: a request that
+   arrived a moment before the scrape waits for the engine's next iteration on any busy
+   server, and a server busy prefilling keeps prompts waiting with fewer running (a count
+   that moves from scrape to scrape), so it takes ``persist`` of the last ``persist + 1``
+   scrapes. The capacity is the largest such
    ``running`` seen in the last ``window_s`` (the newest one keeps counting after that,
    until a newer one comes). A
    scrape without waiting that shows more running than the capacity says the estimate is
@@ -49,7 +51,6 @@ class CapacityConfig:
 
     window_s: float = 5.0
     headroom_share: float = 0.1
-    plateau_share: float = 0.9
     kv_full: float = 0.9
     persist: int = 2
 
@@ -93,7 +94,7 @@ class CapacityEstimator:
         config = self.config
         self._max_running = max(self._max_running, count)
         full = (waiting > 0 and count > 0
-                and (count >= config.plateau_share * self._max_running
+                and (count == self._max_running
                      or (kv_usage is not None and kv_usage >= config.kv_full)))
         self._recent.append(full)
         if full and sum(self._recent) >= config.persist:

@@ -59,4 +59,4 @@ def test_cpu_per_request_and_token() -> None:
 def test_cells_run_grouped_by_fleet_and_scaled_to_the_machine() -> None:
     groups = fleets(parse_cells("slots=16;speeds=mixed;engine=whole;trace=azure-conv"))
     assert len(groups) == 1 and len(next(iter(groups.values()))) == 4
-    assert auto_scale(12.0) == pytest.approx(1.0) and auto_scale(1.0) == 5.0
+    assert auto_scale(36.0) == pytest.approx(1.0) and auto_scale(1.0) == 5.0
