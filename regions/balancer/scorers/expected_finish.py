@@ -25,9 +25,7 @@ Late binding (a ``BindingAdvisor`` for ``admission``): when the backend chosen a
 with room would finish the request more than ``hold`` times later than the best of all
 eligible backends, full ones included (their finish counts the wait for a slot), the request
 waits in the region queue for that difference at most, offered each slot that frees. Off by
-default (``hold`` 0): in the routing matrix (virtual time, Azure conversation trace, 90%)
-``hold`` 1.5 cost p99 TTFT (2.15x leastconn's against 1.39x on 16-slot mixed-speed servers)
-and E2E on a fleet mixing 16-, 64- and 256-slot servers (1.35x against 1.21x).
+default (``hold`` 0; its measured effect: the balancer README).
 
 Parameters: ``hold`` (default 0).
 """

@@ -54,15 +54,10 @@ Late binding, asked by the dispatcher (``admission``):
   has no free slot, and at least ``busy`` of the eligible slots are in use, the request may
   wait in the region queue for up to ``hold * finish_best`` seconds rather than start now.
   The ``busy`` gate keeps a lightly loaded region from holding anything. Off by default
-  (``hold`` 0): in the routing matrix (virtual time, Azure conversation trace, 64 cells of
-  slots, speeds, engine, lengths and load, three slices each) the floor against leastconn
-  held in 54 cells without it and 47 with ``hold`` 1, whose worst cell was 2.35x
-  leastconn's p99 E2E (a fleet mixing 16-, 64- and 256-slot servers). With
-  ``hold_first`` > 0 the hold is capped at that many median prompts' prefill on the
-  slowest GPU (``typical_first_s``), for operators who would rather pay a long answer's
-  wait in end-to-end time than in time to first token. Off by default: on the routing
-  bench at 90% it bought no TTFT beyond run-to-run noise (the same setup measured 0.69 s
-  and 1.13 s p99) and cost E2E p99 about 0.1x HAProxy's with the length hidden.
+  (``hold`` 0; its measured effect: the balancer README). With ``hold_first`` > 0 the hold
+  is capped at that many median prompts' prefill on the slowest GPU
+  (``typical_first_s``), for operators who would rather pay a long answer's wait in
+  end-to-end time than in time to first token (off by default).
 - ``hold_s`` about the first token (``first_hold`` > 0): if the chosen backend would
   prefill the prompt (after the prompts sent there before it) beyond ``first_limit``
   against every eligible backend, full ones included (their first token counts their
@@ -72,17 +67,12 @@ Late binding, asked by the dispatcher (``admission``):
   prefill there, and every prompt sent there after it waits behind it, against a slot
   on a fast GPU a fraction of a second away and 0.25 s of prefill. ``acceptable`` then
   also asks the first token to come within ``first_slack`` median prompts on the
-  slowest GPU. Off by default: on the routing DES at 90% (16 slices) it took p99 TTFT
-  from 0.92x to 0.86x HAProxy's with the length hidden and from 0.94x to 0.92x declared
-  (E2E 0.01x worse), but side by side on the live bench's three slices it was worse on
-  the first (0.88 to 0.90 s p99 in five runs, against 0.69 and 0.75 s in two without),
-  level on the second and split on the third.
+  slowest GPU. Off by default (``docs/research/routing-experiments.md``).
 - ``precedence_s``: in the queue a request counts as having arrived ``lead * size /
   fastest`` seconds early, so in a backlog the long ones start a little sooner (their
   end-to-end time is the wait plus a long service). Off by default: in the bursts that
-  fill a fleet it pushes every short request back by up to seconds; on the routing DES at
-  90% (16 trace slices, declared lengths) ``lead`` 0.3 cost p99 TTFT about 0.2x HAProxy's
-  for no E2E gain.
+  fill a fleet it pushes every short request back by up to seconds
+  (``docs/research/routing-experiments.md``).
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 0 (off),
 ``hold_first`` 0 (no cap), ``first_hold`` 0 (off), ``lead`` 0, ``first_kappa`` 1.5,
