@@ -23,10 +23,11 @@ Sources, strongest first:
    the balancer behaves like least-outstanding-requests; scorers see a guess: the largest
    capacity learned in the region, else ``GUESS_SLOTS``.
 
-The admission limit is the capacity plus, unless pinned, a headroom (``headroom_share`` of
-it, at least one) of requests allowed to wait at the server, so that its batch refills
-without the balancer's round trip and a capacity that grows is seen (the server runs what
-it can of them). An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429)
+The admission limit is the capacity: beyond it requests wait in the region queue, for the
+region's next free slot rather than one server's (with ``headroom_share`` > 0 a share more
+may wait at each server). Unless pinned, for one second in ten one request more is allowed,
+so that a server that could run more is seen running it (the estimate is then dropped and
+learned anew). An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429)
 caps the limit, whatever the source. A backend that cannot be scraped, comes back from an
 ejection or turns unhealthy forgets what was observed (it may have restarted with other
 settings).
@@ -46,11 +47,14 @@ GUESS_SLOTS = 256  # vLLM's default max_num_seqs on most GPUs (1024 on 80 GB+ GP
 class CapacityConfig:
     """``window_s``: how long a saturated observation counts; ``headroom_share``: requests
     allowed to wait at a server beyond a learned capacity, as a share of it, at least one
-    (0: none; then a capacity that grows is seen only through the engine's limits or a
-    restart)."""
+    (0, the default: none); ``probe_every_s``: without headroom, one request more than the
+    learned capacity is allowed for ``probe_s`` of every ``probe_every_s`` seconds (0: never),
+    so that a server that could run more is seen doing it."""
 
     window_s: float = 5.0
-    headroom_share: float = 0.1
+    headroom_share: float = 0.0
+    probe_every_s: float = 10.0
+    probe_s: float = 1.0
     kv_full: float = 0.9
     persist: int = 2
 
@@ -122,18 +126,21 @@ class CapacityEstimator:
             slots, source = self.engine_slots, "engine"
         else:
             slots, source = None, "unknown"
-        limit = UNBOUNDED if slots is None else slots + self._headroom(slots, source)
+        limit = UNBOUNDED if slots is None else slots + self._headroom(slots, source, now)
         if self.engine_in_flight is not None:
             limit = min(limit, self.engine_in_flight)
             if slots is not None:
                 slots = min(slots, self.engine_in_flight)
         return Capacity(slots, source, limit)
 
-    def _headroom(self, slots: int, source: str) -> int:
-        share = self.config.headroom_share
-        if source == "pinned" or share <= 0:
+    def _headroom(self, slots: int, source: str, now: float) -> int:
+        config = self.config
+        if source == "pinned":
             return 0  # what the operator said the server runs; nothing to probe
-        return max(1, math.ceil(share * slots))
+        if config.headroom_share > 0:
+            return max(1, math.ceil(config.headroom_share * slots))
+        every = config.probe_every_s
+        return 1 if every > 0 and now % every < config.probe_s else 0
 
     def _expire(self, now: float) -> None:
         horizon = now - self.config.window_s
