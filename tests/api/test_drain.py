@@ -127,7 +127,9 @@ async def test_a_ttl_drain_ends_when_the_api_that_set_it_is_gone(tmp_path, valke
 async def test_a_starting_api_takes_over_the_ttl_of_a_drain_still_running(
         tmp_path, valkey, prefix):
     store = StateStore.from_url(valkey.url, prefix=prefix)
-    store.set_drain("eu-west", "gpu-0", until=time.time() + 1.0)  # set by an earlier API
+    # set by an earlier API, with a ttl that outlasts this API's start (about a second on a
+    # busy machine: at 1 s the drain was sometimes over before the API was up)
+    store.set_drain("eu-west", "gpu-0", until=time.time() + 3.0)
     store.set_drain("eu-central")  # no ttl: stays
     async with running_api(tmp_path, valkey.url, prefix) as api:
         assert store.drains().gpus == {("eu-west", "gpu-0")}
@@ -136,7 +138,7 @@ async def test_a_starting_api_takes_over_the_ttl_of_a_drain_still_running(
             return store.drains().gpus == frozenset() and not store.client.hget(
                 store.keys.drain, "eu-west/gpu-0")
 
-        await eventually(removed, timeout=5)
+        await eventually(removed, timeout=7)
         last = api.audit_lines()[-1]
         assert (last["who"], last["action"], last["target"]) == (
             "deadman", "undrain", "gpu eu-west/gpu-0")
