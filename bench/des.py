@@ -88,11 +88,13 @@ Done = Callable[[float, float, int], None]  # (TTFT from the send, decode rate, 
 
 
 class LeastConn:
-    """HAProxy ``leastconn`` without a per-server cap: fewest active, ties in turn."""
+    """HAProxy ``leastconn`` without a per-server cap: fewest active, ties in turn (the turn
+    starting at ``first_turn``: ``leastconn-shifted`` starts at 1, the same policy with
+    other tie-breaks, whose ratios to ``leastconn`` show the benchmark's noise)."""
 
-    def __init__(self, servers: list[Server]) -> None:
+    def __init__(self, servers: list[Server], first_turn: int = 0) -> None:
         self.active = {s.name: 0 for s in servers}
-        self.turn = itertools.count()
+        self.turn = itertools.count(first_turn)
 
     async def start(self) -> None:
         pass
@@ -206,15 +208,18 @@ async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
                  max_tokens: int | None, counted_until: float,
                  config: BalancerConfig | None = None, cut_after: float = 600.0,
                  scrape: bool = True) -> list[Result]:
-    """Every arrival through ``setup`` (``ours`` or ``leastconn``); returns once the counted
-    ones (arriving before ``counted_until``) have ended, or ``cut_after`` model seconds after
-    the last of them arrived (those still running are errors, status 0)."""
+    """Every arrival through ``setup`` (``ours``, ``leastconn`` or ``leastconn-shifted``);
+    returns once the counted ones (arriving before ``counted_until``) have ended, or
+    ``cut_after`` model seconds after the last of them arrived (those still running are
+    errors, status 0)."""
     engines = {s.name: Engine(s.engine, LoopClock()) for s in servers}
     for engine in engines.values():
         await engine.start()
     router: Ours | LeastConn
     if setup == "leastconn":
         router = LeastConn(servers)
+    elif setup == "leastconn-shifted":
+        router = LeastConn(servers, first_turn=1)
     else:
         router = Ours(servers, engines, config or BalancerConfig(), scrape)
     await router.start()

@@ -16,7 +16,9 @@ are not counted; p99s are over the next ``MEASURE_S``.
     python bench/routing_matrix.py --out bench/results/DATE-matrix-des.md   # the whole matrix
 
 ``--setups`` adds variants of ours (``ours:scorers=queue-depth=1+outstanding-work=2``,
-``ours:capacity=off`` for no capacity learning, ``ours:size-aware.hold=0``); the one-screen
+``ours:capacity=off`` for no capacity learning, ``ours:size-aware.hold=0``), and
+``leastconn-shifted`` (leastconn with other tie-breaks: its ratios are the benchmark's noise,
+what an identical policy scores against leastconn); the one-screen
 summary prints each variant's worst and median cell. ``--jobs 2`` runs two cells at once.
 """
 
@@ -105,6 +107,7 @@ def config_of(setup: str) -> BalancerConfig:
     """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME~W/NAME~W``, ``filters=A/B``,
     ``picker=NAME``, ``capacity=off``
     (capacities never learned: nothing held), ``capacity.FIELD=VALUE`` (``CapacityConfig``),
+    ``outliers.FIELD=VALUE`` (``OutlierConfig``),
     ``NAME.PARAM=VALUE`` for a scorer."""
     name, _, params = setup.partition(":")
     if name != "ours":
@@ -123,11 +126,12 @@ def config_of(setup: str) -> BalancerConfig:
             config = dataclasses.replace(config, picker=value)
         elif key == "capacity":
             continue  # read by scrape_of
-        elif key.startswith("capacity."):
-            field = key.partition(".")[2]
-            kind = type(getattr(config.capacity, field))
-            config = dataclasses.replace(config, capacity=dataclasses.replace(
-                config.capacity, **{field: kind(float(value))}))
+        elif key.partition(".")[0] in ("capacity", "outliers"):
+            part, _, field = key.partition(".")
+            current = getattr(config, part)
+            kind = type(getattr(current, field))
+            config = dataclasses.replace(config, **{part: dataclasses.replace(
+                current, **{field: kind(float(value))})})
         elif "." in key:
             scorer, _, param = key.partition(".")
             scorer_params.setdefault(scorer, {})[param] = float(value)
@@ -192,6 +196,19 @@ def verdict(cell: dict, setup: str) -> tuple[dict[str, float], list[str]]:
     return med, failed
 
 
+def goal_met(cell: dict, med: dict[str, float]) -> bool | None:
+    """The gain goal of a mixed-speed cell (p99 TTFT and E2E ratios at once): 90% load,
+    hidden lengths 0.9x / 0.8x, declared 0.8x / 0.7x; 70% load 0.8x / 0.8x. None elsewhere."""
+    c = cell["cell"]
+    if c["speeds"] != "mixed":
+        return None
+    if c["load"] >= 0.9:
+        ttft, e2e = (0.9, 0.8) if c["lengths"] == "hidden" else (0.8, 0.7)
+    else:
+        ttft, e2e = 0.8, 0.8
+    return med["ttft"] <= ttft and med["e2e"] <= e2e
+
+
 def line(cell: dict, setup: str) -> str:
     med, failed = verdict(cell, setup)
     r = ratios(cell, setup)
@@ -206,9 +223,17 @@ def main() -> int:
     parser.add_argument("--cells", default="", help="sub-matrix, e.g. 'slots=16;load=0.9'")
     parser.add_argument("--setups", default="ours", help="';'-separated setups of ours")
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--out", type=Path, help="write the raw results (JSON lines) and the "
-                        "summary (Markdown) beside it")
+    parser.add_argument("--out", type=Path, help="write the raw results (FILE.jsonl) and the "
+                        "summary (FILE.md)")
+    parser.add_argument("--summarise", type=Path, metavar="RAW",
+                        help="print the summary of earlier raw results (a .jsonl) and stop")
     args = parser.parse_args()
+    if args.summarise:
+        done = [json.loads(row) for row in args.summarise.read_text().splitlines() if row]
+        first = done[0]["slices"][0] if done else {}
+        names = [k for k, v in first.items() if isinstance(v, dict) and k != "leastconn"]
+        print(summarise(done, names))
+        return 0
     cells = parse_cells(args.cells)
     setups = [s for s in args.setups.split(";") if s]
     print(f"{len(cells)} cells x {SLICES} slices x {len(setups) + 1} setups "
@@ -233,7 +258,7 @@ def main() -> int:
                  f"Command: `python bench/routing_matrix.py --cells '{args.cells}' --setups "
                  f"'{args.setups}'`", "", "```", *(line(c, s) for c in done for s in setups),
                  "```", "", "```", summary, "```", ""]
-        args.out.write_text("\n".join(lines))
+        args.out.with_suffix(".md").write_text("\n".join(lines))
     return 0
 
 
@@ -247,10 +272,13 @@ def summarise(cells: list[dict], setups: list[str]) -> str:
         worst_e2e = max(verdicts, key=lambda v: v[0][0]["e2e"])
         med_ttft = statistics.median(v[0][0]["ttft"] for v in verdicts)
         med_e2e = statistics.median(v[0][0]["e2e"] for v in verdicts)
+        goals = [(goal_met(c, med), c) for (med, _), c in verdicts]
+        goals = [(met, c) for met, c in goals if met is not None]
         out.append(f"{setup}: floor held in {passed}/{len(cells)} cells; median cell TTFT "
                    f"{med_ttft:.2f}x E2E {med_e2e:.2f}x\n  worst TTFT "
                    f"{worst_ttft[0][0]['ttft']:.2f}x ({worst_ttft[1]['label']})\n  worst E2E "
-                   f"{worst_e2e[0][0]['e2e']:.2f}x ({worst_e2e[1]['label']})")
+                   f"{worst_e2e[0][0]['e2e']:.2f}x ({worst_e2e[1]['label']})\n  mixed-speed "
+                   f"gain goals met in {sum(met for met, _ in goals)}/{len(goals)} cells")
     return "\n".join(out)
 
 
