@@ -137,6 +137,25 @@ def serve(
         str | None,
         typer.Option("--picker", help=f"The profile's picker (default: {DEFAULT_PICKER})."),
     ] = None,
+    late_binding: Annotated[
+        bool,
+        typer.Option(
+            "--late-binding",
+            help="Hold requests in the region queue once every GPU server runs its learned "
+            "capacity (off by default: on the routing matrix it lost to "
+            "least-outstanding-requests in some cells; a policy's max-seqs always holds).",
+        ),
+    ] = False,
+    ttft_eject: Annotated[
+        float,
+        typer.Option(
+            "--ttft-eject",
+            min=0.0,
+            help="Eject a GPU server whose TTFT average is above FACTOR times the others' "
+            "median (a gray failure detector; 0, the default: off, as bursts of long "
+            "prompts trip it on healthy fleets).",
+        ),
+    ] = 0.0,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
     import uvloop
@@ -173,6 +192,14 @@ def serve(
                 f"unknown picker '{picker}' (known: {known})", param_hint="--picker"
             )
         config = dataclasses.replace(config, picker=picker)
+    if late_binding:
+        config = dataclasses.replace(
+            config, capacity=dataclasses.replace(config.capacity, late_binding=True)
+        )
+    if ttft_eject:
+        config = dataclasses.replace(
+            config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)
+        )
 
     acceptance = policy_gate.accept(str(policy))
     if acceptance.policy is None:

@@ -26,7 +26,8 @@ samples only.
 Capacity: each backend's ``CapacityEstimator`` (``capacity``) learns how many requests it
 runs at once from scrapes (``set_scraped``) and its engine's limits (``set_engine_limits``),
 unless the policy pins it; a view's ``cap`` is that capacity (a guess while unknown) and its
-``limit`` what admission lets be in flight there (unbounded while unknown).
+``limit`` what admission lets be in flight there: unbounded while the capacity of any
+healthy backend of the region is unknown (``_limit``).
 
 A TTFT sample does not invalidate anything: it arrives while its request holds a lease,
 and the release rebuilds that backend's view, so it costs no extra rebuild. Scraped load
@@ -49,6 +50,7 @@ from typing import Any
 
 from regions.balancer.capacity import (
     GUESS_SLOTS,
+    UNBOUNDED,
     Capacity,
     CapacityConfig,
     CapacityEstimator,
@@ -115,10 +117,14 @@ def model_set(models: Iterable[str]) -> frozenset[str]:
 class OutlierConfig:
     """When a backend is ejected, for how long, and how it comes back (module docstring).
 
-    TTFT ejection: a backend with ``ttft_min_samples`` samples or more whose TTFT EWMA is
-    above ``ttft_factor`` times the median of the others' and above ``ttft_floor_s``;
-    ``ttft_factor = 0`` turns it off. The factor is well above the spread of a mixed fleet
-    (an A100 beside H100s) so that it catches gray failures, not slower models of GPU.
+    TTFT ejection (opt-in: ``ttft_factor`` 0, the default, turns it off; 4 is a sensible
+    setting): a backend with ``ttft_min_samples`` samples or more whose TTFT EWMA is above
+    ``ttft_factor`` times the median of the others' and above ``ttft_floor_s``. Off by
+    default because bursts trip it on healthy fleets: on the routing matrix a burst of long
+    prompts (Azure code trace, whole-prompt prefill) gives one healthy server's first tokens
+    several times its peers', it is ejected and returns through slow start while the region
+    queue holds hundreds of requests (``balancer/README.md``). A fully hung server sends no
+    first token at all, so it never showed here anyway; timeouts eject it as errors.
 
     Only requests bound while the backend ran at most ``ttft_max_occupancy`` of its cap are
     samples. A busy backend's first tokens wait for its running requests: for a slot, for
@@ -136,7 +142,7 @@ class OutlierConfig:
     max_ejection_s: float = 60.0
     max_ejected_fraction: float = 0.5
     slow_start_s: float = 10.0
-    ttft_factor: float = 4.0
+    ttft_factor: float = 0.0
     ttft_min_samples: int = 10
     ttft_floor_s: float = 1.0
     ttft_max_occupancy: float = 0.5
@@ -274,7 +280,9 @@ class BackendPool:
         for b in self.backends:
             b.capacity = CapacityEstimator(b.spec.max_concurrency, self.capacity_config)
             b.cap_now = b.capacity.current(clock())
-        self._guess = self._slot_guess()
+        self._guess = GUESS_SLOTS
+        self._unsure = True
+        self._region_capacity()
         self._snapshot: RegionSnapshot | None = None
         self._views: list[BackendSnapshot] | None = None  # None: rebuild every view
         self._touched: set[int] = set()
@@ -327,6 +335,7 @@ class BackendPool:
                 # learned rate), inlined: one is built on every lease and release
                 ttft, scraped, capacity = b.ttft, b.scraped, b.cap_now
                 cap = guess if capacity.slots is None else capacity.slots
+                prefetch = self._limit(b, capacity) - cap
                 views[i] = BackendSnapshot(
                     b.index,
                     b.spec.name,
@@ -339,7 +348,7 @@ class BackendPool:
                     b.work_tokens,
                     rate,  # tokens_per_s
                     True,  # rate_learned
-                    capacity.limit - cap,  # prefetch
+                    prefetch,
                     ttft.value,  # ttft_ewma_s
                     ttft.samples,
                     scraped.waiting,
@@ -379,7 +388,7 @@ class BackendPool:
             b.slow_start_from = b.slow_start_from or now
         capacity = b.cap_now
         cap = self._guess if capacity.slots is None else capacity.slots
-        prefetch = capacity.limit - cap
+        prefetch = self._limit(b, capacity) - cap
         ramp = self.outliers.slow_start_s
         if b.slow_start_from is not None:
             elapsed = now - b.slow_start_from
@@ -534,7 +543,7 @@ class BackendPool:
         if reason == "errors":  # failing: it may be restarting with other settings
             backend.capacity.forget()
             backend.cap_now = backend.capacity.current(now)
-            self._guess = self._slot_guess()
+            self._region_capacity()
         self.changed()
         return True
 
@@ -589,18 +598,34 @@ class BackendPool:
         if capacity == b.cap_now:
             return
         b.cap_now = capacity
-        guess = self._slot_guess()
-        if guess != self._guess:
-            self._guess = guess
-            self.changed()  # every unknown backend's view shows the new guess
+        if self._region_capacity():
+            self.changed()  # every view shows the new guess, or the region's new limits
         else:
             self.changed(b.index)  # a higher limit may let queued requests through
 
-    def _slot_guess(self) -> int:
-        """What scorers assume of a backend whose capacity is unknown: the largest learned
-        in the region (its peers are likely alike), else ``GUESS_SLOTS``."""
+    def _region_capacity(self) -> bool:
+        """Renew what the region's views share; True if it changed. ``_guess``: what scorers
+        assume of a backend whose capacity is unknown, the largest learned in the region
+        (its peers are likely alike), else ``GUESS_SLOTS``. ``_unsure``: some healthy
+        backend's capacity is unknown; then no backend is full (``_limit``)."""
         known = [b.cap_now.slots for b in self.backends if b.cap_now.slots is not None]
-        return max(known) if known else GUESS_SLOTS
+        guess = max(known) if known else GUESS_SLOTS
+        unsure = any(b.cap_now.slots is None for b in self.backends if b.healthy)
+        changed = (guess, unsure) != (self._guess, self._unsure)
+        self._guess, self._unsure = guess, unsure
+        return changed
+
+    def _limit(self, b: Backend, capacity: Capacity) -> int:
+        """What admission lets be in flight at ``b``: its pinned limit, or its learned one
+        (with ``late_binding``) once every healthy backend's capacity is known. Until then
+        none but a pinned one is full (short of an engine's own in-flight limit): a region
+        queue that holds requests for the known backends while an unknown one has "room"
+        would send that one every request, hundreds deep in its engine's queue, where
+        least-outstanding-requests would have shared them out."""
+        if not self._unsure or capacity.source == "pinned":
+            return capacity.limit
+        engine = b.capacity.engine_in_flight
+        return UNBOUNDED if engine is None else engine
 
     def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
         """Hold (or lift) ``source``'s drain on backend ``name``."""
@@ -622,8 +647,8 @@ class BackendPool:
         else:
             b.capacity.forget()  # it may come back with other settings
             b.cap_now = b.capacity.current(self.clock())
-            self._guess = self._slot_guess()
         b.healthy = healthy
+        self._region_capacity()
         self.changed()
 
     def _lookup(self, name: str) -> Backend:

@@ -23,14 +23,25 @@ Sources, strongest first:
    the balancer behaves like least-outstanding-requests; scorers see a guess: the largest
    capacity learned in the region, else ``GUESS_SLOTS``.
 
-The admission limit is the capacity: beyond it requests wait in the region queue, for the
-region's next free slot rather than one server's (with ``headroom_share`` > 0 a share more
-may wait at each server). Unless pinned, for one second in ten one request more is allowed,
-so that a server that could run more is seen running it (the estimate is then dropped and
-learned anew). An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429)
-caps the limit, whatever the source. A backend that cannot be scraped, comes back from an
-ejection or turns unhealthy forgets what was observed (it may have restarted with other
-settings).
+What admission does with it (the limit):
+
+- **pinned**: the pin is the limit; beyond it requests wait in the region queue.
+- **learned** (observed or engine): by default nothing is held (the limit is unbounded) and
+  the capacity informs scorers, ``/_admin/state``, ``explain`` and the metrics. Holding at
+  a learned capacity (``late_binding``, opt-in) costs every held request an engine
+  iteration (it is sent when a slot frees, after the engine has planned its next step)
+  and, where KV cache rather than slots bounds a server, holds while it has room: on the
+  routing matrix it lost to least-outstanding-requests by up to 3.3x p99 TTFT
+  (``balancer/README.md``). With it, beyond the capacity requests wait in the region queue,
+  for the region's next free slot rather than one server's (with ``headroom_share`` > 0 a
+  share more may wait at each server), and for one second in ten one request more is
+  allowed, so that a server that could run more is seen running it (the estimate is then
+  dropped and learned anew).
+- An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429) caps the
+  limit, whatever the source.
+
+A backend that cannot be scraped, comes back from an ejection or turns unhealthy forgets
+what was observed (it may have restarted with other settings).
 """
 
 from __future__ import annotations
@@ -45,12 +56,15 @@ GUESS_SLOTS = 256  # vLLM's default max_num_seqs on most GPUs (1024 on 80 GB+ GP
 
 @dataclass(frozen=True)
 class CapacityConfig:
-    """``window_s``: how long a saturated observation counts; ``headroom_share``: requests
-    allowed to wait at a server beyond a learned capacity, as a share of it, at least one
-    (0, the default: none); ``probe_every_s``: without headroom, one request more than the
-    learned capacity is allowed for ``probe_s`` of every ``probe_every_s`` seconds (0: never),
-    so that a server that could run more is seen doing it."""
+    """``late_binding``: hold requests in the region queue at a learned capacity (a pinned
+    one always holds; off by default, see the module docstring); ``window_s``: how long a
+    saturated observation counts; ``headroom_share``: requests allowed to wait at a server
+    beyond a learned capacity, as a share of it, at least one (0, the default: none);
+    ``probe_every_s``: without headroom, one request more than the learned capacity is
+    allowed for ``probe_s`` of every ``probe_every_s`` seconds (0: never), so that a server
+    that could run more is seen doing it."""
 
+    late_binding: bool = False
     window_s: float = 5.0
     headroom_share: float = 0.0
     probe_every_s: float = 10.0
@@ -126,7 +140,10 @@ class CapacityEstimator:
             slots, source = self.engine_slots, "engine"
         else:
             slots, source = None, "unknown"
-        limit = UNBOUNDED if slots is None else slots + self._headroom(slots, source, now)
+        if slots is None or not (source == "pinned" or self.config.late_binding):
+            limit = UNBOUNDED
+        else:
+            limit = slots + self._headroom(slots, source, now)
         if self.engine_in_flight is not None:
             limit = min(limit, self.engine_in_flight)
             if slots is not None:

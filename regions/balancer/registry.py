@@ -6,14 +6,14 @@ side effects); ``freeze()`` forbids later writes. ``build_profile`` turns names 
 policy file would spell them) into a ``Profile``.
 
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
-``outstanding-work``, ``queue-depth``, ``completion-time``; pickers ``max-score``, ``power-of-two``,
-``round-robin``.
+``outstanding-work``, ``queue-depth``, ``least-requests`` (the default profile's only
+scorer), ``completion-time``; pickers ``max-score``, ``power-of-two``, ``round-robin``.
 Scorer ``latency-ewma``: lowest time to first token (EWMA), unmeasured backends neutral.
 Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics report.
 Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
 load); picker ``weighted-random`` (probability proportional to the total score).
-Scorer ``size-aware``: long requests to the fast GPUs, holds for them (in the default profile,
-weighted above the others' sum). Scorer ``expected-finish``: soonest predicted end, with
+Scorer ``size-aware``: long requests to the fast GPUs, holds for them (opt-in; weight it
+above the others' sum). Scorer ``expected-finish``: soonest predicted end, with
 speeds learned per concurrency.
 """
 
@@ -36,6 +36,7 @@ from regions.balancer.pipeline import Profile, WeightedScorer
 from regions.balancer.scorers.completion_time import CompletionTimeScorer
 from regions.balancer.scorers.expected_finish import ExpectedFinishScorer
 from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
+from regions.balancer.scorers.least_requests import LeastRequestsScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
@@ -47,7 +48,7 @@ Kind = Literal["filter", "scorer", "picker"]
 Factory = Callable[..., Any]
 
 DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
-DEFAULT_SCORERS = (("size-aware", 8.0), ("outstanding-work", 2.0), ("queue-depth", 1.0))
+DEFAULT_SCORERS = (("least-requests", 1.0),)
 DEFAULT_PICKER = "max-score"
 DEFAULT_SAMPLE = 8
 
@@ -94,6 +95,7 @@ def register_builtin_plugins(registry: Registry) -> Registry:
     registry.register("filter", "capacity", CapacityFilter)
     registry.register("scorer", "outstanding-work", OutstandingWorkScorer)
     registry.register("scorer", "queue-depth", QueueDepthScorer)
+    registry.register("scorer", "least-requests", LeastRequestsScorer)
     registry.register("scorer", "completion-time", CompletionTimeScorer)
     registry.register("scorer", "latency-ewma", LatencyEwmaScorer)
     registry.register("scorer", "scraped-load", ScrapedLoadScorer)

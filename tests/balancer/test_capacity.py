@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The capacity estimator: what it learns from scrapes and engine limits, and the floor:
-it never lets the balancer hold requests for long while a backend has room."""
+it never lets the balancer hold requests for long while a backend has room. Most tests
+turn ``late_binding`` on (``HOLD``), the mode in which a learned capacity is a limit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regions.balancer.capacity import UNBOUNDED, CapacityConfig, CapacityEstimator
+
+HOLD = CapacityConfig(late_binding=True)
 
 
 def saturate(estimator: CapacityEstimator, at: float, running: int, waiting: int = 3,
@@ -19,7 +22,7 @@ def saturate(estimator: CapacityEstimator, at: float, running: int, waiting: int
 
 
 def test_unknown_until_something_says_so() -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     capacity = estimator.current(0.0)
     assert (capacity.slots, capacity.source, capacity.limit) == (None, "unknown", UNBOUNDED)
     estimator.observe(1.0, running=12, waiting=0)  # busy, not saturated: says nothing
@@ -27,7 +30,7 @@ def test_unknown_until_something_says_so() -> None:
 
 
 def test_persistent_waiting_at_its_most_running_reveals_its_capacity() -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=32, waiting=5)
     assert estimator.current(1.0).slots is None  # one scrape: maybe an arrival between steps
     estimator.observe(2.0, running=32, waiting=4)
@@ -38,7 +41,7 @@ def test_persistent_waiting_at_its_most_running_reveals_its_capacity() -> None:
 
 def test_waiting_well_below_the_most_it_ran_is_not_saturation() -> None:
     """A busy server's new arrivals wait for its next iteration: not a slot limit."""
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=200, waiting=0)
     saturate(estimator, 5.0, running=60, waiting=2, scrapes=3)
     assert estimator.current(5.0).slots is None
@@ -47,7 +50,7 @@ def test_waiting_well_below_the_most_it_ran_is_not_saturation() -> None:
 
 
 def test_the_largest_saturated_observation_of_the_window_counts() -> None:
-    estimator = CapacityEstimator(config=CapacityConfig(window_s=5.0))
+    estimator = CapacityEstimator(config=CapacityConfig(late_binding=True, window_s=5.0))
     saturate(estimator, 2.0, running=30)
     saturate(estimator, 3.0, running=28, kv=0.95)  # long prompts: KV full at 28
     assert estimator.current(3.0).slots == 30
@@ -57,7 +60,7 @@ def test_the_largest_saturated_observation_of_the_window_counts() -> None:
 
 
 def test_a_server_running_more_than_the_estimate_makes_it_unknown_again() -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     saturate(estimator, 2.0, running=20)
     estimator.observe(3.0, running=22, waiting=0)  # the headroom all runs: it had room
     capacity = estimator.current(3.0)
@@ -67,34 +70,34 @@ def test_a_server_running_more_than_the_estimate_makes_it_unknown_again() -> Non
 
 
 def test_engine_limits_and_pins() -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     estimator.engine_limits(max_running=48, max_in_flight=None)
     assert (estimator.current(0).slots, estimator.current(0).source) == (48, "engine")
     saturate(estimator, 2.0, running=40, kv=0.95)  # KV-limited below the slot count
     assert estimator.current(2.0).slots == 40
-    tgi = CapacityEstimator()
+    tgi = CapacityEstimator(config=HOLD)
     tgi.engine_limits(max_running=None, max_in_flight=128)
     assert tgi.current(0).limit == 128 and tgi.current(0).slots is None  # never a 429
     saturate(tgi, 2.0, running=200, waiting=10)
     assert (tgi.current(2.0).slots, tgi.current(2.0).limit) == (128, 128)
-    pinned = CapacityEstimator(pinned=16)
+    pinned = CapacityEstimator(pinned=16, config=HOLD)
     saturate(pinned, 2.0, running=64)
     assert (pinned.current(2.0).slots, pinned.current(2.0).limit) == (16, 16)
 
 
 def test_forget_drops_what_was_learned_but_not_the_pin() -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     saturate(estimator, 2.0, running=32)
     estimator.forget()
     assert estimator.current(3.0).slots is None
-    pinned = CapacityEstimator(pinned=8)
+    pinned = CapacityEstimator(pinned=8, config=HOLD)
     pinned.forget()
     assert pinned.current(0).slots == 8
 
 
 @pytest.mark.parametrize("headroom", [0.0, 0.1, 0.5])
 def test_headroom(headroom: float) -> None:
-    estimator = CapacityEstimator(config=CapacityConfig(headroom_share=headroom))
+    estimator = CapacityEstimator(config=CapacityConfig(late_binding=True, headroom_share=headroom))
     saturate(estimator, 2.0, running=100, waiting=1)
     expected = 100 if headroom == 0 else 100 + max(1, round(headroom * 100))
     assert estimator.current(2.0).limit == expected
@@ -112,7 +115,7 @@ PROBE_EVERY = 10  # scrapes, a second apart: CapacityConfig.probe_every_s
        steps=st.integers(min_value=1, max_value=25))
 def test_holding_while_the_server_has_room_never_outlasts_a_probe_period(
         capacities: list[int], demand: int, steps: int) -> None:
-    estimator = CapacityEstimator()
+    estimator = CapacityEstimator(config=HOLD)
     now = 0.0
     holding_with_room = 0
     for step in range(steps * len(capacities)):
@@ -131,3 +134,14 @@ def test_holding_while_the_server_has_room_never_outlasts_a_probe_period(
         estimator.observe(now, running, waiting, kv_usage=None)
         now += 1.0
     assert estimator.current(now).limit >= 1
+
+
+def test_by_default_a_learned_capacity_holds_nothing_and_a_pin_does() -> None:
+    estimator = CapacityEstimator()
+    saturate(estimator, 2.0, running=32)
+    capacity = estimator.current(2.0)
+    assert (capacity.slots, capacity.source, capacity.limit) == (32, "observed", UNBOUNDED)
+    estimator.engine_limits(max_running=None, max_in_flight=128)  # TGI: never a 429
+    assert estimator.current(2.0).limit == 128
+    pinned = CapacityEstimator(pinned=16)
+    assert pinned.current(0).limit == 16

@@ -16,6 +16,7 @@ import pytest
 
 from policies import load_policy_text
 from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
+from regions.balancer.capacity import UNBOUNDED, CapacityConfig
 from regions.simulator import Fleet, ServerSpec
 from regions.simulator.config import EngineConfig
 from tests.balancer.helpers import MODEL, completion, eventually
@@ -29,11 +30,12 @@ def spec(name: str, slots: int, engine: str, port: int = 0) -> ServerSpec:
 
 
 @asynccontextmanager
-async def behind(server: ServerSpec, *, time_scale: float = 1.0
+async def behind(server: ServerSpec, *, time_scale: float = 1.0, late_binding: bool = False
                  ) -> AsyncIterator[tuple[Fleet, Balancer, aiohttp.ClientSession]]:
     async with Fleet([server], time_scale=time_scale) as fleet:
         backend = BackendSpec(server.name, fleet[server.name].url, (MODEL,), None, None)
-        balancer = build_balancer("test-region", [backend])
+        config = BalancerConfig(capacity=CapacityConfig(late_binding=late_binding))
+        balancer = build_balancer("test-region", [backend], config=config)
         async with balancer, client_of(balancer) as client:
             yield fleet, balancer, client
 
@@ -60,7 +62,9 @@ async def cancel(tasks: list[asyncio.Task]) -> None:
 @pytest.mark.parametrize("slots", [16, 64, 256])
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
 async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> None:
-    async with behind(spec("gpu", slots, engine)) as (fleet, balancer, client):
+    """With late binding on, so that the learned capacity is also the limit."""
+    async with behind(spec("gpu", slots, engine), late_binding=True) as (fleet, balancer,
+                                                                         client):
         backend = balancer.pool["gpu"]
         started = time.monotonic()
         tasks = await flood(client, slots + 24)
@@ -85,6 +89,21 @@ async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> No
                 tasks += await flood(client, 30)  # after learning, beyond the limit: held
                 await eventually(lambda: balancer.dispatcher.queued >= held)
                 assert backend.in_flight <= max(before, slots + 1)
+        finally:
+            await cancel(tasks)
+
+
+async def test_by_default_a_learned_capacity_holds_nothing() -> None:
+    """Without late binding the capacity is learned and shown, and requests beyond it go to
+    the server's own queue, as least-outstanding-requests sends them."""
+    async with behind(spec("gpu", 16, "vllm")) as (fleet, balancer, client):
+        backend = balancer.pool["gpu"]
+        tasks = await flood(client, 40)
+        try:
+            await eventually(lambda: backend.cap_now.slots == 16, timeout=LEARN_WITHIN_S)
+            assert backend.cap_now.limit == UNBOUNDED
+            await eventually(lambda: fleet["gpu"].engine.state().waiting == 24)
+            assert balancer.dispatcher.queued == 0 and backend.in_flight == 40
         finally:
             await cancel(tasks)
 

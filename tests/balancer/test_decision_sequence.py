@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The decisions of ``bench/proxy_overhead.py``'s timed loop (``Dispatcher.try_bind``, default
-profile, a lease released and one taken before each pick) are pinned: a faster decision path
-must choose the same backends for the same inputs and seeds. The digests were recorded with
+"""The decisions of ``bench/proxy_overhead.py``'s timed loop (``Dispatcher.try_bind``, the
+default profile as it was when they were recorded, a lease released and one taken before
+each pick) are pinned: a faster decision path must choose the same backends for the same
+inputs and seeds. The digests were recorded with
 the code before the decision-speed work (commit 64f6131); the two ``varied`` digests with cap
 16 again when the ``size-aware`` scorer gained its first-token rule (an intended change of
 decisions: re-record them only for one). ``varied`` also refines requests
@@ -22,6 +23,7 @@ from regions.balancer.registry import Registry, build_profile, register_builtin_
 from regions.balancer.types import Endpoint, RequestInfo
 
 MODEL = "sim-model"
+RECORDED_SCORERS = (("size-aware", 8.0), ("outstanding-work", 2.0), ("queue-depth", 1.0))
 
 
 def decisions(backends: int, rounds: int, varied: bool, cap: int = 16) -> list[str]:
@@ -31,9 +33,11 @@ def decisions(backends: int, rounds: int, varied: bool, cap: int = 16) -> list[s
     rng = random.Random(1)
     for b in pool:
         pool.record_rate(b, rng.uniform(20, 120))
-    # the size-aware hold as it was on by default when the digests were recorded, so that
-    # holds are still exercised (the default profile has it off since the routing matrix)
+    # the profile as it was the default when the digests were recorded, so that holds and
+    # every scorer's fast path are still exercised (the default profile has neither the
+    # size-aware hold nor outstanding-work since the routing matrix)
     profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0),
+                            scorers=RECORDED_SCORERS,
                             scorer_params={"size-aware": {"hold": 1.0}})
     dispatcher = Dispatcher(pool, profile)
     if varied:  # as the balancer wires them: size-aware learns the backends' rates

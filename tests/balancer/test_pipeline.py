@@ -8,13 +8,22 @@ import random
 import pytest
 
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.registry import (
+    DEFAULT_SCORERS,
+    Registry,
+    build_profile,
+    register_builtin_plugins,
+)
 from regions.balancer.types import RegionSnapshot
 from tests.balancer.helpers import req, snap
 
 
-def profile():
-    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+def profile(scorers=DEFAULT_SCORERS):
+    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(0),
+                         scorers=scorers)
+
+
+SPEED_AWARE = (("size-aware", 8.0), ("outstanding-work", 2.0), ("least-requests", 1.0))
 
 
 def test_picks_fast_idle_backend_and_explains() -> None:
@@ -26,7 +35,7 @@ def test_picks_fast_idle_backend_and_explains() -> None:
         ),
         1,
     )
-    decision = profile().run(region, req(), explain=True)
+    decision = profile(SPEED_AWARE).run(region, req(), explain=True)
     assert decision.chosen is not None and decision.chosen.name == "fast"
     steps = decision.to_json()["steps"]
     assert [s["plugin"] for s in steps] == [
@@ -36,7 +45,7 @@ def test_picks_fast_idle_backend_and_explains() -> None:
         "capacity",
         "size-aware",
         "outstanding-work",
-        "queue-depth",
+        "least-requests",
         "max-score",
     ]
     assert steps[0]["dropped"] == {"other": "does not serve model 'sim-model'"}
@@ -76,12 +85,24 @@ def test_registry_is_frozen_and_names_unknown_plugins() -> None:
 
 def test_scorer_params_reach_the_scorer_and_bad_ones_are_named() -> None:
     registry = register_builtin_plugins(Registry())
-    built = build_profile(registry, scorer_params={"size-aware": {"hold": 0.25, "lead": 1.0}})
+    built = build_profile(registry, scorers=SPEED_AWARE,
+                          scorer_params={"size-aware": {"hold": 0.25, "lead": 1.0}})
     size_aware = next(ws.scorer for ws in built.scorers if ws.scorer.name == "size-aware")
     assert (size_aware.hold, size_aware.lead) == (0.25, 1.0)
     with pytest.raises(BalancerConfigError, match=r"size-aware.*nope"):
-        build_profile(registry, scorer_params={"size-aware": {"nope": 1.0}})
+        build_profile(registry, scorers=SPEED_AWARE, scorer_params={"size-aware": {"nope": 1.0}})
     with pytest.raises(BalancerConfigError, match=r"size-aware.*kappa"):
-        build_profile(registry, scorer_params={"size-aware": {"kappa": 0.5}})
+        build_profile(registry, scorers=SPEED_AWARE,
+                      scorer_params={"size-aware": {"kappa": 0.5}})
     with pytest.raises(BalancerConfigError, match=r"not in it.*latency-ewma"):
         build_profile(registry, scorer_params={"latency-ewma": {"alpha": 0.5}})
+
+
+def test_the_default_profile_is_least_requests_behind_the_filters() -> None:
+    region = RegionSnapshot((snap("a", 0, in_flight=3), snap("b", 1, in_flight=1, cap=2),
+                             snap("c", 2, in_flight=2)), 1)
+    decision = profile().run(region, req(), explain=True)
+    steps = decision.to_json()["steps"]
+    assert [s["plugin"] for s in steps] == [
+        "model", "health", "not-tried", "capacity", "least-requests", "max-score"]
+    assert decision.chosen is not None and decision.chosen.name == "b"  # fewest, not freest

@@ -249,7 +249,10 @@ async def test_late_binding_never_exceeds_a_pinned_capacity() -> None:
 
 
 async def test_speeds_are_learned_from_streamed_tokens() -> None:
-    async with stack(speeds=(0.4, 1.0), time_scale=2.0) as (_, balancer, client):
+    # a profile that reads speeds (the default, least-requests, ties idle backends)
+    config = BalancerConfig(scorers=(("outstanding-work", 2.0), ("least-requests", 1.0)))
+    async with stack(speeds=(0.4, 1.0), time_scale=2.0, config=config) as (_, balancer,
+                                                                           client):
         for _ in range(3):
             await asyncio.gather(*(stream_completion(client, completion(30)) for _ in range(8)))
         slow, fast = balancer.pool["gpu0"], balancer.pool["gpu1"]

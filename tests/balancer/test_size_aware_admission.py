@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Size-aware late binding in the dispatcher (default profile, real pool): a long request
-waits for the fast backend rather than start on the slow one, a short one never waits, the
-wait is bounded, one cap for all means no waiting, and long requests go first in a backlog."""
+"""Size-aware late binding in the dispatcher (the opt-in size-aware profile, real pool): a
+long request waits for the fast backend rather than start on the slow one, a short one never
+waits, the wait is bounded, one cap for all means no waiting, and long requests go first in
+a backlog."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from regions.balancer.registry import Registry, build_profile, register_builtin_
 from regions.balancer.scorers.size_aware import SizeAwareScorer
 from tests.balancer.helpers import MODEL, req
 
+# size-aware as a hard preference, others choosing among what it accepts (opt-in)
+SIZE_AWARE = (("size-aware", 8.0), ("outstanding-work", 2.0), ("queue-depth", 1.0))
 DECLARED = [50, 80, 100, 120] * 2 + [400, 420] * 2 + [600, 650] * 2  # output lengths
 
 
@@ -50,6 +53,7 @@ def region(
     profile = build_profile(
         register_builtin_plugins(Registry()),
         rng=random.Random(0),
+        scorers=SIZE_AWARE,
         scorer_params={"size-aware": params},
     )
     dispatcher = Dispatcher(pool, profile)

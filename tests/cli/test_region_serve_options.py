@@ -62,3 +62,30 @@ def test_help_states_the_real_default_profile() -> None:
     scorers = " ".join(f"{name}={weight:g}" for name, weight in config.scorers)
     assert f"(default: {scorers})" in text, text
     assert f"(default: {config.picker})" in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "late_binding", "ttft_factor"),
+    [([], False, 0.0), (["--late-binding"], True, 0.0), (["--ttft-eject", "4"], False, 4.0)],
+    ids=["defaults", "late-binding", "ttft-eject"],
+)
+def test_opt_in_mechanisms_reach_the_balancer(monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                              late_binding: bool, ttft_factor: float) -> None:
+    import regions.balancer
+
+    seen = {}
+
+    async def serve(*_args: object, config: object, **_kwargs: object) -> None:
+        seen["config"] = config
+
+    monkeypatch.setattr(regions.balancer, "serve", serve)
+    status, text = invoke("--listen", "127.0.0.1:0", *args)
+    assert status == 0, text
+    config = seen["config"]
+    assert config.capacity.late_binding is late_binding
+    assert config.outliers.ttft_factor == ttft_factor
+
+
+def test_a_negative_ttft_factor_is_a_usage_error() -> None:
+    status, text = invoke("--ttft-eject", "-1")
+    assert status == 2 and "--ttft-eject" in text, text
