@@ -50,7 +50,6 @@ from typing import Any
 
 from regions.balancer.capacity import (
     GUESS_SLOTS,
-    UNBOUNDED,
     Capacity,
     CapacityConfig,
     CapacityEstimator,
@@ -606,11 +605,13 @@ class BackendPool:
     def _region_capacity(self) -> bool:
         """Renew what the region's views share; True if it changed. ``_guess``: what scorers
         assume of a backend whose capacity is unknown, the largest learned in the region
-        (its peers are likely alike), else ``GUESS_SLOTS``. ``_unsure``: some healthy
-        backend's capacity is unknown; then no backend is full (``_limit``)."""
+        (its peers are likely alike), else ``GUESS_SLOTS``. ``_unsure``: with late binding,
+        some healthy backend's capacity is unknown; then no backend is full (``_limit``).
+        Without late binding only pins hold, whatever the others know."""
         known = [b.cap_now.slots for b in self.backends if b.cap_now.slots is not None]
         guess = max(known) if known else GUESS_SLOTS
-        unsure = any(b.cap_now.slots is None for b in self.backends if b.healthy)
+        unsure = self.capacity_config.late_binding and any(
+            b.cap_now.slots is None for b in self.backends if b.healthy)
         changed = (guess, unsure) != (self._guess, self._unsure)
         self._guess, self._unsure = guess, unsure
         return changed
@@ -624,8 +625,7 @@ class BackendPool:
         least-outstanding-requests would have shared them out."""
         if not self._unsure or capacity.source == "pinned":
             return capacity.limit
-        engine = b.capacity.engine_in_flight
-        return UNBOUNDED if engine is None else engine
+        return b.capacity.unheld_limit()
 
     def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
         """Hold (or lift) ``source``'s drain on backend ``name``."""

@@ -31,7 +31,7 @@ What admission does with it (the limit):
   a learned capacity (``late_binding``, opt-in) costs every held request an engine
   iteration (it is sent when a slot frees, after the engine has planned its next step)
   and, where KV cache rather than slots bounds a server, holds while it has room: on the
-  routing matrix it lost to least-outstanding-requests by up to 3.3x p99 TTFT
+  routing matrix it won as many cells as it lost against least-outstanding-requests
   (``balancer/README.md``). With it, beyond the capacity requests wait in the region queue,
   for the region's next free slot rather than one server's (with ``headroom_share`` > 0 a
   share more may wait at each server), and for one second in ten one request more is
@@ -140,15 +140,17 @@ class CapacityEstimator:
             slots, source = self.engine_slots, "engine"
         else:
             slots, source = None, "unknown"
-        if slots is None or not (source == "pinned" or self.config.late_binding):
-            limit = UNBOUNDED
-        else:
-            limit = slots + self._headroom(slots, source, now)
-        if self.engine_in_flight is not None:
-            limit = min(limit, self.engine_in_flight)
-            if slots is not None:
-                slots = min(slots, self.engine_in_flight)
+        limit = self.unheld_limit()
+        if slots is not None and (source == "pinned" or self.config.late_binding):
+            limit = min(limit, slots + self._headroom(slots, source, now))
+        if slots is not None and self.engine_in_flight is not None:
+            slots = min(slots, self.engine_in_flight)
         return Capacity(slots, source, limit)
+
+    def unheld_limit(self) -> int:
+        """The admission limit when nothing is held at a capacity: the engine's own
+        in-flight limit (TGI's: beyond it, 429), else unbounded."""
+        return UNBOUNDED if self.engine_in_flight is None else self.engine_in_flight
 
     def _headroom(self, slots: int, source: str, now: float) -> int:
         config = self.config

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from regions.balancer.backends import BackendPool, BackendSpec, ScrapedLoad
-from regions.balancer.capacity import GUESS_SLOTS, UNBOUNDED
+from regions.balancer.capacity import GUESS_SLOTS, UNBOUNDED, CapacityConfig
 from regions.balancer.filters.capacity import CapacityFilter
 from regions.balancer.filters.health import HealthFilter
 from regions.balancer.filters.model import ModelFilter
@@ -212,11 +212,12 @@ def test_queue_depth_is_the_clamped_formula() -> None:
     assert QueueDepthScorer().score(req(), candidates) == expected
 
 
-def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
+@pytest.mark.parametrize("late_binding", [False, True])
+def test_pool_views_are_what_the_keyword_constructor_builds(late_binding: bool) -> None:
     rng = random.Random(11)
     specs = [BackendSpec(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m1", "m2")[: i % 2 + 1],
                          rng.choice([None, rng.randint(1, 8)])) for i in range(12)]
-    pool = BackendPool(specs)
+    pool = BackendPool(specs, capacity=CapacityConfig(late_binding=late_binding))
     leases = []
     for _ in range(400):
         b = pool.backends[rng.randrange(len(specs))]
@@ -241,7 +242,8 @@ def test_pool_views_are_what_the_keyword_constructor_builds() -> None:
             cap = b.cap_now.slots if known else max(
                 [o.cap_now.slots for o in pool.backends if o.cap_now.slots is not None],
                 default=GUESS_SLOTS)
-            unsure = any(o.cap_now.slots is None for o in pool.backends if o.healthy)
+            unsure = late_binding and any(
+                o.cap_now.slots is None for o in pool.backends if o.healthy)
             pinned = b.cap_now.source == "pinned"
             limit = UNBOUNDED if unsure and not pinned else b.cap_now.limit
             assert view == BackendSnapshot(
