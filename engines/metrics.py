@@ -58,6 +58,12 @@ ENGINES: dict[str, EngineMetrics] = {
     ),
 }
 KV_TOTAL_GAUGES = ("sglang:max_total_num_tokens", "tgi_batch_max_total_tokens")
+KV_CONFIG_INFO = "vllm:cache_config_info"
+# every name parse_load reads: a real engine's page is mostly histograms it does not need
+LOAD_NAMES = tuple(sorted(
+    {n for m in ENGINES.values() for n in (*m.waiting, *m.running, *m.cache_usage)}
+    | {*KV_TOTAL_GAUGES, KV_CONFIG_INFO}
+))
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class _Sample:
 
 
 def _samples(text: str) -> list[_Sample]:
+    if not text.endswith("\n"):
+        text += "\n"
     try:
         return [_Sample(s.name, dict(s.labels), float(s.value))
                 for family in text_string_to_metric_families(text) for s in family.samples]
@@ -105,7 +113,8 @@ def detect_engine(values: dict[str, list[float]]) -> str | None:
 def parse_load(text: str, engine: str | None) -> EngineLoad:
     """The load a metrics page reports, read with ``engine``'s metric names (detected from
     the page when ``engine`` is None or unknown)."""
-    samples = _samples(text)
+    wanted = "".join(line + "\n" for line in text.splitlines() if line.startswith(LOAD_NAMES))
+    samples = _samples(wanted or text)  # the whole page only to say what is wrong with it
     values: dict[str, list[float]] = {}
     for sample in samples:
         values.setdefault(sample.name, []).append(sample.value)
@@ -138,7 +147,7 @@ def parse_load(text: str, engine: str | None) -> EngineLoad:
 def _kv_tokens(samples: list[_Sample]) -> int | None:
     total = 0.0
     for sample in samples:
-        if sample.name == "vllm:cache_config_info":
+        if sample.name == KV_CONFIG_INFO:
             labels = sample.labels
             try:
                 if labels.get("kv_cache_size_tokens") not in (None, "", "None"):

@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The balancer of one region: an aiohttp server in front of aiohttp clients.
+"""The balancer of one region: an aiohttp server in front of GPU servers.
 
-Why aiohttp for both sides: one well-kept asyncio stack (server, client, connection
-pools, timeouts) instead of two (uvicorn + httpx); its ``StreamResponse`` writes each
-chunk to the client as it arrives, so SSE passes through unbuffered; its client reads a
-response with ``readany()`` as bytes arrive; one ``ClientSession`` (its own
-``TCPConnector``) per backend keeps connections pooled and isolated per GPU server; and
-``handler_cancellation=True`` turns a client disconnect into the cancellation of the
-handler, which closes the upstream connection and so aborts the work on the GPU.
+The server side is aiohttp (``handler_cancellation=True`` turns a client disconnect into
+the cancellation of the handler, which closes the upstream connection and so aborts the
+work on the GPU). Inference requests go to each GPU server over its own pool of
+keep-alive HTTP/1.1 connections (``upstream.UpstreamPool``), whose body pieces are written
+on to the client from the connection's callback (``relay``), unbuffered and without a
+task wake-up per token. Control traffic to the servers (metric scrapes, ``/v1/models``,
+engine info) uses one aiohttp ``ClientSession`` per backend.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
 ``GET /v1/models`` (union over usable backends), ``GET /healthz``, ``GET /metrics``;
@@ -73,6 +73,7 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
+from regions.balancer.upstream import UpstreamPool
 
 SHUTDOWN_TIMEOUT_S = 2.0
 MODELS_TIMEOUT_S = 2.0
@@ -156,7 +157,8 @@ class Balancer:
             if hook is not None:
                 self.dispatcher.on_bind.append(hook)
         self.metrics = BalancerMetrics(region, self.dispatcher)
-        self.sessions: dict[str, aiohttp.ClientSession] = {}
+        self.sessions: dict[str, aiohttp.ClientSession] = {}  # control traffic
+        self.upstreams: dict[str, UpstreamPool] = {}  # inference requests
         self.proxy = Proxy(
             ProxySettings(
                 region,
@@ -171,7 +173,7 @@ class Balancer:
             self.pool,
             self.dispatcher,
             self.metrics,
-            self.sessions,
+            self.upstreams,
             clock,
         )
         self.shared_state = shared_state
@@ -236,13 +238,20 @@ class Balancer:
         self.open_sessions()
 
     def open_sessions(self) -> None:
-        """A connection pool for every backend that has none yet (one per backend)."""
+        """Connection pools for every backend that has none yet (two per backend: its
+        inference requests' and its control traffic's)."""
         timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=self.config.connect_timeout_s,
             sock_read=self.config.read_timeout_s,
         )
         for b in self.pool:
+            if b.name not in self.upstreams:
+                self.upstreams[b.name] = UpstreamPool(
+                    b.spec.url,
+                    connect_timeout_s=self.config.connect_timeout_s,
+                    read_timeout_s=self.config.read_timeout_s,
+                )
             if b.name in self.sessions:
                 continue
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
@@ -255,8 +264,10 @@ class Balancer:
 
     async def _close_sessions(self, app: web.Application) -> None:
         sessions = list(self.sessions.values())
+        upstreams = list(self.upstreams.values())
         self.sessions.clear()
-        await asyncio.gather(*(s.close() for s in sessions))
+        self.upstreams.clear()
+        await asyncio.gather(*(s.close() for s in sessions), *(u.close() for u in upstreams))
         if self.overflow is not None:
             await self.overflow.close()
 

@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from policies.model import Policy, Region
@@ -52,6 +51,7 @@ from regions.balancer.residency_check import (
     CLIENT_IP_HEADER,
     ResidencyCheck,
 )
+from regions.balancer.upstream import UpstreamPool
 
 OVERFLOW_HEADER = "x-director-overflow"
 OVERFLOW_PARAM = "director-overflow"
@@ -143,7 +143,7 @@ class Overflow:
         self.siblings: tuple[Sibling, ...] = ()
         self.services: dict[str, tuple[str, ...]] = {}
         self.counts: dict[str, int] = {}
-        self.session: aiohttp.ClientSession | None = None
+        self.pools: dict[str, UpstreamPool] = {}  # one per sibling URL
         if residency is not None:
             self.set_residency(residency)
 
@@ -213,19 +213,20 @@ class Overflow:
 
     # -- proxying ------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        if self.session is None and self.config.mode is OverflowMode.PROXY:
-            timeout = aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=self.config.connect_timeout_s,
-                sock_read=self.config.read_timeout_s,
+    def _pool(self, sibling: Sibling) -> UpstreamPool:
+        pool = self.pools.get(sibling.url)
+        if pool is None:
+            pool = self.pools[sibling.url] = UpstreamPool(
+                sibling.url,
+                connect_timeout_s=self.config.connect_timeout_s,
+                read_timeout_s=self.config.read_timeout_s,
             )
-            self.session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        return pool
 
     async def close(self) -> None:
-        session, self.session = self.session, None
-        if session is not None:
-            await session.close()
+        pools, self.pools = list(self.pools.values()), {}
+        for pool in pools:
+            await pool.close()
 
     def _headers(self, request: web.Request, sibling: Sibling) -> dict[str, str]:
         headers = dict(upstream_request_headers(request.headers))
@@ -247,15 +248,11 @@ class Overflow:
 
     async def forward(self, request: web.Request, sibling: Sibling) -> web.StreamResponse | None:
         """Stream the sibling's answer back; None when the sibling could not be reached."""
-        await self.open()
-        if self.session is None:
-            return None
         body = await request.read()  # already read (and cached) by the proxy
         try:
-            upstream = await self.session.post(
-                sibling.url + request.rel_url.path_qs,
-                data=body,
-                headers=self._headers(request, sibling),
+            pool = self._pool(sibling)
+            upstream = await pool.request(
+                "POST", request.rel_url.path_qs, self._headers(request, sibling).items(), body
             )
         except UPSTREAM_ERRORS:
             return None

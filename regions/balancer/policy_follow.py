@@ -36,6 +36,9 @@ from regions.balancer.errors import BalancerConfigError
 from regions.balancer.pool_update import PoolChange, apply_specs, idle_retired, remove, retiring
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig
+from regions.balancer.upstream import UpstreamPool
+
+ConnectionPool = aiohttp.ClientSession | UpstreamPool  # a retired backend's, to close
 
 if TYPE_CHECKING:
     from regions.balancer.app import Balancer
@@ -114,6 +117,9 @@ class PolicyFollow:
             session = b.sessions.pop(name, None)
             if session is not None:
                 b.sessions[retired] = session
+            upstream = b.upstreams.pop(name, None)
+            if upstream is not None:
+                b.upstreams[retired] = upstream
         if b.runner is not None:  # else the app opens them when it starts
             b.open_sessions()
         b.capacity_rps = region.capacity.rps
@@ -134,13 +140,14 @@ class PolicyFollow:
         return change
 
     def _leave(
-        self, backend: Backend, left: list[tuple[str, aiohttp.ClientSession | None]]
+        self, backend: Backend, left: list[tuple[str, ConnectionPool | None]]
     ) -> None:
         """Take an idle retired backend out (unless it rejoined meanwhile), with its pool."""
         b = self.balancer
         if any(x is backend for x in idle_retired(b.pool)):
             remove(b.pool, backend)
             left.append((backend.name, b.sessions.pop(backend.name, None)))
+            left.append((backend.name, b.upstreams.pop(backend.name, None)))
 
     def _spawn(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
@@ -155,10 +162,11 @@ class PolicyFollow:
         b = self.balancer
         while retiring(b.pool):
             for backend in idle_retired(b.pool):
-                left: list[tuple[str, aiohttp.ClientSession | None]] = []
+                left: list[tuple[str, ConnectionPool | None]] = []
                 await b.relink(functools.partial(self._leave, backend, left))
-                for name, session in left:
-                    if session is not None:
-                        await session.close()
+                for _name, pool in left:
+                    if pool is not None:
+                        await pool.close()
+                for name in dict.fromkeys(name for name, _ in left):
                     log.info("region %s: GPU server %s drained and removed", b.region, name)
             await asyncio.sleep(RETIRE_POLL_S)

@@ -28,7 +28,6 @@ import json
 import logging
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 
 from regions.balancer.admission import Dispatcher
@@ -41,6 +40,7 @@ from regions.balancer.relay import UPSTREAM_ERRORS, RelayEnd, relay, response_fo
 from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
+from regions.balancer.upstream import UpstreamPool, UpstreamResponse
 
 WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
@@ -84,14 +84,14 @@ class Proxy:
         pool: BackendPool,
         dispatcher: Dispatcher,
         metrics: BalancerMetrics,
-        sessions: dict[str, aiohttp.ClientSession],
+        upstreams: dict[str, UpstreamPool],
         clock: Callable[[], float],
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
-        self.sessions = sessions
+        self.upstreams = upstreams
         self.clock = clock
         self.output_lengths = OutputLengths()
 
@@ -170,12 +170,10 @@ class Proxy:
             with lease:
                 backend = lease.backend
                 self.metrics.backend(backend.name).decisions.inc()
-                session = self.sessions[backend.name]
+                pool = self.upstreams[backend.name]
                 sent_at = self.clock()
                 try:
-                    upstream = await session.post(
-                        backend.spec.url + path, data=raw, headers=headers
-                    )
+                    upstream = await pool.request("POST", path, headers.items(), raw)
                 except UPSTREAM_ERRORS as exc:
                     self._failed(backend, "connect")
                     excluded.add(backend.name)
@@ -193,10 +191,10 @@ class Proxy:
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
 
     async def _consume_failure(
-        self, upstream: aiohttp.ClientResponse, backend: Backend
+        self, upstream: UpstreamResponse, backend: Backend
     ) -> web.Response:
         try:
-            body = await upstream.content.read(MAX_ERROR_BODY)
+            body = await upstream.read(MAX_ERROR_BODY)
         except UPSTREAM_ERRORS:
             body = b""
         finally:
@@ -217,7 +215,7 @@ class Proxy:
     async def _relay(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         lease: Lease,
         info: RequestInfo,
         start: float,

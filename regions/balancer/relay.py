@@ -1,9 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Relay an upstream answer to the client chunk by chunk, unbuffered (the proxy to a GPU
+"""Relay an upstream answer to the client piece by piece, unbuffered (the proxy to a GPU
 server and the overflow to a sibling region both do).
 
+Each piece goes out from the upstream connection's ``data_received`` straight onto the
+client's transport (HTTP/1.1 chunk framing added here when the client's answer is
+chunked), so a streamed token costs no task wake-up. When the client reads slower than the
+server writes (more than ``HIGH_WATER`` bytes wait in the client's socket buffer), reading
+from the server pauses until the client catches up.
+
 ``relay`` ends one of four ways (``RelayEnd``) and leaves the upstream connection in the
-right state for each: released to the pool after a whole answer, closed otherwise (closing
+right state for each: back in its pool after a whole answer, closed otherwise (closing
 it is what aborts the sequence on a GPU server when the client goes away). When the
 upstream fails mid-answer the client's connection is aborted, so it sees a truncated
 answer rather than a well-formed short one.
@@ -11,32 +17,32 @@ answer rather than a well-formed short one.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Callable, Mapping
 
-import aiohttp
 from aiohttp import web
 
 from regions.balancer.headers import downstream_response_headers
+from regions.balancer.upstream import BodySink, UpstreamResponse
 
-UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+UPSTREAM_ERRORS = (OSError, ValueError)  # ConnectionError, TimeoutError; a bad header
+HIGH_WATER = 64 * 1024
 
-OnChunk = Callable[[bytes, float], None]  # (chunk, when it was read), after writing it on
+OnChunk = Callable[[bytes, float], None]  # (piece, when it was read), after writing it on
 
 
 class RelayEnd(enum.Enum):
     FINISHED = "finished"  # the whole answer went out
     CLIENT_GONE = "client_gone"  # before the headers or during the body
-    # every chunk went out, the client closed before the terminating chunk (usual after
+    # every piece went out, the client closed before the terminating chunk (usual after
     # an SSE client reads ``[DONE]``): the answer is whole, the client is not an error
     CLIENT_GONE_AT_END = "client_gone_at_end"
     UPSTREAM_FAILED = "upstream_failed"  # a read from upstream failed mid-answer
 
 
-def response_for(
-    upstream: aiohttp.ClientResponse, headers: Mapping[str, str]
-) -> web.StreamResponse:
+def response_for(upstream: UpstreamResponse, headers: Mapping[str, str]) -> web.StreamResponse:
     """The client's response for ``upstream``: its status and end-to-end headers plus
     ``headers``; the length is kept unless the answer is an event stream."""
     resp = web.StreamResponse(
@@ -50,42 +56,103 @@ def response_for(
     return resp
 
 
+class _ToClient(BodySink):
+    """Writes each piece onto the client's transport as it comes from upstream."""
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        chunked: bool,
+        upstream: UpstreamResponse,
+        on_chunk: OnChunk | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.transport = transport
+        self.chunked = chunked
+        self.upstream = upstream
+        self.on_chunk = on_chunk
+        self.clock = clock
+        self.wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.end_state: RelayEnd | None = None
+        self.paused = False
+
+    def data(self, payload: bytes) -> None:
+        if self.end_state is not None:
+            return
+        transport = self.transport
+        if transport.is_closing():
+            self._stop(RelayEnd.CLIENT_GONE)
+            return
+        now = self.clock()
+        if self.chunked:
+            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+        else:
+            transport.write(payload)
+        if self.on_chunk is not None:
+            self.on_chunk(payload, now)
+        if transport.get_write_buffer_size() > HIGH_WATER:
+            self.paused = True
+            self.upstream.pause()
+            self._wake()
+
+    def end(self, error: BaseException | None) -> None:
+        if self.end_state is None:
+            self._stop(RelayEnd.FINISHED if error is None else RelayEnd.UPSTREAM_FAILED)
+
+    def _stop(self, end: RelayEnd) -> None:
+        self.end_state = end
+        self._wake()
+
+    def _wake(self) -> None:
+        if not self.wake.done():
+            self.wake.set_result(None)
+
+
 async def relay(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     resp: web.StreamResponse,
     on_chunk: OnChunk | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RelayEnd:
-    """Send ``resp``'s headers, then every chunk of ``upstream`` as it arrives.
+    """Send ``resp``'s headers, then every piece of ``upstream``'s body as it arrives.
 
-    ``on_chunk`` runs after each chunk is written (the accounting never delays a chunk),
-    also for the chunk whose write found the client gone.
+    ``on_chunk`` runs after each piece is written (the accounting never delays a piece).
     """
     finished = False
     try:
+        if resp.content_length is None and request.version >= (1, 1):
+            resp.enable_chunked_encoding()
         try:
-            await resp.prepare(request)
+            await resp.prepare(request)  # sends the head (a StreamResponse does not hold it)
         except ConnectionResetError:
             return RelayEnd.CLIENT_GONE
-        while True:
-            try:
-                chunk = await upstream.content.readany()
-            except UPSTREAM_ERRORS:
-                if request.transport is not None:
-                    request.transport.abort()
-                return RelayEnd.UPSTREAM_FAILED
-            if not chunk:
-                break
-            now = clock()
-            try:
-                await resp.write(chunk)
-            except ConnectionResetError:
-                return RelayEnd.CLIENT_GONE
-            finally:
-                if on_chunk is not None:
-                    on_chunk(chunk, now)
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return RelayEnd.CLIENT_GONE
+        # the transport pauses the server's protocol above HIGH_WATER, so drain() waits
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+        sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock)
+        upstream.stream(sink)
+        while sink.end_state is None:
+            await sink.wake
+            sink.wake = asyncio.get_running_loop().create_future()
+            if sink.paused and sink.end_state is None:
+                try:
+                    await request.writer.drain()
+                except ConnectionResetError:
+                    return RelayEnd.CLIENT_GONE
+                sink.paused = False
+                upstream.resume()
+        end = sink.end_state
+        if end is RelayEnd.UPSTREAM_FAILED:
+            transport.abort()
+            return end
+        if end is not RelayEnd.FINISHED:
+            return end
         finished = True
+        if transport.is_closing():
+            return RelayEnd.CLIENT_GONE_AT_END
         try:
             await resp.write_eof()
         except ConnectionResetError:

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from regions.balancer.relay import RelayEnd, relay, response_for
+from regions.balancer.upstream import UpstreamPool
 
 CHUNKS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 
@@ -64,10 +65,11 @@ async def front_of(upstream: Upstream) -> AsyncIterator[tuple[str, list, list]]:
     seen: list[bytes] = []
     up_app = web.Application()
     up_app.router.add_get("/", upstream.handle)
-    async with serving(up_app) as up_url, aiohttp.ClientSession() as session:
+    async with serving(up_app) as up_url:
+        pool = UpstreamPool(up_url, connect_timeout_s=2, read_timeout_s=10)
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            answer = await session.get(up_url)
+            answer = await pool.request("GET", "/", (), b"")
             resp = response_for(answer, {"x-test": "relayed"})
             ends.append(await relay(request, answer, resp,
                                     lambda chunk, _now: seen.append(chunk)))
@@ -77,6 +79,7 @@ async def front_of(upstream: Upstream) -> AsyncIterator[tuple[str, list, list]]:
         front.router.add_get("/", handle)
         async with serving(front) as url:
             yield url, ends, seen
+        await pool.close()
 
 
 async def test_a_whole_stream_is_relayed_chunk_by_chunk() -> None:
@@ -125,3 +128,55 @@ async def test_a_client_leaving_after_the_last_chunk_is_a_whole_answer_not_an_er
                 await asyncio.sleep(0.02)
     assert ends == [RelayEnd.CLIENT_GONE_AT_END]
     assert seen == CHUNKS
+
+
+async def test_a_slow_client_pauses_reading_from_upstream_and_gets_every_byte() -> None:
+    """The client stops reading: the balancer stops reading the server (no unbounded
+    buffer in between), and once the client reads again the whole answer arrives."""
+    piece, pieces = b"z" * 65536, 512  # 32 MiB
+    written = 0
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        nonlocal written
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(pieces):
+            await resp.write(piece)
+            written += len(piece)
+        await resp.write_eof()
+        return resp
+
+    up_app = web.Application()
+    up_app.router.add_get("/", big)
+    ends: list[RelayEnd] = []
+    async with serving(up_app) as up_url:
+        pool = UpstreamPool(up_url, connect_timeout_s=2, read_timeout_s=10)
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            answer = await pool.request("GET", "/", (), b"")
+            resp = response_for(answer, {})
+            ends.append(await relay(request, answer, resp))
+            return resp
+
+        front = web.Application()
+        front.router.add_get("/", handle)
+        async with serving(front) as url:
+            host, port = url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port), limit=2**16)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await reader.readuntil(b"\r\n\r\n")
+            await asyncio.sleep(1.0)  # not reading
+            stalled_at = written
+            received = 0
+            async with asyncio.timeout(30):
+                while True:
+                    line = await reader.readuntil(b"\r\n")
+                    size = int(line.strip(), 16)
+                    if size == 0:
+                        break
+                    received += len(await reader.readexactly(size + 2)) - 2
+            writer.close()
+        await pool.close()
+    assert stalled_at < 16 * 2**20, stalled_at  # kernel buffers at most, not the answer
+    assert received == len(piece) * pieces
+    assert ends == [RelayEnd.FINISHED]
