@@ -1,6 +1,6 @@
 """The shared state, asyncio flavour: for the regional balancers and the snapshot refresher.
 
-Same keys, records and errors as :class:`director.state.store.StateStore`; the methods a
+Same keys, records and errors as :class:`state.store.StateStore`; the methods a
 balancer and the refresher need, plus :meth:`AsyncStateStore.fetch` (many hashes in one round
 trip) and :meth:`AsyncStateStore.subscribe` (the change channel).
 """
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from director.state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
-from director.state.guard import describe, redis_errors
-from director.state.hysteresis import SCRIPT, ProbeOutcome, script_args
-from director.state.keys import Keys, drain_field
-from director.state.records import (
+from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
+from state.guard import describe, redis_errors
+from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.keys import Keys, drain_field
+from state.records import (
     DrainFlags,
     GpuLoad,
     HealthRecord,
@@ -25,7 +25,7 @@ from director.state.records import (
     RegionLoad,
     drain_value,
 )
-from director.state.store import DEFAULT_TIMEOUT
+from state.store import DEFAULT_TIMEOUT
 
 RawHash = dict[bytes, bytes]
 

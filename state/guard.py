@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import redis
 
-from director.state.errors import StateError, StateUnavailable
+from state.errors import StateError, StateUnavailable
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 class StateError(Exception):
-    """Base of every error raised by :mod:`director.state`."""
+    """Base of every error raised by :mod:`state`."""
 
 
 class StateUnavailable(StateError):

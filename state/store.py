@@ -1,12 +1,12 @@
 """The shared state, synchronous flavour: what probes (Celery tasks) and tools write and read.
 
-One interface on the Redis protocol; :mod:`director.state.aio` is the asyncio twin used by the
+One interface on the Redis protocol; :mod:`state.aio` is the asyncio twin used by the
 balancers and the refresher. Writers publish the changed key on ``Keys.changes`` for health
 changes, region load, latency, drains and the policy (GPU load is not published: it changes
 on every scrape and only the regional balancer reads it, by polling).
 
-Every method raises :class:`~director.state.errors.StateUnavailable` when the server is
-unreachable and :class:`~director.state.errors.StateError` for other server errors.
+Every method raises :class:`~state.errors.StateUnavailable` when the server is
+unreachable and :class:`~state.errors.StateError` for other server errors.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 import redis
 
-from director.state.guard import describe, redis_errors
-from director.state.hysteresis import SCRIPT, ProbeOutcome, script_args
-from director.state.keys import Keys, drain_field, latency_field
-from director.state.records import (
+from state.guard import describe, redis_errors
+from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.keys import Keys, drain_field, latency_field
+from state.records import (
     DrainFlags,
     GpuLoad,
     HealthRecord,

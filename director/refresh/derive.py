@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from director.engine.snapshot import RegionState, Snapshot
-from director.state.view import StateView
 from policies.model import Policy, Region
+from state.view import StateView
 
 
 @dataclass(frozen=True)
