@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from director.drills.arrivals import Schedule
-from director.drills.checks import Judge
-from director.drills.cohorts import ClientSubnet, ResolvedCohort
-from director.drills.loader import load_drill_text
-from director.drills.prepare import Prepared
-from director.drills.records import AttemptOutcome as A
-from director.drills.reports import write_reports
-from director.drills.result import Verdict, summary_rows, summary_text
-from director.drills.runner import Event, Run
-from director.drills.topology import RegionInfo, Topology
+from drills.arrivals import Schedule
+from drills.checks import Judge
+from drills.cohorts import ClientSubnet, ResolvedCohort
+from drills.loader import load_drill_text
+from drills.prepare import Prepared
+from drills.records import AttemptOutcome as A
+from drills.reports import write_reports
+from drills.result import Verdict, summary_rows, summary_text
+from drills.runner import Event, Run
+from drills.topology import RegionInfo, Topology
 from tests.drills.drill_text import VALID
 from tests.drills.synthetic import attempt, fault, ok, region_of, request
 

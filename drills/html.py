@@ -1,5 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The HTML report: one self-contained file (inline CSS and SVG charts), from the journal."""
+"""The HTML report: one self-contained file (inline CSS and SVG charts), from the journal.
+
+The charts need matplotlib (``pip install 'director[reports]'``; ``./run`` installs it);
+without it the report has every table and says where the charts would be.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,18 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from director.drills.charts import all_charts
+NO_CHARTS = ("<p><em>Charts need matplotlib: <code>pip install 'director[reports]'</code>."
+             "</em></p>")
+
+
+def _charts(journal: dict[str, Any]) -> dict[str, str] | None:
+    try:
+        from drills.charts import all_charts  # matplotlib is an optional extra
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib" and not (exc.name or "").startswith("matplotlib."):
+            raise
+        return None
+    return all_charts(journal)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -56,7 +71,10 @@ def render_html(journal: dict[str, Any]) -> str:
         rows.append([mark, escape(c["name"]), escape(f"{c['type']} ({c['when']})"),
                      escape(value), escape(c["expected"]), escape(c["detail"]) + evidence])
     parts.append(_table(["", "check", "type", "value", "expected", "detail"], rows, raw=True))
-    for title, svg in all_charts(journal).items():
+    charts = _charts(journal)
+    if charts is None:
+        parts.append(f"<h2>Charts</h2>{NO_CHARTS}")
+    for title, svg in (charts or {}).items():
         parts.append(f"<h2>{escape(title)}</h2>{svg}")
     parts.append("<h2>Cohorts</h2>")
     tally = journal["tally"]["by_cohort"]

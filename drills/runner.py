@@ -23,22 +23,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from director.drills.admin import AdminClient
-from director.drills.checks import CheckResult, Judge, windows_of
-from director.drills.errors import AdminApiError, DrillError
-from director.drills.faults import Call, Injector, Resolved, restore_step_calls
-from director.drills.guards import Guards
-from director.drills.loadgen import LoadGenerator
-from director.drills.model import CheckType, Drill, RestoreStep, When
-from director.drills.prepare import Prepared
-from director.drills.records import (
+from drills.admin import AdminClient
+from drills.checks import CheckResult, Judge, windows_of
+from drills.errors import AdminApiError, DrillError
+from drills.faults import Call, Injector, Resolved, restore_step_calls
+from drills.guards import Guards
+from drills.loadgen import LoadGenerator
+from drills.model import CheckType, Drill, RestoreStep, When
+from drills.prepare import Prepared
+from drills.records import (
     Attempt,
     FaultRecord,
     RequestRecord,
     StatusSample,
 )
-from director.drills.result import Verdict
-from director.drills.violations import Violation, attempt_violations
+from drills.result import Verdict
+from drills.violations import Violation, attempt_violations
 
 STATUS_TIMEOUT_S = 2.0
 STATUS_LEAD_S = 1.0  # how long before the last restore `during` health is read

@@ -20,8 +20,8 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 
-from director.drills.model import DnsSpec
-from director.drills.records import DnsAnswer
+from drills.model import DnsSpec
+from drills.records import DnsAnswer
 
 
 class DnsClient:

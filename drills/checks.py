@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from director.drills import accounting as acc
-from director.drills.failover import failover_time
-from director.drills.model import Check, CheckType, Drill, When
-from director.drills.records import FaultRecord, RequestRecord, StatusSample
-from director.drills.violations import violations
+from drills import accounting as acc
+from drills.failover import failover_time
+from drills.model import Check, CheckType, Drill, When
+from drills.records import FaultRecord, RequestRecord, StatusSample
+from drills.violations import violations
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import maxminddb
 
-from director.drills.errors import CohortError
-from director.drills.model import Cohort
 from director.geo import GeoLocator
+from drills.errors import CohortError
+from drills.model import Cohort
 
 MAX_PROBES = 4_000_000
 _SKIP = tuple(ipaddress.ip_network(n) for n in (

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from director.drills.arrivals import expected_count, offered_rate
-from director.drills.model import Drill, FaultType, When
+from drills.arrivals import expected_count, offered_rate
+from drills.model import Drill, FaultType, When
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from director.drills.html import write_html
-from director.drills.journal import journal, write_journal
-from director.drills.junit import write_junit
-from director.drills.runner import Run
+from drills.html import write_html
+from drills.journal import journal, write_journal
+from drills.junit import write_junit
+from drills.runner import Run
 
 
 def report_stem(run: Run) -> str:

@@ -25,7 +25,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from director.drills.errors import Diagnostic, did_you_mean
+from drills.errors import Diagnostic, did_you_mean
 
 INVALID: Any = object()  # a value that failed to read (already reported)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|env:[A-Za-z_][A-Za-z0-9_]*)\}")

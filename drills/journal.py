@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from director.drills import accounting as acc
-from director.drills.records import to_json
-from director.drills.result import as_json, summary_rows
-from director.drills.runner import Run
-from director.drills.timeline import timeline
+from drills import accounting as acc
+from drills.records import to_json
+from drills.result import as_json, summary_rows
+from drills.runner import Run
+from drills.timeline import timeline
 
 JOURNAL_FORMAT = "director-drill-journal/v1"
 

@@ -13,14 +13,14 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from director.drills.admin import AdminClient
-from director.drills.arrivals import Schedule, build_schedule
-from director.drills.cohorts import ResolvedCohort, resolve_cohorts
-from director.drills.errors import DrillError, TargetError
-from director.drills.faults import Plan, Resolved, plan_fault, resolve_target
-from director.drills.model import CheckType, Drill
-from director.drills.topology import Topology, topology_from_status
 from director.geo import GeoDatabaseError, GeoLocator
+from drills.admin import AdminClient
+from drills.arrivals import Schedule, build_schedule
+from drills.cohorts import ResolvedCohort, resolve_cohorts
+from drills.errors import DrillError, TargetError
+from drills.faults import Plan, Resolved, plan_fault, resolve_target
+from drills.model import CheckType, Drill
+from drills.topology import Topology, topology_from_status
 
 
 @dataclass

@@ -29,10 +29,10 @@ from typing import Any
 
 import aiohttp
 
-from director.drills.dnsclient import DnsClient
-from director.drills.model import ClientSpec, RequestSpec
-from director.drills.records import Attempt, AttemptOutcome, RequestRecord
-from director.drills.topology import Topology
+from drills.dnsclient import DnsClient
+from drills.model import ClientSpec, RequestSpec
+from drills.records import Attempt, AttemptOutcome, RequestRecord
+from drills.topology import Topology
 
 CLIENT_IP_HEADER = "X-Director-Client-IP"
 REGION_HEADER = "x-director-region"

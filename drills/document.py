@@ -21,8 +21,8 @@ The grammar, in short (``docs/drills.md`` has the reference)::
 
 from __future__ import annotations
 
-from director.drills.model import CheckType, FaultType, When
-from director.drills.schema import (
+from drills.model import CheckType, FaultType, When
+from drills.schema import (
     AnyValue,
     Bool,
     Duration,

@@ -16,8 +16,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
 
-from director.drills.errors import DrillError
-from director.drills.model import Residency
+from drills.errors import DrillError
+from drills.model import Residency
 
 DEFAULT_BALANCER_PORT = 8080
 

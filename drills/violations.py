@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from director.drills.records import Attempt, RequestRecord
+from drills.records import Attempt, RequestRecord
 
 RegionOf = Callable[[str], str | None]
 

@@ -17,13 +17,13 @@ from collections.abc import Callable
 
 import aiohttp
 
-from director.drills.arrivals import Schedule
-from director.drills.client import Client, Observer
-from director.drills.cohorts import ResolvedCohort
-from director.drills.dnsclient import DnsClient
-from director.drills.model import Load
-from director.drills.records import RequestRecord
-from director.drills.topology import Topology
+from drills.arrivals import Schedule
+from drills.client import Client, Observer
+from drills.cohorts import ResolvedCohort
+from drills.dnsclient import DnsClient
+from drills.model import Load
+from drills.records import RequestRecord
+from drills.topology import Topology
 
 
 class LoadGenerator:

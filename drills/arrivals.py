@@ -21,8 +21,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from director.drills.model import Fault, FaultType, Load, TraceSource
-from director.drills.traces import TraceRequest, read_trace
+from drills.model import Fault, FaultType, Load, TraceSource
+from drills.traces import TraceRequest, read_trace
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from director.drills.errors import AdminApiError
+from drills.errors import AdminApiError
 
 DEFAULT_TARGET = "http://127.0.0.1:8080"
 TOKEN_ENV = "DIRECTOR_TOKEN"

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from director.drills.admin import AdminClient
-from director.drills.errors import AdminApiError, InjectionError, TargetError
-from director.drills.model import BlastRadius, Fault, FaultType, RestoreStep, Target
-from director.drills.records import FaultRecord
-from director.drills.topology import Topology, regions_matching
+from drills.admin import AdminClient
+from drills.errors import AdminApiError, InjectionError, TargetError
+from drills.model import BlastRadius, Fault, FaultType, RestoreStep, Target
+from drills.records import FaultRecord
+from drills.topology import Topology, regions_matching
 
 PROCESSES = "/api/v1/chaos/processes"
 _GPU_MODES = {FaultType.GPU_ERRORS: "error5xx", FaultType.GPU_SLOW: "slow",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from director.drills.records import RequestRecord
+from drills.records import RequestRecord
 
 
 @dataclass(frozen=True)

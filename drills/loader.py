@@ -21,9 +21,9 @@ import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
 from director.datasets import traces_dir
-from director.drills.document import CHECK_EXPECT, DOCUMENT, FAULT_PARAMS
-from director.drills.errors import Diagnostic, DrillFileError, did_you_mean
-from director.drills.model import (
+from drills.document import CHECK_EXPECT, DOCUMENT, FAULT_PARAMS
+from drills.errors import Diagnostic, DrillFileError, did_you_mean
+from drills.model import (
     BlastRadius,
     Check,
     CheckType,
@@ -47,7 +47,7 @@ from director.drills.model import (
     TraceSource,
     When,
 )
-from director.drills.schema import INVALID, MapOf, Reader, ScalarOnly, compose
+from drills.schema import INVALID, MapOf, Reader, ScalarOnly, compose
 
 MAX_BYTES = 1 << 20
 TRACES_ENV = "DIRECTOR_TRACES"

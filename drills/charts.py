@@ -18,7 +18,7 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 
-from director.drills.accounting import quantile
+from drills.accounting import quantile
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")

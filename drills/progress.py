@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from director.console import plain_console
-from director.drills import accounting as acc
+from drills import accounting as acc
 
 if TYPE_CHECKING:
-    from director.drills.runner import Runner
+    from drills.runner import Runner
 
 SHARE_WINDOW_S = 5.0
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO
 
-from director.drills.errors import DrillError
+from drills.errors import DrillError
 
 
 @dataclass(frozen=True)

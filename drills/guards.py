@@ -20,10 +20,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from director.drills import accounting as acc
-from director.drills.checks import Judge
-from director.drills.model import Check, CheckType, Guard, When
-from director.drills.records import FaultRecord, RequestRecord, StatusSample
+from drills import accounting as acc
+from drills.checks import Judge
+from drills.model import Check, CheckType, Guard, When
+from drills.records import FaultRecord, RequestRecord, StatusSample
 
 
 @dataclass

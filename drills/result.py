@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from director.drills import accounting as acc
-from director.drills.checks import CheckResult
-from director.drills.model import CheckType
-from director.drills.records import FaultRecord, RequestRecord
+from drills import accounting as acc
+from drills.checks import CheckResult
+from drills.model import CheckType
+from drills.records import FaultRecord, RequestRecord
 
 
 class Verdict(enum.Enum):

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from director.drills.records import Attempt, AttemptOutcome, FaultRecord, RequestRecord
+from drills.records import Attempt, AttemptOutcome, FaultRecord, RequestRecord
 
 
 class Outcome(enum.Enum):
