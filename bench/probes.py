@@ -28,7 +28,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-from director.state import EmbeddedValkey
 from policies.model import (
     Affinity,
     AllDown,
@@ -46,6 +45,7 @@ from policies.model import (
     UnknownLocation,
     Zone,
 )
+from state import EmbeddedValkey
 from workers.config import WorkerSettings
 from workers.schedule import build_schedule
 

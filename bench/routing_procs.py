@@ -20,8 +20,8 @@ from pathlib import Path
 
 from routing_configs import Upstream, render_haproxy, render_nginx
 
-from director.ports import free_port
 from regions.simulator.config import EngineConfig
+from state.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

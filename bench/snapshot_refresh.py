@@ -15,8 +15,7 @@ import asyncio
 import statistics
 import time
 
-from director.state import AsyncStateStore, EmbeddedValkey, StateStore
-from director.state.refresher import SnapshotRefresher
+from director.refresh.refresher import SnapshotRefresher
 from policies.model import (
     Affinity,
     AllDown,
@@ -33,6 +32,7 @@ from policies.model import (
     UnknownLocation,
     Zone,
 )
+from state import AsyncStateStore, EmbeddedValkey, StateStore
 
 
 def fleet(regions: int, gpus: int) -> Policy:

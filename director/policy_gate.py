@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from director.engine.engine_proof import EngineProof, run_engine_proof
-from director.state.records import PolicyRecord
 from policies import CheckResult, Diagnostic, Policy, PolicyError, check_policy
 from policies.loader import (
     PolicySources,
@@ -27,6 +26,7 @@ from policies.loader import (
     read_file,
     sources_of,
 )
+from state.records import PolicyRecord
 
 MAX_REPORTED_VIOLATIONS = 20
 

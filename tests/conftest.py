@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from director.datasets import maxmind_test_db
-from director.state import EmbeddedValkey, StateStore
+from state import EmbeddedValkey, StateStore
 
 ASYNC_TEST_TIMEOUT_S = 30.0
 

@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from director.ports import free_port
+from state.ports import free_port
 
 GPU_URL = re.compile(r"http://(127\.\d+\.\d+\.\d+):(\d+)")
 

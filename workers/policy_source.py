@@ -14,10 +14,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
-from director.state.errors import StateError
-from director.state.policy_follower import RecordLoader, StoredVersions
-from director.state.store import StateStore
 from policies.model import Policy
+from state.errors import StateError
+from state.policy_follower import RecordLoader, StoredVersions
+from state.store import StateStore
 from workers.errors import PolicySourceError
 
 log = logging.getLogger(__name__)

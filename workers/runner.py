@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 
-from director.state.store import StateStore
 from policies.model import Policy
+from state.store import StateStore
 from workers.app import create_app
 from workers.config import WorkerSettings
 from workers.policy_source import PolicyFile, PolicySource, StaticPolicy, StoredPolicy

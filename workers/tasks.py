@@ -14,7 +14,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.signals import worker_process_shutdown, worker_shutdown
 
-from director.state.store import StateStore
+from state.store import StateStore
 from workers.config import WorkerSettings
 from workers.probes.balancer_check import check_balancer
 from workers.probes.batch import probe_gpu_health_batch, scrape_gpu_metrics_batch

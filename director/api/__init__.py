@@ -16,7 +16,7 @@ Exception tree (``errors``; each one is answered as {"error": message, ...})::
     ├── BadGateway           502: a GPU server or the control socket cannot be reached
     └── Unavailable          503: the feature behind the route is not configured
 
-State errors (``director.state.StateError``) are answered 503 with the same shape.
+State errors (``state.StateError``) are answered 503 with the same shape.
 """
 
 from director.api.app import build_api

@@ -24,7 +24,7 @@ from director.api.limits import BodyLimit
 from director.api.metrics import RequestCounter
 from director.api.routes import admin, chaos, public, read
 from director.api.runtime import ApiRuntime
-from director.state import StateError
+from state import StateError
 
 log = logging.getLogger(__name__)
 

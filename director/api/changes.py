@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from director.api.auth import Principal
 from director.api.errors import ApiError
 from director.api.runtime import ApiRuntime
-from director.state import StateError
+from state import StateError
 
 T = TypeVar("T")
 

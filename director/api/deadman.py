@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from director.tasks import cancel_and_wait
+from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

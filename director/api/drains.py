@@ -15,10 +15,10 @@ from typing import Any
 from director.api.audit import AuditLog
 from director.api.deadman import Deadman
 from director.api.targets import check_ttl, find_gpu, find_region
-from director.state import AsyncStateStore
-from director.state.keys import drain_field
-from director.state.records import drain_until
 from policies import Policy
+from state import AsyncStateStore
+from state.keys import drain_field
+from state.records import drain_until
 
 
 class Drains:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from director.api.policy_store import PolicyHolder
-from director.state import AsyncStateStore, StateError
+from state import AsyncStateStore, StateError
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from director.api.config import PolicyDocument
 from director.api.errors import ApiError, PolicyRejected
 from director.api.policy_disk import PolicyDisk
 from director.engine import Engine
-from director.state import PolicyRecord, StateStore
 from policies import Diagnostic, Policy
+from state import PolicyRecord, StateStore
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,10 @@ from director.api.policy_store import ActivePolicy, PolicyHolder
 from director.api.samples import sample_decisions
 from director.api.status import StatusInputs, build_status, read_gpu_facts
 from director.geo import GeoLocator
-from director.state import AsyncStateStore, SnapshotRefresher, StateError, StateStore
-from director.state.metrics import RefresherMetrics
-from director.tasks import cancel_and_wait
+from director.refresh import SnapshotRefresher
+from director.refresh.metrics import RefresherMetrics
+from state import AsyncStateStore, StateError, StateStore
+from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from director.api.config import is_loopback, parse_listen
-from director.ports import hostport
+from state.ports import hostport
 
 
 class RemoteListenRefused(ValueError):

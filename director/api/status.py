@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from director.api.samples import region_shares
 from director.engine import Snapshot
-from director.state import AsyncStateStore, DrainFlags, GpuLoad, HealthRecord, RecordError
 from policies import Policy
 from policies.model import Region
+from state import AsyncStateStore, DrainFlags, GpuLoad, HealthRecord, RecordError
 
 log = logging.getLogger(__name__)
 

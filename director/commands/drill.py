@@ -39,8 +39,8 @@ def _variables(values: list[str] | None) -> dict[str, str]:
 
 
 def _load(file: Path, variables: dict[str, str]):
-    from director.drills.errors import DrillFileError
-    from director.drills.loader import load_drill
+    from drills.errors import DrillFileError
+    from drills.loader import load_drill
 
     try:
         return load_drill(file, variables)
@@ -84,7 +84,7 @@ def run(
     drill = _load(file, _variables(var))
     if drill is None:
         raise typer.Exit(ERROR_EXIT)
-    from director.drills.admin import find_token
+    from drills.admin import find_token
 
     secret = find_token(token)
     if dry_run:
@@ -94,11 +94,11 @@ def run(
 
 
 async def _dry_run(drill: Any, target: str, token: str | None) -> int:
-    from director.drills.admin import AdminClient
-    from director.drills.arrivals import build_schedule
-    from director.drills.errors import AdminApiError, DrillError
-    from director.drills.prepare import prepare
-    from director.drills.timeline import render
+    from drills.admin import AdminClient
+    from drills.arrivals import build_schedule
+    from drills.errors import AdminApiError, DrillError
+    from drills.prepare import prepare
+    from drills.timeline import render
 
     async with AdminClient(target, token) as admin:
         try:
@@ -139,13 +139,13 @@ async def _dry_run(drill: Any, target: str, token: str | None) -> int:
 
 async def _run(drill: Any, target: str, token: str | None, report_dir: Path,
                junit: Path | None, live: bool) -> int:
-    from director.drills.admin import AdminClient
-    from director.drills.errors import DrillError
-    from director.drills.prepare import prepare
-    from director.drills.progress import LiveDisplay
-    from director.drills.reports import write_reports
-    from director.drills.result import summary_rows, summary_text
-    from director.drills.runner import Runner
+    from drills.admin import AdminClient
+    from drills.errors import DrillError
+    from drills.prepare import prepare
+    from drills.progress import LiveDisplay
+    from drills.reports import write_reports
+    from drills.result import summary_rows, summary_text
+    from drills.runner import Runner
 
     async with AdminClient(target, token) as admin:
         try:
@@ -169,8 +169,8 @@ async def _run(drill: Any, target: str, token: str | None, report_dir: Path,
 def _error_journal(drill: Any, target: str, reason: str, report_dir: Path,
                    junit: Path | None) -> None:
     """A journal for a drill that could not start (nothing was injected)."""
-    from director.drills.journal import JOURNAL_FORMAT, write_journal
-    from director.drills.junit import write_junit
+    from drills.journal import JOURNAL_FORMAT, write_journal
+    from drills.junit import write_junit
 
     now = time.time()
     data = {

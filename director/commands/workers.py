@@ -28,9 +28,9 @@ def workers(
 ) -> None:
     """Run a probe worker (and beat) for POLICY; the same as `celery -A workers.app worker
     --beat` with DIRECTOR_POLICY and DIRECTOR_REDIS_URL set."""
-    from director.state.embedded import EmbeddedValkey
-    from director.state.errors import StateError
     from policies import PolicyError
+    from state.embedded import EmbeddedValkey
+    from state.errors import StateError
     from workers.runner import run_worker
 
     with contextlib.ExitStack() as stack:

@@ -22,11 +22,11 @@ from director.dns.server import BoundSockets, DnsServer, ServerConfig, new_event
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.workers import run_workers
 from director.geo import GeoLocator
-from director.state.aio import AsyncStateStore
-from director.state.policy_follower import PolicyFollower
-from director.state.refresher import SnapshotRefresher
+from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
 from policies.model import Policy
+from state.aio import AsyncStateStore
+from state.policy_follower import PolicyFollower
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
 from director.dns.udp_answer import answer_all
 from director.dns.udp_reader import UdpReaderThread
-from director.ports import hostport
+from state.ports import hostport
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``SnapshotSource`` is the interface: a ``current`` property that returns the latest immutable
 ``Snapshot`` without I/O. ``StaticSnapshotSource`` keeps one in process and is settable (tests,
 the embedded mode before the state store is up); the Redis-backed
-``director.state.refresher.SnapshotRefresher`` has the same property.
+``director.refresh.refresher.SnapshotRefresher`` has the same property.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from director.ports import hostport
 from policies.model import GpuServer, Policy
+from state.ports import hostport
 
 BALANCER_PORT = 8080
 # Relative speed of a simulated server by GPU kind when the policy gives no speed hint.

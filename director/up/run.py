@@ -13,15 +13,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from director.ports import bind_error
-from director.state.errors import StateError
-from director.state.store import StateStore
 from director.up import rundir
 from director.up.console import print_ready, tail
 from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
 from director.up.supervisor import Supervisor
 from policies import PolicySources
 from policies.model import Policy
+from state.errors import StateError
+from state.ports import bind_error
+from state.store import StateStore
 
 BIND_GRACE_S = 5.0
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from director.api.auth import add_token, write_private
-from director.ports import free_port
-from director.state.embedded import find_server_binary
 from director.up.plan import Bind, ChildSpec
+from state.embedded import find_server_binary
+from state.ports import free_port
 
 
 def default_run_dir() -> Path:

@@ -47,8 +47,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from director.state.aio import AsyncStateStore
-from director.state.records import RegionLoad
 from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
@@ -74,6 +72,8 @@ from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
 from regions.balancer.upstream import UpstreamPool
+from state.aio import AsyncStateStore
+from state.records import RegionLoad
 
 SHUTDOWN_TIMEOUT_S = 2.0
 MODELS_TIMEOUT_S = 2.0

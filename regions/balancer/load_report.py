@@ -28,8 +28,8 @@ import math
 import time
 from collections.abc import Callable
 
-from director.state.records import RegionLoad
 from regions.balancer.types import BackendSnapshot, RegionSnapshot
+from state.records import RegionLoad
 
 DEFAULT_TAU_S = 5.0
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A balancer following the policy stored in Redis: its region's GPU servers, live.
 
-``PolicyFollow(balancer, state)`` runs a ``director.state.policy_follower.PolicyFollower``
+``PolicyFollow(balancer, state)`` runs a ``state.policy_follower.PolicyFollower``
 (one small read a ``read_every_s``; a version that fails to load is logged once and the
 last good one keeps serving) and applies each new version with ``apply``:
 
@@ -22,26 +22,48 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 
-from director.state.aio import AsyncStateStore
-from director.state.policy_follower import PolicyFollower, RecordLoader
-from director.tasks import cancel_and_wait
 from policies.model import Policy
-from regions.balancer.backends import Backend, BackendSpec
+from regions.balancer.backends import Backend, BackendPool, BackendSpec
 from regions.balancer.errors import BalancerConfigError
+from regions.balancer.overflow import Overflow
 from regions.balancer.pool_update import PoolChange, apply_specs, idle_retired, remove, retiring
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig
 from regions.balancer.upstream import UpstreamPool
+from state.aio import AsyncStateStore
+from state.policy_follower import PolicyFollower, RecordLoader
+from state.tasks import cancel_and_wait
 
 ConnectionPool = aiohttp.ClientSession | UpstreamPool  # a retired backend's, to close
 
-if TYPE_CHECKING:
-    from regions.balancer.app import Balancer
+
+class _PinsCapacity(Protocol):
+    max_concurrency: int | None
+
+
+class FollowedBalancer(Protocol):
+    """What following a policy reads and replaces on a balancer (``app.Balancer``)."""
+
+    region: str
+    config: _PinsCapacity
+    pool: BackendPool
+    sessions: dict[str, aiohttp.ClientSession]
+    upstreams: dict[str, UpstreamPool]
+    runner: object | None
+    capacity_rps: float | None
+    jurisdiction: str | None
+    residency: ResidencyCheck | None
+    overflow: Overflow | None
+
+    def open_sessions(self) -> None: ...
+
+    async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +82,9 @@ class FollowPolicy:
 class PolicyFollow:
     """Applies stored policy versions to one running balancer."""
 
-    def __init__(self, balancer: Balancer, follow: FollowPolicy | None = None) -> None:
+    def __init__(
+        self, balancer: FollowedBalancer, follow: FollowPolicy | None = None
+    ) -> None:
         self.balancer = balancer
         self.follow = follow
         self.follower: PolicyFollower | None = None

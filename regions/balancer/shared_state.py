@@ -40,13 +40,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from director.state.aio import AsyncStateStore
-from director.state.errors import RecordError, StateError
-from director.state.keys import DEFAULT_PREFIX
-from director.state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
-from director.tasks import cancel_and_wait
 from regions.balancer.backends import STATE, BackendPool, ScrapedLoad
 from regions.balancer.metrics import BalancerMetrics
+from state.aio import AsyncStateStore
+from state.errors import RecordError, StateError
+from state.keys import DEFAULT_PREFIX
+from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
+from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 
 from api_helpers import eventually, running_api
 
-from director.state import StateStore
+from state import StateStore
 
 
 def region(status: dict, name: str) -> dict:

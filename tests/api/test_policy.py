@@ -12,7 +12,7 @@ from api_helpers import eventually, example_document, running_api
 
 from director.api import PolicyDocument
 from director.api.policy_store import PolicyHolder
-from director.state import AsyncStateStore, StateStore
+from state import AsyncStateStore, StateStore
 
 AFFINITY = "    affinity subnet\n"
 SPILL_MAX = "        max 30%"

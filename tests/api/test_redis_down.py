@@ -7,7 +7,7 @@ import time
 
 from api_helpers import eventually, running_api
 
-from director.state import EmbeddedValkey, StateStore
+from state import EmbeddedValkey, StateStore
 
 
 async def test_api_keeps_serving_while_redis_is_down(tmp_path, prefix):

@@ -6,7 +6,7 @@ import time
 
 from api_helpers import eventually, running_api
 
-from director.state import RegionLoad, StateStore
+from state import RegionLoad, StateStore
 
 EU = {"eu-west", "eu-central"}
 EU_CITIES = ("Frankfurt, DE", "Paris, FR", "Dublin, IE")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from api_helpers import running_api
 
-from director.state import RegionLoad, StateStore
+from state import RegionLoad, StateStore
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 

@@ -15,8 +15,6 @@ import aiohttp
 import pytest
 
 from director import policy_gate
-from director.ports import free_port
-from director.state import EmbeddedValkey, StateStore
 from director.up.plan import UpOptions, balancer_child
 from policies import load_policy_text
 from regions.balancer import (
@@ -29,6 +27,8 @@ from regions.balancer import (
 from regions.balancer.policy_follow import FollowPolicy
 from regions.balancer.pool_update import POLICY
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
+from state import EmbeddedValkey, StateStore
+from state.ports import free_port
 from tests.balancer.helpers import completion, eventually, stream_completion
 
 POLICY_TEXT = """

@@ -13,8 +13,6 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 
-from director.state import EmbeddedValkey, StateStore
-from director.state.records import GpuLoad
 from regions.balancer import (
     BackendSpec,
     Balancer,
@@ -27,6 +25,8 @@ from regions.balancer.errors import BalancerConfigError
 from regions.balancer.registry import Registry, register_builtin_plugins
 from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
 from regions.simulator import EngineConfig, Fleet, ServerSpec
+from state import EmbeddedValkey, StateStore
+from state.records import GpuLoad
 from tests.balancer.helpers import MODEL, completion, eventually, req, snap, stack
 from workers.probes.metrics_scrape import scrape_gpu_metrics
 from workers.targets import GpuTarget

@@ -9,8 +9,8 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from director.state import AsyncStateStore, EmbeddedValkey, RegionLoad, StateUnavailable
 from regions.balancer import SharedStateConfig
+from state import AsyncStateStore, EmbeddedValkey, RegionLoad, StateUnavailable
 from tests.balancer.helpers import completion, eventually, stack, stream_completion
 
 REGION = "test-region"
@@ -186,7 +186,7 @@ async def test_serving_goes_on_when_valkey_dies_and_resumes_when_it_returns(
 
 
 async def test_balancer_starts_and_serves_with_valkey_unreachable(prefix: str) -> None:
-    from director.ports import free_port
+    from state.ports import free_port
 
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     async with stack(shared_state=shared(url, prefix)) as (_, balancer, client):

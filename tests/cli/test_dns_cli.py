@@ -13,8 +13,8 @@ import dns.message
 import dns.query
 import dns.rdatatype
 
-from director.state.embedded import EmbeddedValkey
-from director.state.store import StateStore
+from state.embedded import EmbeddedValkey
+from state.store import StateStore
 
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
-from director.ports import free_port
 from regions.simulator import Fleet, ServerSpec
+from state.ports import free_port
 
 POLICY = """
 zone infer.example.com {{ ns ns1.infer.example.com 127.0.0.1 }}

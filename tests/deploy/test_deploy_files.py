@@ -266,6 +266,16 @@ def test_images_are_the_package_version():
     assert f"-t {image}" in (COMPOSE_DIR / "Dockerfile").read_text(encoding="utf-8")
 
 
+def test_the_image_copies_every_package_the_project_installs():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    dockerfile = (COMPOSE_DIR / "Dockerfile").read_text(encoding="utf-8")
+    copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")}
+    assert packages <= copied, sorted(packages - copied)
+    assert packages == {p.name for p in ROOT.iterdir()
+                        if (p / "__init__.py").is_file() and p.name != "tests"}
+
+
 # -- systemd ----------------------------------------------------------------------------
 
 

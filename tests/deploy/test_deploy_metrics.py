@@ -82,7 +82,7 @@ def dashboard_exprs() -> list[str]:
 def test_metric_scan_agrees_with_live_registries(example):
     from director.api.metrics import ApiMetrics
     from director.dns.metrics import DnsCollector, DnsStats
-    from director.state.metrics import RefresherMetrics
+    from director.refresh.metrics import RefresherMetrics
     from regions.balancer.app import build_balancer
     from regions.simulator.engine import Engine
     from regions.simulator.metrics import ServerMetrics

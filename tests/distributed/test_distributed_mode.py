@@ -23,7 +23,7 @@ import dns.rdatatype
 import pytest
 import redis
 
-from director.ports import free_port
+from state.ports import free_port
 
 POLICY = """\
 zone infer.example.com {

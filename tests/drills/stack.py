@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from director.dns.app import DnsApp
 from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
-from director.drills.topology import GpuInfo, RegionInfo, Topology
 from director.engine.snapshot import RegionState
 from director.geo import GeoLocator
+from drills.topology import GpuInfo, RegionInfo, Topology
 from policies.model import Policy
 from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
 from regions.balancer.residency_check import ResidencyCheck

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from director.drills.records import (
+from drills.records import (
     Attempt,
     AttemptOutcome,
     DnsAnswer,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from director.drills.accounting import Outcome, classify, quantile, tally, ttfts
-from director.drills.records import AttemptOutcome as A
+from drills.accounting import Outcome, classify, quantile, tally, ttfts
+from drills.records import AttemptOutcome as A
 from tests.drills.synthetic import attempt, fault, ok, request
 
 KILL = fault("kill", "region.kill", start=10.0, end=30.0, regions=("eu-west",))

@@ -9,9 +9,9 @@ import itertools
 import pytest
 
 from director.datasets import traces_dir
-from director.drills.arrivals import build_schedule, offered_rate
-from director.drills.loader import load_drill_text
-from director.drills.traces import TraceRequest, read_trace
+from drills.arrivals import build_schedule, offered_rate
+from drills.loader import load_drill_text
+from drills.traces import TraceRequest, read_trace
 
 BASE = """\
 apiVersion: drill/v1

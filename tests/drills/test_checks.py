@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from director.drills.checks import Judge, windows_of
-from director.drills.guards import Guards
-from director.drills.loader import load_drill_text
-from director.drills.model import When
-from director.drills.records import AttemptOutcome as A
-from director.drills.records import StatusSample
+from drills.checks import Judge, windows_of
+from drills.guards import Guards
+from drills.loader import load_drill_text
+from drills.model import When
+from drills.records import AttemptOutcome as A
+from drills.records import StatusSample
 from tests.drills.synthetic import attempt, fault, ok, region_of, request
 
 DRILL = """\

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from director.drills.loader import load_drill
-from director.drills.timeline import render
+from drills.loader import load_drill
+from drills.timeline import render
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "drills").glob("*.yaml"))

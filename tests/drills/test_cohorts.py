@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from director.drills.cohorts import find_subnets, resolve_cohorts
-from director.drills.errors import CohortError
-from director.drills.model import Cohort
+from drills.cohorts import find_subnets, resolve_cohorts
+from drills.errors import CohortError
+from drills.model import Cohort
 
 COUNTRIES = ["DE", "FR", "IE", "NL", "GB", "CH", "US", "LU"]
 

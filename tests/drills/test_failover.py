@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from director.drills.failover import failover_time, served_by
-from director.drills.records import AttemptOutcome as A
+from drills.failover import failover_time, served_by
+from drills.records import AttemptOutcome as A
 from tests.drills.synthetic import attempt, ok, request
 
 SURVIVING = frozenset({"eu-central"})

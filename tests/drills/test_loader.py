@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from director.drills.errors import DrillFileError
-from director.drills.loader import load_drill, load_drill_text
-from director.drills.model import CheckType, FaultType, Tolerance, When
+from drills.errors import DrillFileError
+from drills.loader import load_drill, load_drill_text
+from drills.model import CheckType, FaultType, Tolerance, When
 from tests.drills.drill_text import VALID
 
 

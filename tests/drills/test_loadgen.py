@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from director.drills import accounting as acc
-from director.drills.arrivals import Arrival, Schedule
-from director.drills.client import monotonic_clock
-from director.drills.cohorts import ResolvedCohort, resolve_cohorts
-from director.drills.failover import failover_time
-from director.drills.loadgen import LoadGenerator
-from director.drills.model import (
+from drills import accounting as acc
+from drills.arrivals import Arrival, Schedule
+from drills.client import monotonic_clock
+from drills.cohorts import ResolvedCohort, resolve_cohorts
+from drills.failover import failover_time
+from drills.loadgen import LoadGenerator
+from drills.model import (
     ClientSpec,
     Cohort,
     DnsSpec,
@@ -29,8 +29,8 @@ from director.drills.model import (
     RequestSpec,
     Residency,
 )
-from director.drills.records import AttemptOutcome, RequestRecord
-from director.drills.violations import violations
+from drills.records import AttemptOutcome, RequestRecord
+from drills.violations import violations
 from regions.balancer import AdmissionConfig, BalancerConfig
 from regions.simulator.faults import Fault, FaultMode
 from tests.drills.leaky import fallback_leak_text, load_leaky_policy

@@ -7,10 +7,10 @@ import io
 
 from rich.console import Console
 
-from director.drills.admin import AdminClient
-from director.drills.progress import LiveDisplay, render
-from director.drills.records import StatusSample
-from director.drills.runner import Runner
+from drills.admin import AdminClient
+from drills.progress import LiveDisplay, render
+from drills.records import StatusSample
+from drills.runner import Runner
 from tests.drills.test_reports import recorded_run
 
 

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from director.drills.arrivals import Schedule
-from director.drills.checks import Judge
-from director.drills.cohorts import ClientSubnet, ResolvedCohort
-from director.drills.loader import load_drill_text
-from director.drills.prepare import Prepared
-from director.drills.records import AttemptOutcome as A
-from director.drills.reports import write_reports
-from director.drills.result import Verdict, summary_rows, summary_text
-from director.drills.runner import Event, Run
-from director.drills.topology import RegionInfo, Topology
+from drills.arrivals import Schedule
+from drills.checks import Judge
+from drills.cohorts import ClientSubnet, ResolvedCohort
+from drills.loader import load_drill_text
+from drills.prepare import Prepared
+from drills.records import AttemptOutcome as A
+from drills.reports import write_reports
+from drills.result import Verdict, summary_rows, summary_text
+from drills.runner import Event, Run
+from drills.topology import RegionInfo, Topology
 from tests.drills.drill_text import VALID
 from tests.drills.synthetic import attempt, fault, ok, region_of, request
 
@@ -108,3 +110,23 @@ def test_junit_marks_errors_and_aborts_on_the_drill_case(tmp_path: Path, verdict
     suite = ET.parse(files["junit"]).getroot()
     drill_case = next(c for c in suite.iter("testcase") if c.get("name") == "drill")
     assert drill_case.find(element) is not None
+
+
+def test_the_html_report_without_matplotlib_keeps_every_table(tmp_path: Path) -> None:
+    """matplotlib is an optional extra: without it the report has no charts and says so."""
+    code = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None  # as if not installed\n"
+        "from pathlib import Path\n"
+        "from drills.reports import write_reports\n"
+        "from tests.drills.test_reports import recorded_run\n"
+        f"files = write_reports(recorded_run(), 'http://127.0.0.1:8080', Path({str(tmp_path)!r}))\n"
+        "print(files['html'])\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    html = Path(out.stdout.strip()).read_text()
+    assert "<svg" not in html and "director[reports]" in html
+    assert "<h2>Cohorts</h2>" in html and "nothing-lost" in html

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from director.drills.records import AttemptOutcome as A
-from director.drills.violations import attempt_violations, violations
+from drills.records import AttemptOutcome as A
+from drills.violations import attempt_violations, violations
 from tests.drills.synthetic import attempt, ok, region_of, request
 
 EU = frozenset({"eu-west", "eu-central"})

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from director.ports import free_port
+from state.ports import free_port
 from tests.free_ports import on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]

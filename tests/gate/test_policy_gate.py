@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from director import policy_gate
-from director.state import AsyncStateStore, EmbeddedValkey, StateStore
-from director.state.policy_follower import PolicyFollower
 from policies import read_sources
 from policies.loader import UNSAFE_SKIP_PROOF_ENV
+from state import AsyncStateStore, EmbeddedValkey, StateStore
+from state.policy_follower import PolicyFollower
 from tests.gate.gate_helpers import leaking_engine_proof
 from workers.policy_source import PolicyFile, StaticPolicy, StoredPolicy
 

@@ -10,11 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import engines
-from director.state.records import GpuLoad
 from engines import EngineLimits, limits_from_info
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SimConfigError
 from regions.simulator.fleet import ServerSpec, SimServer
+from state.records import GpuLoad
 from workers.probes.metrics_scrape import parse_load
 
 from .helpers import MODEL, completion, eventually, running_server

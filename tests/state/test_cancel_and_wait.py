@@ -1,4 +1,4 @@
-"""``director.tasks.cancel_and_wait``: background loops stop even when a library swallows
+"""``state.tasks.cancel_and_wait``: background loops stop even when a library swallows
 their cancellation once (redis-py 8.1's async pub/sub does while subscribing)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from director.tasks import cancel_and_wait
+from state.tasks import cancel_and_wait
 
 
 async def swallows_once(log: list[str]) -> None:

@@ -4,9 +4,9 @@ import pytest
 from policy_text import fleet_policy as make_policy
 
 from director.engine.snapshot import RegionState
-from director.state.derive import build_snapshot, same_state
-from director.state.records import DrainFlags, HealthRecord, LatencySample, RegionLoad
-from director.state.view import StateView
+from director.refresh.derive import build_snapshot, same_state
+from state.records import DrainFlags, HealthRecord, LatencySample, RegionLoad
+from state.view import StateView
 
 NOW = 10_000.0
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import redis
 
-from director.state import EmbeddedValkey
-from director.state.embedded import find_server_binary
+from state import EmbeddedValkey
+from state.embedded import find_server_binary
 
 
 def test_binary_is_found() -> None:

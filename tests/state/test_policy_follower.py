@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 from director import policy_gate
-from director.state import AsyncStateStore, EmbeddedValkey, StateStore
-from director.state.policy_follower import PolicyFollower
 from policies import load_policy, load_policy_text, read_sources
+from state import AsyncStateStore, EmbeddedValkey, StateStore
+from state.policy_follower import PolicyFollower
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
 

@@ -6,10 +6,10 @@ import time
 from policy_text import fleet_policy as make_policy
 
 from director.engine.snapshot import RegionState
-from director.state import AsyncStateStore, EmbeddedValkey, StateStore
-from director.state.metrics import RefresherMetrics
-from director.state.records import RegionLoad
-from director.state.refresher import SnapshotRefresher
+from director.refresh.metrics import RefresherMetrics
+from director.refresh.refresher import SnapshotRefresher
+from state import AsyncStateStore, EmbeddedValkey, StateStore
+from state.records import RegionLoad
 
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)
 

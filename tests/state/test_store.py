@@ -4,8 +4,7 @@ import time
 
 import pytest
 
-from director.ports import free_port
-from director.state import (
+from state import (
     AsyncStateStore,
     DrainFlags,
     GpuLoad,
@@ -14,8 +13,9 @@ from director.state import (
     StateStore,
     StateUnavailable,
 )
-from director.state.hysteresis import ProbeOutcome
-from director.state.records import drain_until, drain_value
+from state.hysteresis import ProbeOutcome
+from state.ports import free_port
+from state.records import drain_until, drain_value
 
 
 def _probe(store: StateStore, ok: bool, now: float, *, rise: int = 2, fall: int = 3) -> bool | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from director.ports import ephemeral_range, free_port, is_free
+from state.ports import ephemeral_range, free_port, is_free
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_bind_for_tcp_and_udp():

@@ -26,7 +26,7 @@ import dns.query
 import dns.rdatatype
 import pytest
 
-from director.ports import free_port
+from state.ports import free_port
 from tests.free_ports import on_free_ports
 
 ROOT = Path(__file__).resolve().parents[2]

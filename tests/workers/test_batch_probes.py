@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from fake_gpu import FIXTURES, FakeGpu
 
-from director.ports import free_port
-from director.state import StateStore
-from director.state.hysteresis import ProbeOutcome
+from state import StateStore
+from state.hysteresis import ProbeOutcome
+from state.ports import free_port
 from workers.errors import MetricsError
 from workers.probes.batch import fetch_all, probe_gpu_health_batch, scrape_gpu_metrics_batch
 from workers.probes.session import ProbeSession

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from fake_gpu import FIXTURES, FakeGpu
 
-from director.state import StateStore
+from state import StateStore
 from workers.errors import MetricsError
 from workers.probes.metrics_scrape import parse_load, scrape_gpu_metrics
 from workers.targets import GpuTarget

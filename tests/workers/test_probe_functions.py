@@ -5,9 +5,9 @@ import socket
 
 from fake_gpu import FakeGpu
 
-from director.ports import free_port
-from director.state import StateStore
-from director.state.hysteresis import ProbeOutcome
+from state import StateStore
+from state.hysteresis import ProbeOutcome
+from state.ports import free_port
 from workers.probes.balancer_check import check_balancer, load_from_body
 from workers.probes.http_health import check, probe_gpu_health
 from workers.probes.latency import connect_ms, measure_latency

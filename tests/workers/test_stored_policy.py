@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from director.state import StateStore
 from policies import load_policy, read_sources
+from state import StateStore
 from workers.policy_source import StaticPolicy, StoredPolicy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"

@@ -18,9 +18,9 @@ from fake_gpu import FIXTURES, FakeGpu
 from policy_text import make_policy, region
 
 from director.engine.snapshot import RegionState
-from director.state import AsyncStateStore, EmbeddedValkey, HealthRecord, StateStore
-from director.state.refresher import SnapshotRefresher
+from director.refresh.refresher import SnapshotRefresher
 from policies.model import Failover, Policy
+from state import AsyncStateStore, EmbeddedValkey, HealthRecord, StateStore
 from workers.config import WorkerSettings
 
 FALL, RISE = 2, 3

@@ -13,9 +13,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from director.state.hysteresis import ProbeOutcome
-from director.state.records import RegionLoad
-from director.state.store import StateStore
+from state.hysteresis import ProbeOutcome
+from state.records import RegionLoad
+from state.store import StateStore
 from workers.probes.http_health import check
 from workers.targets import BalancerTarget
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from director.state.guard import describe, redis_errors
-from director.state.hysteresis import SCRIPT, ProbeOutcome, script_args
-from director.state.records import GpuLoad
-from director.state.store import StateStore
+from state.guard import describe, redis_errors
+from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.records import GpuLoad
+from state.store import StateStore
 from workers.errors import MetricsError
 from workers.probes.http import HttpResult
 from workers.probes.metrics_scrape import parse_load

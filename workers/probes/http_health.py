@@ -1,6 +1,6 @@
 """HTTP health probe of a GPU server: GET its health path, expect a status, within a timeout.
 
-The result goes through the store's rise/fall hysteresis (:mod:`director.state.hysteresis`),
+The result goes through the store's rise/fall hysteresis (:mod:`state.hysteresis`),
 applied atomically in Redis; ``probe_id`` (the Celery task id) makes a redelivery a no-op.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from director.state.hysteresis import ProbeOutcome
-from director.state.store import StateStore
+from state.hysteresis import ProbeOutcome
+from state.store import StateStore
 from workers.probes.http import HttpResult, http_get
 from workers.targets import GpuTarget
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import socket
 import time
 
-from director.state.records import LatencySample
-from director.state.store import StateStore
+from state.records import LatencySample
+from state.store import StateStore
 from workers.targets import LatencyTarget
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 
 import engines
-from director.state.records import GpuLoad
-from director.state.store import StateStore
 from engines import EngineDataError
+from state.records import GpuLoad
+from state.store import StateStore
 from workers.errors import MetricsError
 from workers.probes.http import http_get
 from workers.targets import GpuTarget

@@ -1,0 +1,282 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Judging checks over recorded requests: pure functions of the records and the faults.
+
+A check's ``when`` picks the requests it reads and the moment it is judged:
+
+- ``before``: requests issued before the first fault started; judged as it starts (a
+  failure means the steady state does not hold: no fault is injected, the drill fails);
+- ``during``: requests issued from the first fault's start to the last fault's end;
+- ``after``: requests issued after the last fault ended (the recovery);
+- ``continuous``: every request; judged on every tick for the display, and at the end for
+  the verdict (residency: the first violation fails and stops the drill).
+
+A ratio or latency check with no request to judge fails: an unobserved hypothesis is not
+a confirmed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills import accounting as acc
+from drills.failover import failover_time
+from drills.model import Check, CheckType, Drill, When
+from drills.records import FaultRecord, RequestRecord, StatusSample
+from drills.violations import violations
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    type: str
+    when: str
+    passed: bool
+    value: float | None
+    expected: str
+    detail: str
+    t: float
+    evidence: tuple[str, ...] = ()
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "when": self.when,
+                "passed": self.passed, "value": self.value, "expected": self.expected,
+                "detail": self.detail, "t": round(self.t, 3), "evidence": list(self.evidence),
+                "data": dict(self.data)}
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The drill's before / during / after windows on the drill clock."""
+
+    first_start: float
+    last_end: float
+    end: float
+
+    def of(self, when: When) -> tuple[float, float]:
+        return {When.BEFORE: (0.0, self.first_start),
+                When.DURING: (self.first_start, self.last_end),
+                When.AFTER: (self.last_end, self.end),
+                When.CONTINUOUS: (0.0, float("inf"))}[when]
+
+
+def windows_of(drill: Drill, faults: Sequence[FaultRecord]) -> Windows:
+    """Windows from the faults as they happened (planned times for those not injected)."""
+    starts, ends = [], []
+    for f in drill.faults:
+        record = next((r for r in faults if r.id == f.id), None)
+        starts.append(record.t_start if record and record.t_start is not None else f.start)
+        ends.append(record.t_end if record and record.t_end is not None else f.end)
+    if not starts:
+        return Windows(drill.duration, drill.duration, drill.duration)
+    return Windows(min(starts), max(ends), drill.duration)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    check: Check
+    chosen: Sequence[RequestRecord]     # the check's cohorts, issued in its window
+    records: Sequence[RequestRecord]    # everything recorded so far
+    faults: Sequence[FaultRecord]
+    status: StatusSample | None
+    cohorts: tuple[str, ...]
+    start: float
+    end: float
+
+
+Verdict = tuple[bool, float | None, str, list[str], dict[str, Any]]
+
+
+@dataclass
+class Judge:
+    """Everything a check needs beyond the records; evaluation itself keeps no state."""
+
+    drill: Drill
+    allowed: Mapping[str, frozenset[str] | None]     # cohort -> allowed regions
+    region_of: Callable[[str], str | None]
+    all_regions: tuple[str, ...]
+
+    def evaluate(self, check: Check, records: Sequence[RequestRecord],
+                 faults: Sequence[FaultRecord], now: float,
+                 status: StatusSample | None = None) -> CheckResult:
+        handler = getattr(self, f"_{check.type.value}")
+        start, end = windows_of(self.drill, faults).of(check.when)
+        cohorts = check.cohorts
+        if check.type is CheckType.RESIDENCY and not cohorts:
+            cohorts = tuple(c for c, a in self.allowed.items() if a is not None)
+        chosen = [r for r in records if start <= r.t_issue < end
+                  and (not cohorts or r.cohort in cohorts)]
+        scope = _Scope(check, chosen, records, faults, status, cohorts, start, end)
+        passed, value, detail, evidence, data = handler(scope)
+        unit = "s" if check.type in (CheckType.TTFT, CheckType.FAILOVER_TIME) else ""
+        expected = self._expected(check, unit)
+        return CheckResult(check.name, check.type.value, check.when.value, passed, value,
+                           expected, detail, now, tuple(evidence), data)
+
+    @staticmethod
+    def _expected(check: Check, unit: str) -> str:
+        if check.type is CheckType.RESIDENCY:
+            return "0 violations"
+        if check.type is CheckType.REGION_HEALTH:
+            parts = []
+            if check.params.get("healthy"):
+                parts.append("healthy: " + ", ".join(check.params["healthy"]))
+            if check.params.get("unhealthy"):
+                parts.append("unhealthy: " + ", ".join(check.params["unhealthy"]))
+            return "; ".join(parts)
+        if check.type is CheckType.LOST and "max_ratio" in check.params:
+            return f"lost ratio <= {check.params['max_ratio']:g}"
+        text = check.expect.describe(unit)
+        if check.type is CheckType.TTFT and check.params.get("compare_to"):
+            cmp = check.params["compare_to"]
+            text += f" and <= {cmp['max_ratio']:g}x {cmp['cohort']}"
+        return text
+
+    # -- one method per check type: (passed, value, detail, evidence, data) ----------------
+
+    def _residency(self, s: _Scope) -> Verdict:
+        found = violations(s.chosen, {c: self.allowed.get(c) for c in s.cohorts},
+                           self.region_of)
+        evidence = [v.describe() for v in found[:20]]
+        detail = "no violation" if not found else \
+            f"{len(found)} violation(s); first: {found[0].describe()}"
+        return not found, float(len(found)), detail, evidence, {"violations": len(found)}
+
+    def _lost(self, s: _Scope) -> Verdict:
+        items = [acc.classify(r, s.faults) for r in s.chosen]
+        t = acc.tally(items)
+        lost = [c for c in items if c.outcome is acc.Outcome.LOST]
+        excluded = 0
+        if s.check.params.get("exclude_in_flight_at_fault"):
+            excluded = sum(1 for c in lost if c.in_flight_at_fault)
+            lost = [c for c in lost if not c.in_flight_at_fault]
+        evidence = [_describe_lost(c) for c in lost[:20]]
+        detail = f"{len(lost)} lost of {t.terminal} terminal requests"
+        if excluded:
+            detail += f" ({excluded} more were in flight where the fault hit, not counted)"
+        if "max_ratio" in s.check.params:
+            ratio = len(lost) / t.terminal if t.terminal else 0.0
+            return ratio <= s.check.params["max_ratio"], ratio, detail, evidence, t.as_dict()
+        return s.check.expect.holds(len(lost)), float(len(lost)), detail, evidence, t.as_dict()
+
+    @staticmethod
+    def _ratio(s: _Scope, attr: str, label: str) -> Verdict:
+        t = acc.tally(acc.classify(r, s.faults) for r in s.chosen)
+        value = getattr(t, attr)
+        if value is None:
+            return False, None, f"no terminal request to judge the {label} on", [], t.as_dict()
+        detail = f"{label} {value:.4f} over {t.terminal} requests"
+        return s.check.expect.holds(value), value, detail, [], t.as_dict()
+
+    def _shed_ratio(self, s: _Scope) -> Verdict:
+        return self._ratio(s, "shed_ratio", "shed ratio")
+
+    def _error_ratio(self, s: _Scope) -> Verdict:
+        return self._ratio(s, "lost_ratio", "lost ratio")
+
+    def _completed(self, s: _Scope) -> Verdict:
+        return self._ratio(s, "completed_ratio", "completed ratio")
+
+    def _ttft(self, s: _Scope) -> Verdict:
+        q = float(s.check.params.get("quantile", 0.99))
+        values = acc.ttfts(acc.classify(r, s.faults) for r in s.chosen)
+        value = acc.quantile(values, q)
+        label = f"p{q * 100:g} TTFT"
+        if value is None:
+            return False, None, f"no completed request to measure {label} on", [], {}
+        passed = s.check.expect.max is None or s.check.expect.holds(value)
+        detail = f"{label} {value:.3f}s over {len(values)} completed requests"
+        data: dict[str, Any] = {"quantile": q, "count": len(values)}
+        cmp = s.check.params.get("compare_to")
+        if cmp:
+            others = [r for r in s.records if r.cohort == cmp["cohort"]
+                      and s.start <= r.t_issue < s.end]
+            other = acc.quantile(acc.ttfts(acc.classify(r, s.faults) for r in others), q)
+            if other is None or other <= 0:
+                return False, value, detail + f"; no {cmp['cohort']} TTFT to compare", [], data
+            ratio = value / other
+            data["ratio"] = ratio
+            detail += f"; {ratio:.2f}x {cmp['cohort']} ({other:.3f}s)"
+            passed = passed and ratio <= cmp["max_ratio"]
+        return passed, value, detail, [], data
+
+    def _failover_time(self, s: _Scope) -> Verdict:
+        params = s.check.params
+        fid = params["fault"]
+        record = next((f for f in s.faults if f.id == fid), None)
+        if record is None or record.t_start is None:
+            return False, None, f"fault {fid} was not injected", [], {}
+        end = record.t_end if record.t_end is not None else self.drill.fault(fid).end
+        hit = set(record.regions)
+        worst: float | None = 0.0
+        evidence = []
+        data: dict[str, Any] = {}
+        for name in s.cohorts or tuple(self.allowed):
+            allowed = self.allowed.get(name)
+            base = set(params.get("surviving") or ()) or \
+                set(allowed if allowed is not None else self.all_regions)
+            surviving = frozenset(base - hit)
+            result = failover_time(s.records, [name], record.t_start, end, surviving,
+                                   share=params["share"], window=params["window"],
+                                   min_requests=params["min_requests"])
+            data[name] = {"seconds": result.seconds, "surviving": sorted(surviving),
+                          "window_requests": result.requests, "served": result.served}
+            on = ", ".join(sorted(surviving))
+            if result.seconds is None:
+                worst = None
+                evidence.append(f"{name}: never {params['share']:.0%} on {on} during the fault")
+                continue
+            evidence.append(f"{name}: {result.seconds:.2f}s ({result.served}/"
+                            f"{result.requests} on {on})")
+            if worst is not None:
+                worst = max(worst, result.seconds)
+        if worst is None:
+            return False, None, "traffic did not move while the fault was on", evidence, data
+        return s.check.expect.holds(worst), worst, f"failover in {worst:.2f}s", evidence, data
+
+    def _traffic_share(self, s: _Scope) -> Verdict:
+        """Share of answered requests (an HTTP response to the last attempt) that the named
+        regions, or GPU servers (the ``x-director-backend`` header), answered."""
+        backends = set(s.check.params.get("backends") or ())
+        names = backends or set(s.check.params["regions"])
+        finals = [r.final for r in s.chosen if r.final is not None and r.final.status is not None]
+        where = [a.backend if backends else a.answered_region for a in finals]
+        if not where:
+            return False, None, "no answered request in the window", [], {}
+        share = sum(1 for w in where if w in names) / len(where)
+        detail = f"{share:.3f} of {len(where)} answered requests in {', '.join(sorted(names))}"
+        return s.check.expect.holds(share), share, detail, [], {}
+
+    def _region_health(self, s: _Scope) -> Verdict:
+        status = s.status
+        if status is None or not status.reachable:
+            return False, None, "the admin API status was not available", [], {}
+        wrong = []
+        for name in s.check.params.get("healthy") or ():
+            state = status.regions.get(name)
+            if state is None or state.get("healthy") is not True:
+                wrong.append(f"{name} is not healthy ({_state(state)})")
+        for name in s.check.params.get("unhealthy") or ():
+            state = status.regions.get(name)
+            if state is None or state.get("healthy") is not False:
+                wrong.append(f"{name} is not unhealthy ({_state(state)})")
+        return not wrong, float(len(wrong)), "; ".join(wrong) or "as expected", wrong, {}
+
+
+def _describe_lost(c: acc.Classified) -> str:
+    final = c.record.final
+    text = f"{c.record.id} ({c.record.cohort}) t={c.record.t_issue:.2f}s: {c.reason}"
+    if c.in_flight_at_fault:
+        text += f" [in flight at {c.in_flight_at_fault}]"
+    if final is not None and final.error:
+        text += f": {final.error}"
+    return text
+
+
+def _state(state: Mapping[str, Any] | None) -> str:
+    if state is None:
+        return "unknown region"
+    return ", ".join(f"{k}={state.get(k)}" for k in ("healthy", "draining", "stale")
+                     if k in state)

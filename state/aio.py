@@ -1,0 +1,162 @@
+"""The shared state, asyncio flavour: for the regional balancers and the snapshot refresher.
+
+Same keys, records and errors as :class:`state.store.StateStore`; the methods a
+balancer and the refresher need, plus :meth:`AsyncStateStore.fetch` (many hashes in one round
+trip) and :meth:`AsyncStateStore.subscribe` (the change channel).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+
+from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
+from state.guard import describe, redis_errors
+from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.keys import Keys, drain_field
+from state.records import (
+    DrainFlags,
+    GpuLoad,
+    HealthRecord,
+    LatencySample,
+    PolicyRecord,
+    RegionLoad,
+    drain_value,
+)
+from state.store import DEFAULT_TIMEOUT
+
+RawHash = dict[bytes, bytes]
+
+
+class AsyncStateStore:
+    """Asynchronous access to the shared state of one deployment (one key prefix)."""
+
+    def __init__(self, client: aioredis.Redis, keys: Keys | None = None) -> None:
+        self.client = client
+        self.keys = keys or Keys()
+        self._where = describe(client)
+        self._hysteresis = client.register_script(SCRIPT)
+        self._end_drain = client.register_script(END_DRAIN_SCRIPT)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT
+    ) -> AsyncStateStore:
+        """A store on ``redis://host:port/db``; connects lazily, on first use."""
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        return cls(client, Keys(prefix))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> None:
+        with redis_errors(self._where):
+            await self.client.ping()
+
+    async def fetch(self, keys: Sequence[str]) -> dict[str, RawHash]:
+        """HGETALL of every key in one pipelined round trip; absent keys are left out."""
+        if not keys:
+            return {}
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            values = await pipe.execute()
+        return {key: value for key, value in zip(keys, values, strict=True) if value}
+
+    def subscribe(self) -> aioredis.client.PubSub:
+        """A pub/sub object; call ``await pubsub.subscribe(store.keys.changes)`` on it."""
+        return self.client.pubsub(ignore_subscribe_messages=True)
+
+    async def record_probe(
+        self,
+        region: str,
+        gpu: str | None,
+        *,
+        ok: bool,
+        rise: int,
+        fall: int,
+        now: float | None = None,
+        probe_id: str = "",
+        status: int | None = None,
+        latency_ms: float | None = None,
+        error: str = "",
+    ) -> ProbeOutcome:
+        key = self.keys.health(region, gpu)
+        args = script_args(
+            ok=ok,
+            rise=rise,
+            fall=fall,
+            now=time.time() if now is None else now,
+            probe_id=probe_id,
+            status=status,
+            latency_ms=latency_ms,
+            error=error,
+            channel=self.keys.changes,
+        )
+        with redis_errors(self._where):
+            return ProbeOutcome(int(await self._hysteresis(keys=[key], args=args)))
+
+    async def gpu_health(self, region: str, gpu: str) -> HealthRecord | None:
+        raw = await self.fetch([self.keys.gpu_health(region, gpu)])
+        return HealthRecord.from_fields(next(iter(raw.values()))) if raw else None
+
+    async def gpu_load(self, region: str, gpu: str) -> GpuLoad | None:
+        raw = await self.fetch([self.keys.gpu_load(region, gpu)])
+        return GpuLoad.from_fields(next(iter(raw.values()))) if raw else None
+
+    async def write_region_load(self, region: str, load: RegionLoad) -> None:
+        """Publish a region's aggregate load (the balancer calls this about once a second)."""
+        key = self.keys.region_load(region)
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, mapping=load.to_fields())
+            pipe.publish(self.keys.changes, key)
+            await pipe.execute()
+
+    async def region_load(self, region: str) -> RegionLoad | None:
+        raw = await self.fetch([self.keys.region_load(region)])
+        return RegionLoad.from_fields(next(iter(raw.values()))) if raw else None
+
+    async def latency(self) -> list[LatencySample]:
+        raw = await self.fetch([self.keys.latency])
+        return [LatencySample.from_field(k, v) for k, v in raw.get(self.keys.latency, {}).items()]
+
+    async def policy(self) -> PolicyRecord | None:
+        raw = await self.fetch([self.keys.policy])
+        return PolicyRecord.from_fields(raw[self.keys.policy]) if raw else None
+
+    async def set_drain(
+        self,
+        region: str,
+        gpu: str | None = None,
+        *,
+        draining: bool = True,
+        now: float | None = None,
+        until: float | None = None,
+    ) -> None:
+        name = drain_field(region, gpu)
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            if draining:
+                set_at = time.time() if now is None else now
+                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
+            else:
+                pipe.hdel(self.keys.drain, name)
+            pipe.publish(self.keys.changes, self.keys.drain)
+            await pipe.execute()
+
+    async def end_expired_drain(self, region: str, gpu: str | None, now: float) -> bool:
+        """Remove the drain of ``region`` (or its ``gpu``) if its ttl ended by ``now``;
+        whether it was removed (not if it was set again since, or is already gone)."""
+        keys = [self.keys.drain, self.keys.changes]
+        with redis_errors(self._where):
+            return bool(await self._end_drain(keys=keys, args=[drain_field(region, gpu), now]))
+
+    async def drains(self) -> DrainFlags:
+        raw = await self.fetch([self.keys.drain])
+        return DrainFlags.from_fields(raw.get(self.keys.drain, {}))

@@ -1,0 +1,188 @@
+"""The shared state, synchronous flavour: what probes (Celery tasks) and tools write and read.
+
+One interface on the Redis protocol; :mod:`state.aio` is the asyncio twin used by the
+balancers and the refresher. Writers publish the changed key on ``Keys.changes`` for health
+changes, region load, latency, drains and the policy (GPU load is not published: it changes
+on every scrape and only the regional balancer reads it, by polling).
+
+Every method raises :class:`~state.errors.StateUnavailable` when the server is
+unreachable and :class:`~state.errors.StateError` for other server errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import redis
+
+from state.guard import describe, redis_errors
+from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.keys import Keys, drain_field, latency_field
+from state.records import (
+    DrainFlags,
+    GpuLoad,
+    HealthRecord,
+    LatencySample,
+    PolicyRecord,
+    RegionLoad,
+    drain_value,
+)
+
+DEFAULT_TIMEOUT = 2.0
+
+
+class StateStore:
+    """Synchronous access to the shared state of one deployment (one key prefix)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
+        self.client = client
+        self.keys = keys or Keys()
+        self._where = describe(client)
+        self._hysteresis = client.register_script(SCRIPT)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT
+    ) -> StateStore:
+        """A store on ``redis://host:port/db``; connects lazily, on first use."""
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30
+        )
+        return cls(client, Keys(prefix))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def ping(self) -> None:
+        with redis_errors(self._where):
+            self.client.ping()
+
+    # health ------------------------------------------------------------------------------
+
+    def record_probe(
+        self,
+        region: str,
+        gpu: str | None,
+        *,
+        ok: bool,
+        rise: int,
+        fall: int,
+        now: float | None = None,
+        probe_id: str = "",
+        status: int | None = None,
+        latency_ms: float | None = None,
+        error: str = "",
+    ) -> ProbeOutcome:
+        """Apply one probe result to a GPU server (``gpu`` set) or a region's balancer."""
+        key = self.keys.health(region, gpu)
+        args = script_args(
+            ok=ok,
+            rise=rise,
+            fall=fall,
+            now=time.time() if now is None else now,
+            probe_id=probe_id,
+            status=status,
+            latency_ms=latency_ms,
+            error=error,
+            channel=self.keys.changes,
+        )
+        with redis_errors(self._where):
+            return ProbeOutcome(int(self._hysteresis(keys=[key], args=args)))
+
+    def gpu_health(self, region: str, gpu: str) -> HealthRecord | None:
+        return self._health(self.keys.gpu_health(region, gpu))
+
+    def balancer_health(self, region: str) -> HealthRecord | None:
+        return self._health(self.keys.balancer_health(region))
+
+    def _health(self, key: str) -> HealthRecord | None:
+        with redis_errors(self._where):
+            raw = self.client.hgetall(key)
+        return HealthRecord.from_fields(raw) if raw else None
+
+    # load --------------------------------------------------------------------------------
+
+    def write_gpu_load(self, region: str, gpu: str, load: GpuLoad) -> None:
+        with redis_errors(self._where):
+            self.client.hset(self.keys.gpu_load(region, gpu), mapping=load.to_fields())
+
+    def gpu_load(self, region: str, gpu: str) -> GpuLoad | None:
+        with redis_errors(self._where):
+            raw = self.client.hgetall(self.keys.gpu_load(region, gpu))
+        return GpuLoad.from_fields(raw) if raw else None
+
+    def write_region_load(self, region: str, load: RegionLoad) -> None:
+        key = self.keys.region_load(region)
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, mapping=load.to_fields())
+            pipe.publish(self.keys.changes, key)
+            pipe.execute()
+
+    def region_load(self, region: str) -> RegionLoad | None:
+        with redis_errors(self._where):
+            raw = self.client.hgetall(self.keys.region_load(region))
+        return RegionLoad.from_fields(raw) if raw else None
+
+    # latency -----------------------------------------------------------------------------
+
+    def write_latency(self, sample: LatencySample) -> None:
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(
+                self.keys.latency, latency_field(sample.vantage, sample.region), sample.to_value()
+            )
+            pipe.publish(self.keys.changes, self.keys.latency)
+            pipe.execute()
+
+    def latency(self) -> list[LatencySample]:
+        with redis_errors(self._where):
+            raw = self.client.hgetall(self.keys.latency)
+        return [LatencySample.from_field(k, v) for k, v in raw.items()]
+
+    # policy and drains -------------------------------------------------------------------
+
+    def set_policy(self, text: str, now: float | None = None, *, name: str = "policy.dp",
+                   files: Mapping[str, str] | None = None) -> int:
+        """Store the active policy's text (and its included ``files``); returns its new
+        version (1, 2, ...)."""
+        record = PolicyRecord(text, 0, time.time() if now is None else now, name, files or {})
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hincrby(self.keys.policy, "version", 1)
+            pipe.hset(self.keys.policy, mapping=record.fields())
+            pipe.publish(self.keys.changes, self.keys.policy)
+            version, _, _ = pipe.execute()
+        return int(version)
+
+    def policy(self) -> PolicyRecord | None:
+        with redis_errors(self._where):
+            raw = self.client.hgetall(self.keys.policy)
+        return PolicyRecord.from_fields(raw) if raw else None
+
+    def set_drain(
+        self,
+        region: str,
+        gpu: str | None = None,
+        *,
+        draining: bool = True,
+        now: float | None = None,
+        until: float | None = None,
+    ) -> None:
+        """Drain (or undrain) a region, or one GPU server of it when ``gpu`` is given; a
+        drain with ``until`` (wall clock) ends then for every reader."""
+        name = drain_field(region, gpu)
+        with redis_errors(self._where):
+            pipe = self.client.pipeline(transaction=False)
+            if draining:
+                set_at = time.time() if now is None else now
+                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
+            else:
+                pipe.hdel(self.keys.drain, name)
+            pipe.publish(self.keys.changes, self.keys.drain)
+            pipe.execute()
+
+    def drains(self) -> DrainFlags:
+        with redis_errors(self._where):
+            return DrainFlags.from_fields(self.client.hgetall(self.keys.drain))
