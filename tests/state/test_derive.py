@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import pytest
-from policy_text import fleet_policy as make_policy
 
 from director.engine.snapshot import RegionState
 from director.refresh.derive import build_snapshot, same_state
 from state.records import DrainFlags, HealthRecord, LatencySample, RegionLoad
 from state.view import StateView
+from tests.policy_text import fleet_policy as make_policy
 
 NOW = 10_000.0
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)

@@ -3,13 +3,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from policy_text import fleet_policy as make_policy
-
 from director.engine.snapshot import RegionState
 from director.refresh.metrics import RefresherMetrics
 from director.refresh.refresher import SnapshotRefresher
 from state import AsyncStateStore, EmbeddedValkey, StateStore
 from state.records import RegionLoad
+from tests.policy_text import fleet_policy as make_policy
 
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from policy_text import make_policy, region
 
 from policies import PolicyError
+from tests.policy_text import make_policy, region
 from workers.policy_source import PolicyFile
 from workers.runner import resolve_queues, run_worker
 

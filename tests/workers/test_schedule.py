@@ -4,9 +4,9 @@ import datetime as dt
 import re
 
 import pytest
-from policy_text import make_policy, region
 
 from policies.model import Failover
+from tests.policy_text import make_policy, region
 from workers.app import create_app
 from workers.beat import PolicyScheduler
 from workers.config import WorkerSettings, parse_balancer_urls

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from fake_gpu import FIXTURES, FakeGpu
-from policy_text import make_policy, region
 
 from director.engine.snapshot import RegionState
 from director.refresh.refresher import SnapshotRefresher
 from policies.model import Failover, Policy
 from state import AsyncStateStore, EmbeddedValkey, HealthRecord, StateStore
+from tests.policy_text import make_policy, region
 from workers.config import WorkerSettings
 
 FALL, RISE = 2, 3
