@@ -77,7 +77,7 @@ class GeoLocator:
         self.database_type = self._reader.metadata().database_type
         self._lookup = lru_cache(maxsize=cache_size)(self._lookup_uncached)
 
-    def metadata(self) -> maxminddb.extension.Metadata:
+    def metadata(self) -> maxminddb.reader.Metadata:
         """The database's metadata (node count, record size, IP version, type)."""
         return self._reader.metadata()
 

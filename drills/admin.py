@@ -102,10 +102,16 @@ class AdminClient:
         return data
 
     async def status(self) -> dict[str, Any]:
-        return await self.request("GET", "/api/v1/status", log=False)
+        return await self._object("/api/v1/status")
 
     async def services(self) -> dict[str, Any]:
-        return await self.request("GET", "/api/v1/services", log=False)
+        return await self._object("/api/v1/services")
 
     async def processes(self) -> dict[str, Any]:
-        return await self.request("GET", "/api/v1/processes", log=False)
+        return await self._object("/api/v1/processes")
+
+    async def _object(self, path: str) -> dict[str, Any]:
+        data = await self.request("GET", path, log=False)
+        if not isinstance(data, dict):
+            raise AdminApiError(f"GET {path}: expected a JSON object, got {type(data).__name__}")
+        return data

@@ -57,7 +57,7 @@ def request_body(spec: RequestSpec, prompt_tokens: int, output_tokens: int) -> d
 def backoff(spec: ClientSpec, n: int, key: str) -> float:
     """The wait before retry ``n + 1`` of a request (deterministic per request id)."""
     jitter = 0.75 + 0.5 * random.Random(f"{key}:{n}").random()
-    return min(spec.max_backoff, spec.backoff * 2 ** n) * jitter
+    return min(spec.max_backoff, spec.backoff * 2.0 ** n) * jitter
 
 
 def _retry_after(value: str | None) -> float | None:

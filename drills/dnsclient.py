@@ -49,7 +49,7 @@ class DnsClient:
     async def _query(self, name: str, subnet: str) -> DnsAnswer:
         host, port = self.server
         where = f"{host}:{port}"
-        options = []
+        options: list[dns.edns.Option] = []
         if self.spec.ecs:
             address, _, prefix = subnet.partition("/")
             options.append(dns.edns.ECSOption(address, int(prefix) if prefix else None))

@@ -53,8 +53,7 @@ def journal(run: Run, target: str) -> dict[str, Any]:
                      "regions": to_json(list(prepared.topology.regions))},
         "cohorts": {name: {"subnets": [str(s.network) for s in c.subnets],
                            "countries": list(c.cohort.countries), "share": c.cohort.share,
-                           "allowed": sorted(prepared.allowed[name])
-                           if prepared.allowed[name] is not None else None}
+                           "allowed": _sorted_or_none(prepared.allowed[name])}
                     for name, c in prepared.cohorts.items()},
         "timeline": to_json(timeline(drill, prepared.schedule.baseline_rps)),
         "tally": tallies(run),
@@ -79,3 +78,7 @@ def write_journal(data: dict[str, Any], path: Path) -> Path:
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def _sorted_or_none(names: frozenset[str] | None) -> list[str] | None:
+    return sorted(names) if names is not None else None

@@ -271,7 +271,7 @@ class _Builder:
         if doc["kind"] == "region" and sel.get("gpu"):
             self.error((*path, "select", "gpu"), "a region target selects regions, not GPUs",
                        "use kind: gpu")
-        return Target(name or path[-1], doc["kind"], tuple(sel.get("region") or ()),
+        return Target(name or str(path[-1]), doc["kind"], tuple(sel.get("region") or ()),
                       tuple(sel.get("jurisdiction") or ()), tuple(sel.get("gpu") or ()),
                       doc["mode"], doc["on_empty"])
 

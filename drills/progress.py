@@ -75,15 +75,16 @@ def render(runner: Runner) -> Group:
     for col in ("fault", "type", "target", "state"):
         faults.add_column(col)
     for f in runner.run.faults:
+        fault_state: Text
         if f.error:
-            state = Text(f"error: {f.error}", style="red")
+            fault_state = Text(f"error: {f.error}", style="red")
         elif f.t_start is None:
-            state = Text(f"at {f.planned_start:g}s")
+            fault_state = Text(f"at {f.planned_start:g}s")
         elif f.t_end is None:
-            state = Text(f"active since {f.t_start:.1f}s", style="bold yellow")
+            fault_state = Text(f"active since {f.t_start:.1f}s", style="bold yellow")
         else:
-            state = Text(f"restored at {f.t_end:.1f}s", style="green")
-        faults.add_row(f.id, f.type, ", ".join(f.regions or f.processes), state)
+            fault_state = Text(f"restored at {f.t_end:.1f}s", style="green")
+        faults.add_row(f.id, f.type, ", ".join(f.regions or f.processes), fault_state)
 
     checks = Table(title="checks", title_justify="left")
     for col in ("check", "when", "state", "detail"):

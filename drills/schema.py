@@ -392,6 +392,7 @@ class AnyValue(Spec):
             return r.scalar(node, path)
         if isinstance(node, SequenceNode):
             return [self.read(c, (*path, i), r) for i, c in enumerate(node.value)]
+        assert isinstance(node, MappingNode)  # the three kinds of YAML node
         return {k: self.read(v, (*path, k), r) for k, v in _keys(node, path, r)}
 
 

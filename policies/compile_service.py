@@ -227,7 +227,7 @@ def _residency(directive: Directive, ctx: _Context) -> ResidencyRule | None:
     all_down = AllDown(AllDownKind.ANSWER_NOTHING)
     if "all-down" in found:
         all_down = _all_down(found["all-down"][0], rule_ctx) or all_down
-    spill_to = None
+    spill_to: tuple[str, ...] | None = None
     if "spillover-to" in found:
         d = found["spillover-to"][0]
         if [a.text for a in d.args] == ["none"]:

@@ -18,7 +18,16 @@ from policies.grammar import (
     DEFAULT_STALE_AFTER,
     DEFAULT_TTL,
 )
-from policies.model import HealthCheck, Jurisdiction, NameServer, Policy, Soa, SourcePos, Zone
+from policies.model import (
+    NOWHERE,
+    HealthCheck,
+    Jurisdiction,
+    NameServer,
+    Policy,
+    Soa,
+    SourcePos,
+    Zone,
+)
 from policies.reading import Args, Ref, Reporter, read_block
 from policies.syntax import Directive, File
 
@@ -126,7 +135,7 @@ def _zone(directive: Directive, report: Reporter) -> Zone | None:
         glue = [str(ip) for ip, _ in a.rest(values.ip_address, "[<glue address> ...]", 0)]
         if host is not None and a.ok:  # a bad glue address is reported once, not as missing
             nameservers.append(NameServer(host, tuple(glue), pos=d.pos))
-    admin = DEFAULT_ADMIN_NETWORKS
+    admin: tuple[str, ...] = DEFAULT_ADMIN_NETWORKS
     for d in found.get("admin-networks", ()):
         admin = tuple(net for net, _ in Args(d, report).rest(values.network, "<cidr> ..."))
     soa = _soa(found.get("soa", [None])[0], apex or "invalid", nameservers, report)
@@ -150,8 +159,7 @@ def _soa(directive: Directive | None, apex: str, nameservers: list[NameServer],
         retry=_single(found, "retry", values.duration, "<duration>", report, 600.0),
         expire=_single(found, "expire", values.duration, "<duration>", report, 1209600.0),
         minimum=_single(found, "minimum", values.duration, "<duration>", report, 60.0),
-        pos=directive.pos if directive else nameservers[0].pos if nameservers else
-        Soa.__dataclass_fields__["pos"].default,
+        pos=directive.pos if directive else nameservers[0].pos if nameservers else NOWHERE,
     )
 
 

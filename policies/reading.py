@@ -93,10 +93,10 @@ def read_block(
         earlier = found.get(directive.name)
         if earlier and not spec.repeat:
             first = earlier[0].pos
-            where = f"line {first.line}" if first.file == directive.pos.file else str(first)
+            first_at = f"line {first.line}" if first.file == directive.pos.file else str(first)
             report.at_directive(
                 directive, f"'{directive.name}' is set twice {_in_block(context, 'this')}",
-                hint=f"the first one is on {where}; keep one",
+                hint=f"the first one is on {first_at}; keep one",
             )
             continue
         if not _shape_ok(directive, spec, report):
@@ -107,13 +107,13 @@ def read_block(
             where = owner.block_pos or owner.pos if owner is not None else None
             subject = f"{context} '{owner.args[0].text}'" if owner and owner.args else context
             usage = f"{name} {spec.usage}".strip()
-            if where is None:
+            if where is None or owner is None:
                 if not directives:
                     continue  # an empty policy is reported once, by the compiler
-                first = directives[0]
+                opening = directives[0]
                 if spec.block is not None:
                     usage += " { ... }"
-                report.at_directive(first, f"the policy has no '{name}'", expected=usage)
+                report.at_directive(opening, f"the policy has no '{name}'", expected=usage)
             else:
                 report.at(owner.pos, f"{subject} is missing '{name}'",
                           length=len(owner.name), expected=usage)
@@ -134,7 +134,7 @@ def _unknown(directive: Directive, context: str, specs: dict[str, Spec], report:
     homes = [ctx for ctx, table in CONTEXTS.items() if directive.name in table]
     if homes:
         places = [_in_block(ctx, "a") for ctx in homes]
-        hint = f"'{directive.name}' belongs {_either(places)}"
+        hint: str | None = f"'{directive.name}' belongs {_either(places)}"
     else:
         hint = did_you_mean(directive.name, specs)
     report.at_directive(

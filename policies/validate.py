@@ -15,8 +15,10 @@ from policies.reading import Ref, Reporter
 
 
 class _Named(Protocol):
-    name: str
-    pos: SourcePos
+    @property
+    def name(self) -> str: ...
+    @property
+    def pos(self) -> SourcePos: ...
 
 
 def validate(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:

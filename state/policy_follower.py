@@ -65,7 +65,7 @@ class PolicyFollower:
     def __init__(
         self,
         store: AsyncStateStore,
-        on_policy: Callable[[Policy, int], None],
+        on_policy: Callable[[Policy, int], object],
         *,
         load: RecordLoader,
         version: int | None = None,

@@ -9,6 +9,7 @@ the timers of the drains it finds: it removes those past their end and arms the 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -62,7 +63,7 @@ class Drains:
                 await self._expire(region, gpu)
             else:
                 self._deadman.schedule(f"drain {name}", until - now,
-                                       lambda r=region, g=gpu: self._expire(r, g))
+                                       functools.partial(self._expire, region, gpu))
         return found
 
     async def _expire(self, region: str, gpu: str | None) -> None:

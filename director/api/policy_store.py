@@ -70,10 +70,11 @@ class PolicyHolder:
         async with self._lock:
             policy, warnings = await _load(document)
             prepared = None
-            if self._disk is not None:
+            disk = self._disk
+            if disk is not None:
                 try:
                     prepared = await asyncio.to_thread(
-                        self._disk.prepare, document.name, document.text, document.files)
+                        disk.prepare, document.name, document.text, document.files)
                 except OSError as exc:
                     raise PersistError(f"cannot write the policy store: {exc}") from exc
             try:
@@ -81,12 +82,12 @@ class PolicyHolder:
                     self._store.set_policy, document.text, name=document.name,
                     files=dict(document.files))
             except BaseException:
-                if prepared is not None:
-                    self._disk.discard(prepared)
+                if disk is not None and prepared is not None:
+                    disk.discard(prepared)
                 raise
-            if prepared is not None:
+            if disk is not None and prepared is not None:
                 try:
-                    await asyncio.to_thread(self._disk.commit, prepared, version)
+                    await asyncio.to_thread(disk.commit, prepared, version)
                 except OSError:  # already shared through Redis: activate it all the same
                     log.exception("api: policy version %d stored in Redis but not on disk",
                                   version)

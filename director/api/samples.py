@@ -67,6 +67,7 @@ def region_shares(samples: list[dict[str, object]], regions: tuple[str, ...]) ->
     answered = [s for s in samples if s["regions"]]
     for sample in answered:
         chosen = sample["regions"]
+        assert isinstance(chosen, list)  # sample() stores the answered regions as a list
         for region in chosen:
             if region in shares:
                 shares[region] += 1.0 / len(chosen) / len(answered)

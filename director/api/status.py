@@ -43,12 +43,12 @@ async def read_gpu_facts(store: AsyncStateStore, policy: Policy) -> GpuFacts:
     fetched = await store.fetch(list(wanted))
     facts = GpuFacts(drains=DrainFlags.from_fields(fetched.get(keys.drain, {})))
     for key, raw in fetched.items():
-        kind, target = wanted[key]
+        kind, maybe_target = wanted[key]
         try:
-            if kind == "health" and target:
-                facts.health[target] = HealthRecord.from_fields(raw)
-            elif kind == "load" and target:
-                facts.load[target] = GpuLoad.from_fields(raw)
+            if kind == "health" and maybe_target:
+                facts.health[maybe_target] = HealthRecord.from_fields(raw)
+            elif kind == "load" and maybe_target:
+                facts.load[maybe_target] = GpuLoad.from_fields(raw)
         except RecordError as exc:
             log.warning("api: ignoring malformed record %s: %s", key, exc)
     return facts

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -55,6 +56,7 @@ def check(
             err.print(PolicyError(acceptance.warnings, result.sources).render(), markup=False)
         if ok:
             policy = result.policy
+            assert policy is not None  # accepted
             rules = sum(len(s.residency) for s in policy.services)
             proved = (f"residency proved on {len(result.proof)} paths of "
                       f"{_count(range(rules), 'rule')} and confirmed on {engine.summary()}"
@@ -147,20 +149,21 @@ def explain(
 
 
 def _snapshot(regions: tuple[str, ...], down: list[str], load: list[str]) -> Snapshot:
-    states: dict[str, dict[str, object]] = {name: {} for name in regions}
+    states = {name: RegionState() for name in regions}
     for name in down:
         if name not in states:
             _fail(f"--down: unknown region '{name}' (regions: {', '.join(regions)})")
-        states[name]["healthy"] = False
+        states[name] = dataclasses.replace(states[name], healthy=False)
     for item in load:
         region, _, pct = item.partition("=")
         if region not in states:
             _fail(f"--load: unknown region '{region}' (regions: {', '.join(regions)})")
         try:
-            states[region]["utilization"] = float(pct.rstrip("%")) / 100.0
+            utilization = float(pct.rstrip("%")) / 100.0
         except ValueError:
             _fail(f"--load: expected REGION=PCT, e.g. eu-west=120, got '{item}'")
-    return Snapshot(1, {name: RegionState(**fields) for name, fields in states.items()})
+        states[region] = dataclasses.replace(states[region], utilization=utilization)
+    return Snapshot(1, states)
 
 
 def _print_decision(decision: Decision, policy, asked: str) -> None:
@@ -189,7 +192,7 @@ def _count(items, noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     err.print(f"error: {message}", markup=False)
     raise typer.Exit(2)
 

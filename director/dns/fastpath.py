@@ -22,7 +22,7 @@ reason) in ``DnsStats``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import dns.rcode
 import dns.rdatatype
@@ -63,7 +63,8 @@ class FastPath:
         self.stats = stats
         self._counts = stats.counts
         self._snapshot: object = None
-        self._udp: dict[bytes, object] = {}
+        # query (less its ID) -> (answer, label id), or a dict of those per resolver address
+        self._udp: dict[bytes, Any] = {}
         self._tcp: dict[bytes, object] = {}
         self._templates: dict[tuple, Template] = {}
 
@@ -200,10 +201,11 @@ class FastPath:
 
 def labels(outcome: Outcome, qtype: int, rcode: int) -> Labels:
     """Metric labels of one answer: service, qtype, rcode, regions, reason."""
-    qtype_text = dns.rdatatype.to_text(qtype) if qtype else "none"
+    # to_text takes any int at run time; its stubs name the enums
+    qtype_text = dns.rdatatype.to_text(cast(dns.rdatatype.RdataType, qtype)) if qtype else "none"
     if qtype_text not in _LABELLED_TYPES:
         qtype_text = "other"
-    rcode_text = dns.rcode.to_text(rcode) if rcode >= 0 else "none"
+    rcode_text = dns.rcode.to_text(cast(dns.rcode.Rcode, rcode)) if rcode >= 0 else "none"
     return (outcome.service or "none", qtype_text, rcode_text,
             ",".join(outcome.regions) or "none", outcome.reason or "none")
 

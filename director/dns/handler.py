@@ -20,6 +20,7 @@ depend on the client.
 from __future__ import annotations
 
 import ipaddress
+from typing import cast
 
 import dns.edns
 import dns.flags
@@ -120,7 +121,8 @@ class Handler:
         addresses = self.zone.addresses(decision.regions, rdtype)
         if addresses:
             response.answer.append(dns.rrset.from_text_list(
-                node.name, int(decision.ttl), "IN", rdtype, addresses))
+                node.name, int(decision.ttl), "IN", cast(dns.rdatatype.RdataType, rdtype),
+                addresses))
         else:
             response.authority.append(self.zone.negative_soa)
         outcome = Outcome(service.name, decision.regions, decision.reason,

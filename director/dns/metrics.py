@@ -199,7 +199,7 @@ def serve_metrics(listen: str, read: Callable[[], dict]) -> tuple[str, int]:
     registry.register(DnsCollector(read))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     bound = server.server_address
-    return bound[0], bound[1]
+    return str(bound[0]), int(bound[1])
 
 
 def split_host_port(listen: str) -> tuple[str, int]:

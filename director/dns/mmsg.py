@@ -22,6 +22,7 @@ import errno
 import socket
 import sys
 from collections.abc import Callable
+from typing import cast
 
 SLOTS = 64
 SLOT_SIZE = 4096
@@ -163,7 +164,8 @@ class MmsgEndpoint:
         if count <= 0:
             return count
         cached = self.memo()
-        memo_get, counts = (cached[0].get, cached[1]) if cached is not None else (None, None)
+        memo_get = cached[0].get if cached is not None else None
+        counts: list[int] = cached[1] if cached is not None else []
         respond: Respond | None = None
         words, iov, buffers = self._recv_words, self._send_iov_words, self._buffer_view
         names, hosts = self._names.raw, self._hosts
@@ -196,7 +198,7 @@ class MmsgEndpoint:
                     continue
             if respond is None:
                 respond = self.responder()
-            data = slot[:length]
+            data = cast(bytes, slot[:length])  # a c_char array's slice is bytes
             host = self._host(names[address_at:address_end])
             port = int.from_bytes(names[i * NAME_SIZE + 2:i * NAME_SIZE + 4], "big")
             try:

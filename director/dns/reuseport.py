@@ -128,13 +128,13 @@ def assemble(workers: int) -> bytes:
     code: list[tuple] = []
     for item in listing:
         if len(item) == 1:
-            labels[item[0]] = len(code)  # type: ignore[index]
+            labels[item[0]] = len(code)
         else:
             code.append(item)
     out = []
     for at, (op, true, false, k) in enumerate(code):
         if op == _JMP | _JA:
-            k, true, false = labels[k] - at - 1, 0, 0  # type: ignore[index]
+            k, true, false = labels[k] - at - 1, 0, 0
         true = labels[true] - at - 1 if isinstance(true, str) else true
         false = labels[false] - at - 1 if isinstance(false, str) else false
         if not (0 <= true < 256 and 0 <= false < 256):

@@ -103,16 +103,16 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
             break
         except InterruptedError:
             continue
-        index = children.pop(pid, None)
-        if index is None or stopping:
+        gone = children.pop(pid) if pid in children else None
+        if gone is None or stopping:
             continue
         exit_code = os.waitstatus_to_exitcode(code)
         delay = backoff.next()
         log.error("DNS worker %d (pid %d) exited with %d; replacing it in %.1f s",
-                  index, pid, exit_code, delay)
+                  gone, pid, exit_code, delay)
         time.sleep(delay)
         if not stopping:
-            spawn(index, None)
+            spawn(gone, None)
     return 0
 
 

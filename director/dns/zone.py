@@ -42,6 +42,13 @@ class Node:
     v6: tuple[str, ...] = ()
 
 
+def _wire(name: dns.name.Name) -> bytes:
+    """``name`` in lower-case wire format."""
+    wire = name.canonicalize().to_wire()
+    assert wire is not None  # no file given: the bytes are returned
+    return wire
+
+
 def soa_serial(policy: Policy) -> int:
     """The policy's SOA serial, or one derived from its content (stable across reloads)."""
     if policy.zone.soa.serial is not None:
@@ -106,7 +113,7 @@ class ZoneData:
         self.glue = self._glue_rrsets()
         # The same nodes keyed by lower-case wire format, for the fast path.
         self.wire_nodes: dict[bytes, Node] = {
-            name.canonicalize().to_wire(): node for name, node in self.nodes.items()}
+            _wire(name): node for name, node in self.nodes.items()}
 
     def _add(self, node: Node) -> None:
         self.nodes[node.name] = node

@@ -77,9 +77,9 @@ def build_snapshot(
 
     known = set(policy.region_names)
     latency: dict[str, dict[str, float]] = {}
-    for (vantage, region), sample in sorted(view.latency.items()):
-        if region in known:
-            latency.setdefault(vantage, {})[region] = sample.ms
+    for (vantage, target), sample in sorted(view.latency.items()):
+        if target in known:
+            latency.setdefault(vantage, {})[target] = sample.ms
     snapshot = Snapshot(
         version=version,
         regions=MappingProxyType(regions),

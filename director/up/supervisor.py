@@ -8,6 +8,8 @@ import fnmatch
 from collections.abc import Callable
 from pathlib import Path
 
+from aiohttp import web
+
 from director.up.child import READY_TIMEOUT, Child
 from director.up.control import serve_control
 from director.up.plan import ChildSpec
@@ -21,7 +23,7 @@ class Supervisor:
         self.run_dir = run_dir
         self.events = events
         self.children = [Child(spec, run_dir / "logs", events) for spec in specs]
-        self._control = None
+        self._control: web.AppRunner | None = None
 
     def child(self, name: str) -> Child:
         return next(child for child in self.children if child.spec.name == name)

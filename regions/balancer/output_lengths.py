@@ -52,8 +52,9 @@ class OutputLengths:
     max_keys: int = 4096
     # key -> [ewma, samples]; shares: (model, prompt oct[, quarter], cap oct);
     # means: (model, prompt oct[, quarter])
-    _shares: dict[tuple[str, int, int], list[float]] = field(default_factory=dict, repr=False)
-    _means: dict[tuple[str, int], list[float]] = field(default_factory=dict, repr=False)
+    # keys: (model, prompt octave[, prompt quarter-octave], cap octave) and coarser ones
+    _shares: dict[tuple[str | int, ...], list[float]] = field(default_factory=dict, repr=False)
+    _means: dict[tuple[str | int, ...], list[float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha <= 1 or self.min_samples < 1 or self.max_keys < 1:
@@ -81,12 +82,15 @@ class OutputLengths:
         p, q = octave(prompt_tokens), quarter(prompt_tokens)
         if max_tokens:
             c = octave(max_tokens)
-            for key in ((model, p, q, c), (model, p, c), (model, ANY, c), (model, ANY, ANY)):
+            capped: tuple[tuple[str | int, ...], ...] = (
+                (model, p, q, c), (model, p, c), (model, ANY, c), (model, ANY, ANY))
+            for key in capped:
                 share = self._learned(self._shares, key)
                 if share is not None:
                     return share * max_tokens
             return None
-        for key in ((model, p, q), (model, p), (model, ANY)):
+        uncapped: tuple[tuple[str | int, ...], ...] = ((model, p, q), (model, p), (model, ANY))
+        for key in uncapped:
             mean = self._learned(self._means, key)
             if mean is not None:
                 return mean

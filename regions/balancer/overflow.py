@@ -36,7 +36,7 @@ import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from aiohttp import web
 
@@ -123,7 +123,7 @@ def siblings(residency: ResidencyCheck, config: OverflowConfig) -> tuple[Sibling
     return tuple(s for _, s in sorted(found, key=lambda pair: pair[0]))
 
 
-def is_shed(response: web.StreamResponse) -> bool:
+def is_shed(response: web.StreamResponse) -> TypeGuard[web.Response]:
     """The proxy's own 429 (admission shed it): not yet sent, unlike a relayed answer."""
     return isinstance(response, web.Response) and not response.prepared and response.status == 429
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -44,22 +44,31 @@ ConnectionPool = aiohttp.ClientSession | UpstreamPool  # a retired backend's, to
 
 
 class _PinsCapacity(Protocol):
-    max_concurrency: int | None
+    @property
+    def max_concurrency(self) -> int | None: ...
 
 
 class FollowedBalancer(Protocol):
     """What following a policy reads and replaces on a balancer (``app.Balancer``)."""
 
-    region: str
-    config: _PinsCapacity
-    pool: BackendPool
-    sessions: dict[str, aiohttp.ClientSession]
-    upstreams: dict[str, UpstreamPool]
-    runner: object | None
     capacity_rps: float | None
     jurisdiction: str | None
     residency: ResidencyCheck | None
-    overflow: Overflow | None
+
+    @property
+    def region(self) -> str: ...
+    @property
+    def config(self) -> _PinsCapacity: ...
+    @property
+    def pool(self) -> BackendPool: ...
+    @property
+    def sessions(self) -> dict[str, aiohttp.ClientSession]: ...
+    @property
+    def upstreams(self) -> dict[str, UpstreamPool]: ...
+    @property
+    def runner(self) -> object | None: ...
+    @property
+    def overflow(self) -> Overflow | None: ...
 
     def open_sessions(self) -> None: ...
 
@@ -173,8 +182,8 @@ class PolicyFollow:
             left.append((backend.name, b.sessions.pop(backend.name, None)))
             left.append((backend.name, b.upstreams.pop(backend.name, None)))
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

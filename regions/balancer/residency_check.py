@@ -76,8 +76,8 @@ class ResidencyCheck:
         trusted = address is not None and any(
             address.version == n.version and address in n for n in self.trusted)
         if trusted and headers.get(CLIENT_COUNTRY_HEADER):
-            country = headers[CLIENT_COUNTRY_HEADER].strip().upper()
-            return country, None, f"country {country} (header)"
+            told = headers[CLIENT_COUNTRY_HEADER].strip().upper()
+            return told, None, f"country {told} (header)"
         if trusted and headers.get(CLIENT_IP_HEADER):
             forwarded = _address(headers[CLIENT_IP_HEADER].strip())
             if forwarded is not None:

@@ -203,12 +203,13 @@ def chunk_body(
     """One streamed chunk: token ``index``, or (chat, ``role=True``) the opening role delta."""
     last = index is not None and index == req.output_tokens - 1
     finish = req.finish_reason if last else None
+    text = token_text(index) if index is not None else ""
     if req.endpoint is Endpoint.CHAT:
-        delta = {"role": "assistant", "content": ""} if role else {"content": token_text(index)}
+        delta = {"role": "assistant", "content": ""} if role else {"content": text}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": token_text(index), "logprobs": None}
+        choice = {"index": 0, "text": text, "logprobs": None}
         obj = "text_completion"
     choice["finish_reason"] = None if role else finish
     body: dict[str, Any] = {

@@ -37,10 +37,11 @@ def load_from_body(body: bytes, *, now: float) -> RegionLoad | None:
     if not isinstance(data, dict):
         return None
     try:
-        values = [float(data[name]) for name in LOAD_FIELDS]
+        queue_depth, in_flight, outstanding, capacity, utilization = (
+            float(data[name]) for name in LOAD_FIELDS)
     except (KeyError, TypeError, ValueError):
         return None
-    return RegionLoad(*values, timestamp=now)
+    return RegionLoad(queue_depth, in_flight, outstanding, capacity, utilization, now)
 
 
 def check_balancer(
