@@ -22,3 +22,35 @@ Exceptions (``errors``)::
     └── AdminApiError          the admin API refused or could not be reached
         └── InjectionError     a fault could not be injected
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# the public API, loaded on first use (the command line imports only what a command needs)
+_WHERE = {
+    "load_drill": "drills.loader",
+    "load_drill_text": "drills.loader",
+    "prepare": "drills.prepare",
+    "Runner": "drills.runner",
+    "write_reports": "drills.reports",
+    "summary_rows": "drills.result",
+    "summary_text": "drills.result",
+    "render": "drills.timeline",
+    "AdminClient": "drills.admin",
+    "DrillError": "drills.errors",
+    "DrillFileError": "drills.errors",
+    "TargetError": "drills.errors",
+    "CohortError": "drills.errors",
+    "AdminApiError": "drills.errors",
+    "InjectionError": "drills.errors",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'drills' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)
+
