@@ -10,7 +10,8 @@ Exception tree::
     └── AdminApiError          the admin API refused a call or could not be reached
         └── InjectionError     a fault could not be injected
 
-A ``Diagnostic`` renders like a compiler's::
+A drill file's problems are the policy language's ``Diagnostic`` (positions, the source
+line with a caret, did-you-mean hints: ``policies.errors``), rendered like a compiler's::
 
     drills/kill.yaml:12:11: error: load.cohorts[1].share: expected a number, got 'half'
        12 |     share: half
@@ -20,41 +21,16 @@ A ``Diagnostic`` renders like a compiler's::
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+
+from policies.errors import Diagnostic, did_you_mean
+
+__all__ = ["AdminApiError", "CohortError", "Diagnostic", "DrillError", "DrillFileError",
+           "InjectionError", "TargetError", "did_you_mean"]
 
 
 class DrillError(Exception):
     """A drill cannot run as written; the runner's verdict is ``error`` (exit code 3)."""
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """One problem in a drill file: where (1-based line and column), what, and a hint."""
-
-    file: str
-    line: int
-    col: int
-    message: str
-    length: int = 1
-    hint: str | None = None
-
-    def render(self, text: str | None = None) -> str:
-        """``file:line:col: error: message``, the source line with a caret, and the hint."""
-        head = f"{self.file}:{self.line}:{self.col}: error: {self.message}"
-        out = [head]
-        if text is not None and self.line > 0:
-            lines = text.split("\n")
-            if self.line <= len(lines):
-                raw = lines[self.line - 1].rstrip("\r").expandtabs(4)
-                number = str(self.line)
-                out.append(f" {number} | {raw}")
-                width = max(1, min(self.length, max(1, len(raw) - self.col + 1)))
-                out.append(f" {' ' * len(number)} | {' ' * (self.col - 1)}{'^' * width}")
-        if self.hint:
-            out.append(f"  = hint: {self.hint}")
-        return "\n".join(out)
 
 
 class DrillFileError(DrillError):
@@ -64,10 +40,13 @@ class DrillFileError(DrillError):
         self.diagnostics = tuple(diagnostics)
         self.text = text
         first = self.diagnostics[0] if self.diagnostics else None
-        super().__init__(first.render() if first else "invalid drill file")
+        super().__init__(first.render({}) if first else "invalid drill file")
 
     def render(self) -> str:
-        return "\n".join(d.render(self.text) for d in self.diagnostics)
+        return "\n".join(d.render(self._sources(d)) for d in self.diagnostics)
+
+    def _sources(self, diagnostic: Diagnostic) -> dict[str, str]:
+        return {diagnostic.pos.file: self.text} if self.text is not None else {}
 
 
 class TargetError(DrillError):
@@ -88,9 +67,3 @@ class AdminApiError(DrillError):
 
 class InjectionError(AdminApiError):
     """A fault could not be injected (never reported as passed)."""
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """A hint naming the closest of ``choices``, or None when nothing is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None

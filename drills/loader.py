@@ -48,6 +48,7 @@ from drills.model import (
     When,
 )
 from drills.schema import INVALID, MapOf, Reader, ScalarOnly, compose
+from policies.model import SourcePos
 
 MAX_BYTES = 1 << 20
 TRACES_ENV = "DIRECTOR_TRACES"
@@ -93,7 +94,7 @@ def load_drill_text(text: str, file: str = "drill.yaml", *, base_dir: str | None
 
 
 def _whole(file: str, message: str) -> Diagnostic:
-    return Diagnostic(file, 1, 1, message)
+    return Diagnostic(SourcePos(file, 1, 1), message)
 
 
 def _variables(root: Any, file: str, overrides: Mapping[str, str] | None,

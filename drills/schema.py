@@ -26,11 +26,11 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from drills.errors import Diagnostic, did_you_mean
+from policies.model import SourcePos
+from policies.values import compound_seconds
 
 INVALID: Any = object()  # a value that failed to read (already reported)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|env:[A-Za-z_][A-Za-z0-9_]*)\}")
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
-                       r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+(?:\.\d+)?)ms)?\s*$")
 _KIND = {ScalarNode: "a scalar", SequenceNode: "a list", MappingNode: "a mapping"}
 
 
@@ -63,8 +63,8 @@ class Reader:
             self.mark(path, node)
         line, col, length = self._position(path)
         where = path_text(path)
-        self.diagnostics.append(Diagnostic(self.file, line, col, f"{where}: {message}",
-                                           length, hint))
+        self.diagnostics.append(Diagnostic(SourcePos(self.file, line, col),
+                                           f"{where}: {message}", length, hint=hint))
 
     def _position(self, path: tuple[str | int, ...]) -> tuple[int, int, int]:
         probe = path
@@ -209,18 +209,16 @@ class Bool(Spec):
 
 
 def parse_duration(value: Any) -> float | None:
-    """``30`` / ``"30s"`` / ``"1m30s"`` / ``"500ms"`` / ``"2h"`` -> seconds; None if invalid."""
+    """``30`` / ``"30s"`` / ``"1m 30s"`` / ``"500ms"`` / ``"2h"`` -> seconds; None if invalid.
+    Text follows the policy language's duration grammar (``policies.values.duration``),
+    spaces between terms allowed; a bare YAML number is seconds."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
         return float(value) if math.isfinite(value) and value >= 0 else None
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
         return None
-    m = _DURATION.match(value)
-    if m is None or not any(m.groups()):
-        return None
-    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s + ms / 1000
+    return compound_seconds("".join(value.split()))
 
 
 class Duration(Spec):
@@ -421,9 +419,9 @@ def compose(text: str, file: str) -> tuple[Node | None, list[Diagnostic]]:
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         message = f"invalid YAML: {exc.problem or exc.context}"
         hint = exc.context if exc.problem and exc.context else None
-        return None, [Diagnostic(file, line, col, message, 1, hint)]
+        return None, [Diagnostic(SourcePos(file, line, col), message, hint=hint)]
     except yaml.YAMLError as exc:
-        return None, [Diagnostic(file, 1, 1, f"invalid YAML: {exc}")]
+        return None, [Diagnostic(SourcePos(file, 1, 1), f"invalid YAML: {exc}")]
 
 
 class ScalarOnly(Spec):

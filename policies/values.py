@@ -22,7 +22,8 @@ class ValueProblem(ValueError):
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?)"
 _DURATION = re.compile(_NUMBER + r"(?P<unit>ms|s|m|h|d)?$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_TERM = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}  # largest first
 _PERCENT = re.compile(_NUMBER + r"%$")
 _RATE = re.compile(_NUMBER + r"(?P<unit>rps|rpm)$")
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -36,15 +37,34 @@ DURATION_EXPECTED = "a duration such as 500ms, 30s, 5m, 1h or 14d"
 
 
 def duration(text: str) -> float:
+    """Seconds in ``text``: one or more number-unit terms, largest unit first (``30s``,
+    ``1m30s``, ``1d12h``, ``500ms``). The one duration grammar of the policy language and
+    the drill files."""
+    seconds = compound_seconds(text)
+    if seconds is not None:
+        return seconds
     match = _DURATION.match(text)
-    if not match:
-        raise ValueProblem(f"'{text}' is not a duration", expected=DURATION_EXPECTED,
-                           hint=_unit_hint(text, "ms s m h d"))
-    unit = match["unit"]
-    if unit is None:
+    if match and match["unit"] is None:
         raise ValueProblem(f"'{text}' has no unit", expected=DURATION_EXPECTED,
                            hint=f"write {text}s for seconds")
-    return float(match["num"]) * _DURATION_UNITS[unit]
+    raise ValueProblem(f"'{text}' is not a duration", expected=DURATION_EXPECTED,
+                       hint=_unit_hint(text, "ms s m h d"))
+
+
+def compound_seconds(text: str) -> float | None:
+    """Seconds in ``text`` if it is a duration (see ``duration``), else None."""
+    total, at, last_rank = 0.0, 0, -1
+    ranks = list(_DURATION_UNITS)
+    while at < len(text):
+        term = _DURATION_TERM.match(text, at)
+        if term is None:
+            return None
+        rank = ranks.index(term[2])
+        if rank <= last_rank:  # units must get smaller: "1m30s", never "30s1m" or "1s1s"
+            return None
+        total += float(term[1]) * _DURATION_UNITS[term[2]]
+        at, last_rank = term.end(), rank
+    return total if at else None
 
 
 def percent(text: str) -> float:

@@ -22,6 +22,22 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
+    """``"127.0.0.1:8080"`` or ``"[::1]:8080"`` -> host and port; with ``default_port`` a
+    bare host too (``"10.0.0.5"``, ``"::1"``, ``"[::1]"``). The one listen-address grammar
+    of every command; raises ``ValueError`` saying what was expected."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    bare = not sep or "]" in port or (":" in host and not host.startswith("["))
+    if bare and default_port is not None:
+        host, port = text, str(default_port)
+    host = host.strip("[]")
+    if (not sep and default_port is None) or not host or not port.isdigit() \
+            or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT (IPv6 as [::1]:8080), got {text!r}")
+    return host, int(port)
+
+
 def hostport(address: tuple[str, int]) -> str:
     """``("::1", 53)`` -> ``"[::1]:53"``; ``("127.0.0.1", 53)`` -> ``"127.0.0.1:53"``."""
     host, port = address

@@ -10,6 +10,7 @@ from pathlib import Path
 from director import policy_gate
 from director.policy_gate import Acceptance
 from policies import Policy
+from state.ports import parse_hostport
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_MAX_BODY = 1024 * 1024
@@ -64,10 +65,10 @@ class ApiConfig:
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``"127.0.0.1:8080"`` or ``"[::1]:8080"`` -> host and port; raises ``ValueError``."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listen: expected ADDR:PORT (IPv6 as [::1]:8080), got {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_hostport(text)
+    except ValueError as exc:
+        raise ValueError(f"listen: {exc}") from None
 
 
 def is_loopback(host: str) -> bool:

@@ -13,6 +13,7 @@ import typer
 
 from director.console import plain_console
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
+from state.ports import parse_hostport
 
 DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
 
@@ -22,13 +23,10 @@ err = plain_console(stderr=True)
 
 def parse_listen(text: str, default_port: int) -> tuple[str, int]:
     """'127.0.1.1:8080', '[::1]:8080' or a bare host -> (host, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or "]" in port or (host.count(":") and not host.startswith("[")):
-        host, port = text, str(default_port)
-    host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise typer.BadParameter(f"expected HOST:PORT, got '{text}'")
-    return host, int(port)
+    try:
+        return parse_hostport(text, default_port)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def parse_pairs(values: list[str] | None, option: str, what: str) -> list[tuple[str, str]]:

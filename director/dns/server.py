@@ -36,7 +36,7 @@ from director.dns.app import DnsApp
 from director.dns.mmsg import MmsgEndpoint
 from director.dns.udp_answer import answer_all
 from director.dns.udp_reader import UdpReaderThread
-from state.ports import hostport
+from state.ports import hostport, parse_hostport
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,10 @@ def parse_listen(listen: str) -> tuple[tuple[str, int], ...]:
     """'127.0.0.1:5353,[::1]:5353' -> (('127.0.0.1', 5353), ('::1', 5353))."""
     out = []
     for item in listen.split(","):
-        item = item.strip()
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"listen address {item!r}: expected ADDR:PORT or [ADDR6]:PORT")
-        out.append((host.strip("[]"), int(port)))
+        try:
+            out.append(parse_hostport(item))
+        except ValueError as exc:
+            raise ValueError(f"listen address {item.strip()!r}: {exc}") from None
     return tuple(out)
 
 

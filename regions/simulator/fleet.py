@@ -33,6 +33,7 @@ from regions.simulator.errors import SimConfigError
 from regions.simulator.faults import Fault
 from regions.simulator.metrics import metric_names
 from regions.simulator.server import SimContext, build_app
+from state.ports import parse_hostport
 
 SHUTDOWN_TIMEOUT_S = 1.0
 
@@ -75,10 +76,10 @@ class ServerSpec:
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``"127.0.1.11:8000"`` -> ``("127.0.1.11", 8000)``; raise ``SimConfigError``."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise SimConfigError(f"listen: expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_hostport(text)
+    except ValueError as exc:
+        raise SimConfigError(f"listen: {exc}") from None
 
 
 class SimServer:

@@ -147,7 +147,7 @@ def test_broken_drill_is_reported_where_it_is_broken(text: str, where: str, mess
     rendered = caught.value.render()
     first = next((d for d in caught.value.diagnostics if message in d.message), None)
     assert first is not None, rendered
-    assert f"{first.line}:{first.col}" == where, rendered
+    assert f"{first.pos.line}:{first.pos.col}" == where, rendered
     assert f"broken.yaml:{where}: error: " in rendered
     if hint is not None:
         assert hint in (first.hint or ""), rendered

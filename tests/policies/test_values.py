@@ -15,6 +15,9 @@ DURATIONS = {
     "days": ("14d", 14 * 86400.0),
     "fraction": ("1.5s", 1.5),
     "zero": ("0s", 0.0),
+    "compound": ("1m30s", 90.0),
+    "compound-days": ("1d12h", 129600.0),
+    "every-unit": ("1d1h1m1s500ms", 86400 + 3600 + 60 + 1.5),
 }
 
 
@@ -28,6 +31,9 @@ BAD_DURATIONS = {
     "unknown-unit": ("2sec", "'2sec' is not a duration", "known units: ms s m h d"),
     "word": ("soon", "'soon' is not a duration", None),
     "negative": ("-1s", "'-1s' is not a duration", None),
+    "units-growing": ("30s1m", "'30s1m' is not a duration", None),
+    "unit-twice": ("1s1s", "'1s1s' is not a duration", None),
+    "trailing-number": ("1m30", "'1m30' is not a duration", None),
 }
 
 
