@@ -48,9 +48,6 @@ GPU_HEALTH_BATCH_TASK = "director.probe.gpu_health_batch"
 GPU_METRICS_BATCH_TASK = "director.probe.gpu_metrics_batch"
 BALANCER_TASK = "director.probe.balancer"
 LATENCY_TASK = "director.probe.latency"
-# Single-target GPU tasks: still registered (a beat of an older release may send them).
-GPU_HEALTH_TASK = "director.probe.gpu_health"
-GPU_METRICS_TASK = "director.probe.gpu_metrics"
 
 BATCH_TASKS = {GPU_HEALTH: GPU_HEALTH_BATCH_TASK, GPU_METRICS: GPU_METRICS_BATCH_TASK}
 

@@ -2,9 +2,8 @@
 
 Each task takes its target (a batch task: its list of targets) as plain dicts (JSON), builds
 the typed targets and calls one probe function; the Celery task id is the probe id, so a
-redelivered task does not count twice in the rise/fall streaks. The GPU batch tasks are what
-the beat schedule sends (:mod:`workers.schedule`); the single-target GPU tasks remain for
-messages from an older beat.
+redelivered task does not count twice in the rise/fall streaks. GPU servers are probed in
+batches, one task per region and kind (:mod:`workers.schedule`).
 """
 
 from __future__ import annotations
@@ -18,16 +17,12 @@ from state.store import StateStore
 from workers.config import WorkerSettings
 from workers.probes.balancer_check import check_balancer
 from workers.probes.batch import probe_gpu_health_batch, scrape_gpu_metrics_batch
-from workers.probes.http_health import probe_gpu_health
 from workers.probes.latency import measure_latency
-from workers.probes.metrics_scrape import scrape_gpu_metrics
 from workers.probes.session import shared_session
 from workers.schedule import (
     BALANCER_TASK,
     GPU_HEALTH_BATCH_TASK,
-    GPU_HEALTH_TASK,
     GPU_METRICS_BATCH_TASK,
-    GPU_METRICS_TASK,
     LATENCY_TASK,
 )
 from workers.targets import BalancerTarget, GpuTarget, LatencyTarget
@@ -65,16 +60,6 @@ def gpu_health_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
 @shared_task(name=GPU_METRICS_BATCH_TASK, **_OPTIONS)
 def gpu_metrics_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
     scrape_gpu_metrics_batch(self.store, [GpuTarget.from_dict(target) for target in targets])
-
-
-@shared_task(name=GPU_HEALTH_TASK, **_OPTIONS)
-def gpu_health(self: ProbeTask, target: dict[str, Any]) -> None:
-    probe_gpu_health(self.store, GpuTarget.from_dict(target), probe_id=self.request.id or "")
-
-
-@shared_task(name=GPU_METRICS_TASK, **_OPTIONS)
-def gpu_metrics(self: ProbeTask, target: dict[str, Any]) -> None:
-    scrape_gpu_metrics(self.store, GpuTarget.from_dict(target))
 
 
 @shared_task(name=BALANCER_TASK, **_OPTIONS)
