@@ -14,6 +14,8 @@ are not counted; p99s are over the next ``MEASURE_S``.
     python bench/routing_matrix.py --cells "slots=16,256;speeds=mixed;load=0.9"
     python bench/routing_matrix.py --cells "trace=azure-conv" --setups "ours;ours:NAME=..."
     python bench/routing_matrix.py --out bench/results/DATE-matrix-des.md   # the whole matrix
+    python bench/routing_matrix.py --recheck bench/results/DATE-matrix-des.jsonl \
+        --measure 600 --setups "ours;leastconn-shifted"     # its floor misses, longer slices
 
 ``--setups`` adds variants of ours (``ours:scorers=queue-depth=1+outstanding-work=2``,
 ``ours:capacity=off`` for no capacity learning, ``ours:size-aware.hold=0``), and
@@ -231,6 +233,9 @@ def main() -> int:
                         "summary (FILE.md)")
     parser.add_argument("--summarise", type=Path, metavar="RAW",
                         help="print the summary of earlier raw results (a .jsonl) and stop")
+    parser.add_argument("--recheck", type=Path, metavar="RAW",
+                        help="only the cells (of --cells) where the first setup of earlier "
+                        "raw results missed the floor, e.g. again with a longer --measure")
     args = parser.parse_args()
     if args.summarise:
         done = [json.loads(row) for row in args.summarise.read_text().splitlines() if row]
@@ -239,6 +244,8 @@ def main() -> int:
         print(summarise(done, names))
         return 0
     cells = parse_cells(args.cells)
+    if args.recheck:
+        cells = [c for c in cells if c.label in missed_floor(args.recheck)]
     setups = [s for s in args.setups.split(";") if s]
     print(f"{len(cells)} cells x {SLICES} slices x {len(setups) + 1} setups "
           f"(default scorers {DEFAULT_SCORERS})", flush=True)
@@ -265,6 +272,20 @@ def main() -> int:
                  "```", "", "```", summary, "```", ""]
         args.out.with_suffix(".md").write_text("\n".join(lines))
     return 0
+
+
+def missed_floor(raw: Path) -> set[str]:
+    """Labels of the cells of ``raw`` (a .jsonl) where its first setup missed the floor."""
+    missed = set()
+    for row in raw.read_text().splitlines():
+        if not row:
+            continue
+        cell = json.loads(row)
+        first = next(k for k, v in cell["slices"][0].items()
+                     if isinstance(v, dict) and k != "leastconn")
+        if verdict(cell, first)[1]:
+            missed.add(cell["label"])
+    return missed
 
 
 def summarise(cells: list[dict], setups: list[str]) -> str:
