@@ -7,13 +7,19 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from director.console import plain_console
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
 from state.ports import parse_hostport
+
+if TYPE_CHECKING:
+    from director.geo import IPAddress
+    from policies.model import Policy
+    from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
+    from regions.balancer.residency_check import ResidencyCheck
 
 DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
 
@@ -159,17 +165,12 @@ def serve(
     import uvloop
 
     from director import policy_gate
-    from director.geo import GeoDatabaseError, GeoLocator
-    from regions.balancer import BalancerConfig, SharedStateConfig
     from regions.balancer import serve as serve_balancer
     from regions.balancer.overflow import OverflowConfig, OverflowMode
     from regions.balancer.policy_follow import FollowPolicy
-    from regions.balancer.registry import Registry, register_builtin_plugins
-    from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
 
     if follow_policy and not redis_url:
-        err.print("error: --follow-policy needs --redis", markup=False)
-        raise typer.Exit(2)
+        _usage("--follow-policy needs --redis")
     try:
         mode = OverflowMode(overflow)
     except ValueError:
@@ -177,27 +178,7 @@ def serve(
             f"expected off, redirect or proxy, got '{overflow}'", param_hint="--overflow"
         ) from None
     siblings = dict(parse_pairs(sibling, "--sibling", "REGION=URL"))
-    registry = register_builtin_plugins(Registry())
-    config = BalancerConfig()
-    if scorer:
-        config = dataclasses.replace(
-            config, scorers=parse_scorers(scorer, registry.names("scorer"))
-        )
-    if picker:
-        if picker not in registry.names("picker"):
-            known = ", ".join(registry.names("picker"))
-            raise typer.BadParameter(
-                f"unknown picker '{picker}' (known: {known})", param_hint="--picker"
-            )
-        config = dataclasses.replace(config, picker=picker)
-    if late_binding:
-        config = dataclasses.replace(
-            config, capacity=dataclasses.replace(config.capacity, late_binding=True)
-        )
-    if ttft_eject:
-        config = dataclasses.replace(
-            config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)
-        )
+    config = balancer_config(scorer, picker, late_binding, ttft_eject)
 
     acceptance = policy_gate.accept(str(policy))
     if acceptance.policy is None:
@@ -207,44 +188,16 @@ def serve(
     try:
         spec = accepted.region(region)
     except KeyError:
-        names = ", ".join(accepted.region_names)
-        err.print(f"error: no region '{region}' in {policy} (regions: {names})", markup=False)
-        raise typer.Exit(2) from None
+        _usage(f"no region '{region}' in {policy} (regions: {', '.join(accepted.region_names)})")
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
     address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
-
-    try:
-        locator = GeoLocator(str(geoip) if geoip else None)
-    except GeoDatabaseError as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
-
-    def locate(address):
-        location = locator.locate(address)
-        return location.country, location.continent
-
-    try:
-        residency = ResidencyCheck(accepted, region, locate, trusted or DEFAULT_TRUSTED)
-    except ValueError as exc:
-        err.print(f"error: --trusted-network: {exc}", markup=False)
-        raise typer.Exit(2) from None
-
-    shared = None
-    if redis_url:
-        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            err.print(
-                f"error: --redis: expected redis://HOST:PORT/DB, got '{redis_url}'", markup=False
-            )
-            raise typer.Exit(2)
-        shared = SharedStateConfig(
-            redis_url, prefix=state_prefix, stale_after_s=accepted.stale_after
-        )
-
+    residency = residency_check(accepted, region, geoip, trusted)
+    shared = shared_state(redis_url, state_prefix, accepted.stale_after)
     overflow_config = None
     if mode is not OverflowMode.OFF:
         overflow_config = OverflowConfig(mode, balancer_port or address[1] or None, siblings)
 
-    def ready(balancer) -> None:
+    def ready(balancer: Balancer) -> None:
         state = f", shared state {redis_url}" if redis_url else ""
         if follow_policy:
             state += ", following the stored policy"
@@ -279,3 +232,75 @@ def serve(
                 if follow_policy and shared is not None else None,
             )
         )
+
+
+def balancer_config(
+    scorer: list[str] | None, picker: str | None, late_binding: bool, ttft_eject: float
+) -> BalancerConfig:
+    """The balancer's configuration from the command line's routing options."""
+    from regions.balancer import BalancerConfig
+    from regions.balancer.registry import Registry, register_builtin_plugins
+
+    registry = register_builtin_plugins(Registry())
+    config = BalancerConfig()
+    if scorer:
+        config = dataclasses.replace(
+            config, scorers=parse_scorers(scorer, registry.names("scorer"))
+        )
+    if picker:
+        if picker not in registry.names("picker"):
+            known = ", ".join(registry.names("picker"))
+            raise typer.BadParameter(
+                f"unknown picker '{picker}' (known: {known})", param_hint="--picker"
+            )
+        config = dataclasses.replace(config, picker=picker)
+    if late_binding:
+        config = dataclasses.replace(
+            config, capacity=dataclasses.replace(config.capacity, late_binding=True)
+        )
+    if ttft_eject:
+        config = dataclasses.replace(
+            config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)
+        )
+    return config
+
+
+def residency_check(
+    policy: Policy, region: str, geoip: Path | None, trusted: list[str] | None
+) -> ResidencyCheck:
+    """The region's residency re-check: client location from the GeoIP database, or from
+    the headers of a trusted edge."""
+    from director.geo import GeoDatabaseError, GeoLocator
+    from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
+
+    try:
+        locator = GeoLocator(str(geoip) if geoip else None)
+    except GeoDatabaseError as exc:
+        _usage(str(exc))
+
+    def locate(address: IPAddress) -> tuple[str | None, str | None]:
+        location = locator.locate(address)
+        return location.country, location.continent
+
+    try:
+        return ResidencyCheck(policy, region, locate, trusted or DEFAULT_TRUSTED)
+    except ValueError as exc:
+        _usage(f"--trusted-network: {exc}")
+
+
+def shared_state(
+    redis_url: str | None, prefix: str, stale_after: float
+) -> SharedStateConfig | None:
+    """Where the shared state is (None: the balancer runs without one)."""
+    from regions.balancer import SharedStateConfig
+
+    if not redis_url:
+        return None
+    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        _usage(f"--redis: expected redis://HOST:PORT/DB, got '{redis_url}'")
+    return SharedStateConfig(redis_url, prefix=prefix, stale_after_s=stale_after)
+
+
+def _usage(message: str) -> NoReturn:
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(2)
