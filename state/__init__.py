@@ -2,7 +2,8 @@
 
 - :mod:`~state.keys`, :mod:`~state.records`: the key layout and the records stored there;
 - :mod:`~state.store` / :mod:`~state.aio`: sync and asyncio access (probe outcomes through
-  :mod:`~state.hysteresis`, drain ends through :mod:`~state.drain_expiry`);
+  :mod:`~state.hysteresis`, drain ends through :mod:`~state.drain_expiry`), their writes
+  written once in :mod:`~state.writes`;
 - :mod:`~state.view`: one read of everything a policy's regions need;
 - :mod:`~state.policy_follower`: follow the stored policy version;
 - :mod:`~state.embedded`: a real Valkey on loopback for ``director up`` and tests;

@@ -7,14 +7,13 @@ trip) and :meth:`AsyncStateStore.subscribe` (the change channel).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
 from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
 from state.guard import describe, redis_errors
-from state.hysteresis import SCRIPT, ProbeOutcome, script_args
+from state.hysteresis import SCRIPT, ProbeOutcome
 from state.keys import Keys, drain_field
 from state.records import (
     DrainFlags,
@@ -23,9 +22,9 @@ from state.records import (
     LatencySample,
     PolicyRecord,
     RegionLoad,
-    drain_value,
 )
 from state.store import DEFAULT_TIMEOUT
+from state.writes import probe_call, queue_drain, queue_region_load
 
 RawHash = dict[bytes, bytes]
 
@@ -86,20 +85,12 @@ class AsyncStateStore:
         latency_ms: float | None = None,
         error: str = "",
     ) -> ProbeOutcome:
-        key = self.keys.health(region, gpu)
-        args = script_args(
-            ok=ok,
-            rise=rise,
-            fall=fall,
-            now=time.time() if now is None else now,
-            probe_id=probe_id,
-            status=status,
-            latency_ms=latency_ms,
-            error=error,
-            channel=self.keys.changes,
-        )
+        """Apply one probe result to a GPU server (``gpu`` set) or a region's balancer."""
+        keys, args = probe_call(self.keys, region, gpu, ok=ok, rise=rise, fall=fall, now=now,
+                                probe_id=probe_id, status=status, latency_ms=latency_ms,
+                                error=error)
         with redis_errors(self._where):
-            return ProbeOutcome(int(await self._hysteresis(keys=[key], args=args)))
+            return ProbeOutcome(int(await self._hysteresis(keys=keys, args=args)))
 
     async def gpu_health(self, region: str, gpu: str) -> HealthRecord | None:
         raw = await self.fetch([self.keys.gpu_health(region, gpu)])
@@ -111,11 +102,9 @@ class AsyncStateStore:
 
     async def write_region_load(self, region: str, load: RegionLoad) -> None:
         """Publish a region's aggregate load (the balancer calls this about once a second)."""
-        key = self.keys.region_load(region)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, mapping=load.to_fields())
-            pipe.publish(self.keys.changes, key)
+            queue_region_load(pipe, self.keys, region, load)
             await pipe.execute()
 
     async def region_load(self, region: str) -> RegionLoad | None:
@@ -139,15 +128,9 @@ class AsyncStateStore:
         now: float | None = None,
         until: float | None = None,
     ) -> None:
-        name = drain_field(region, gpu)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            if draining:
-                set_at = time.time() if now is None else now
-                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
-            else:
-                pipe.hdel(self.keys.drain, name)
-            pipe.publish(self.keys.changes, self.keys.drain)
+            queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now, until=until)
             await pipe.execute()
 
     async def end_expired_drain(self, region: str, gpu: str | None, now: float) -> bool:

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 import redis
 
 from state.guard import describe, redis_errors
-from state.hysteresis import SCRIPT, ProbeOutcome, script_args
-from state.keys import Keys, drain_field, latency_field
+from state.hysteresis import SCRIPT, ProbeOutcome
+from state.keys import Keys, latency_field
 from state.records import (
     DrainFlags,
     GpuLoad,
@@ -26,8 +26,8 @@ from state.records import (
     LatencySample,
     PolicyRecord,
     RegionLoad,
-    drain_value,
 )
+from state.writes import probe_call, queue_drain, queue_region_load
 
 DEFAULT_TIMEOUT = 2.0
 
@@ -75,20 +75,11 @@ class StateStore:
         error: str = "",
     ) -> ProbeOutcome:
         """Apply one probe result to a GPU server (``gpu`` set) or a region's balancer."""
-        key = self.keys.health(region, gpu)
-        args = script_args(
-            ok=ok,
-            rise=rise,
-            fall=fall,
-            now=time.time() if now is None else now,
-            probe_id=probe_id,
-            status=status,
-            latency_ms=latency_ms,
-            error=error,
-            channel=self.keys.changes,
-        )
+        keys, args = probe_call(self.keys, region, gpu, ok=ok, rise=rise, fall=fall, now=now,
+                                probe_id=probe_id, status=status, latency_ms=latency_ms,
+                                error=error)
         with redis_errors(self._where):
-            return ProbeOutcome(int(self._hysteresis(keys=[key], args=args)))
+            return ProbeOutcome(int(self._hysteresis(keys=keys, args=args)))
 
     def gpu_health(self, region: str, gpu: str) -> HealthRecord | None:
         return self._health(self.keys.gpu_health(region, gpu))
@@ -113,11 +104,9 @@ class StateStore:
         return GpuLoad.from_fields(raw) if raw else None
 
     def write_region_load(self, region: str, load: RegionLoad) -> None:
-        key = self.keys.region_load(region)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, mapping=load.to_fields())
-            pipe.publish(self.keys.changes, key)
+            queue_region_load(pipe, self.keys, region, load)
             pipe.execute()
 
     def region_load(self, region: str) -> RegionLoad | None:
@@ -172,15 +161,9 @@ class StateStore:
     ) -> None:
         """Drain (or undrain) a region, or one GPU server of it when ``gpu`` is given; a
         drain with ``until`` (wall clock) ends then for every reader."""
-        name = drain_field(region, gpu)
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            if draining:
-                set_at = time.time() if now is None else now
-                pipe.hset(self.keys.drain, name, drain_value(set_at, until))
-            else:
-                pipe.hdel(self.keys.drain, name)
-            pipe.publish(self.keys.changes, self.keys.drain)
+            queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now, until=until)
             pipe.execute()
 
     def drains(self) -> DrainFlags:
