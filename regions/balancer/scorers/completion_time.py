@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from regions.balancer.finish_time import finish_s
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
 
@@ -33,13 +34,6 @@ class CompletionTimeScorer:
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         cost = max(request.cost_tokens, 1e-9)
-        finish = []
-        for b in candidates:
-            rate = b.tokens_per_s
-            wait = 0.0
-            if b.in_flight >= b.cap and b.in_flight:
-                per_slot = b.work_tokens / b.in_flight / rate
-                wait = (b.in_flight - b.cap + 1) * per_slot / max(b.cap, 1)
-            finish.append(wait + cost / rate)
+        finish = [finish_s(b, cost) for b in candidates]
         best = min(finish)
         return [best / f for f in finish]
