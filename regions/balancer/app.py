@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.load_report import ArrivalRate, region_load
@@ -71,7 +71,6 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
-from regions.balancer.upstream import UpstreamPool
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
 
@@ -157,8 +156,7 @@ class Balancer:
             if hook is not None:
                 self.dispatcher.on_bind.append(hook)
         self.metrics = BalancerMetrics(region, self.dispatcher)
-        self.sessions: dict[str, aiohttp.ClientSession] = {}  # control traffic
-        self.upstreams: dict[str, UpstreamPool] = {}  # inference requests
+        self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
         self.proxy = Proxy(
             ProxySettings(
                 region,
@@ -173,7 +171,7 @@ class Balancer:
             self.pool,
             self.dispatcher,
             self.metrics,
-            self.upstreams,
+            self.connections.upstreams,
             clock,
         )
         self.shared_state = shared_state
@@ -185,7 +183,7 @@ class Balancer:
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, follow_policy)
-        self.scraper = EngineScraper(self.pool, self.sessions, cfg.scrape_every_s,
+        self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
@@ -235,39 +233,10 @@ class Balancer:
         return handler
 
     async def _open_sessions(self, app: web.Application) -> None:
-        self.open_sessions()
-
-    def open_sessions(self) -> None:
-        """Connection pools for every backend that has none yet (two per backend: its
-        inference requests' and its control traffic's)."""
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=self.config.connect_timeout_s,
-            sock_read=self.config.read_timeout_s,
-        )
-        for b in self.pool:
-            if b.name not in self.upstreams:
-                self.upstreams[b.name] = UpstreamPool(
-                    b.spec.url,
-                    connect_timeout_s=self.config.connect_timeout_s,
-                    read_timeout_s=self.config.read_timeout_s,
-                )
-            if b.name in self.sessions:
-                continue
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
-            self.sessions[b.name] = aiohttp.ClientSession(
-                connector=connector,
-                timeout=timeout,
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),  # a backend's cookies are its clients'
-            )
+        self.connections.open(self.pool)
 
     async def _close_sessions(self, app: web.Application) -> None:
-        sessions = list(self.sessions.values())
-        upstreams = list(self.upstreams.values())
-        self.sessions.clear()
-        self.upstreams.clear()
-        await asyncio.gather(*(s.close() for s in sessions), *(u.close() for u in upstreams))
+        await self.connections.close()
         if self.overflow is not None:
             await self.overflow.close()
 
@@ -465,7 +434,7 @@ class Balancer:
         usable = [b for b in snap.backends if b.healthy and not b.ejected]
 
         async def fetch(name: str) -> list[dict[str, Any]]:
-            session = self.sessions[name]
+            session = self.connections.sessions[name]
             url = self.pool[name].spec.url + "/v1/models"
             async with asyncio.timeout(MODELS_TIMEOUT_S), session.get(url) as resp:
                 if resp.status != 200:

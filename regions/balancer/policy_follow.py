@@ -26,21 +26,17 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-
 from policies.model import Policy
 from regions.balancer.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.connections import BackendConnections, ConnectionPool
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.overflow import Overflow
 from regions.balancer.pool_update import PoolChange, apply_specs, idle_retired, remove, retiring
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig
-from regions.balancer.upstream import UpstreamPool
 from state.aio import AsyncStateStore
 from state.policy_follower import PolicyFollower, RecordLoader
 from state.tasks import cancel_and_wait
-
-ConnectionPool = aiohttp.ClientSession | UpstreamPool  # a retired backend's, to close
 
 
 class _PinsCapacity(Protocol):
@@ -62,15 +58,11 @@ class FollowedBalancer(Protocol):
     @property
     def pool(self) -> BackendPool: ...
     @property
-    def sessions(self) -> dict[str, aiohttp.ClientSession]: ...
-    @property
-    def upstreams(self) -> dict[str, UpstreamPool]: ...
+    def connections(self) -> BackendConnections: ...
     @property
     def runner(self) -> object | None: ...
     @property
     def overflow(self) -> Overflow | None: ...
-
-    def open_sessions(self) -> None: ...
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
@@ -147,14 +139,9 @@ class PolicyFollow:
             return None
         self.version = version
         for name, retired in change.renamed:
-            session = b.sessions.pop(name, None)
-            if session is not None:
-                b.sessions[retired] = session
-            upstream = b.upstreams.pop(name, None)
-            if upstream is not None:
-                b.upstreams[retired] = upstream
+            b.connections.rename(name, retired)
         if b.runner is not None:  # else the app opens them when it starts
-            b.open_sessions()
+            b.connections.open(b.pool)
         b.capacity_rps = region.capacity.rps
         b.jurisdiction = region.jurisdiction
         if b.residency is not None:
@@ -173,14 +160,13 @@ class PolicyFollow:
         return change
 
     def _leave(
-        self, backend: Backend, left: list[tuple[str, ConnectionPool | None]]
+        self, backend: Backend, left: list[tuple[str, ConnectionPool]]
     ) -> None:
         """Take an idle retired backend out (unless it rejoined meanwhile), with its pool."""
         b = self.balancer
         if any(x is backend for x in idle_retired(b.pool)):
             remove(b.pool, backend)
-            left.append((backend.name, b.sessions.pop(backend.name, None)))
-            left.append((backend.name, b.upstreams.pop(backend.name, None)))
+            left.extend((backend.name, pool) for pool in b.connections.take(backend.name))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -195,11 +181,10 @@ class PolicyFollow:
         b = self.balancer
         while retiring(b.pool):
             for backend in idle_retired(b.pool):
-                left: list[tuple[str, ConnectionPool | None]] = []
+                left: list[tuple[str, ConnectionPool]] = []
                 await b.relink(functools.partial(self._leave, backend, left))
                 for _name, pool in left:
-                    if pool is not None:
-                        await pool.close()
+                    await pool.close()
                 for name in dict.fromkeys(name for name, _ in left):
                     log.info("region %s: GPU server %s drained and removed", b.region, name)
             await asyncio.sleep(RETIRE_POLL_S)

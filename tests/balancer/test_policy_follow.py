@@ -128,7 +128,8 @@ async def test_a_removed_gpu_server_drains_its_streams_then_leaves(
         fleet["b"].set_fault(Fault())
         assert (await held.read()).endswith(b"data: [DONE]\n\n")  # the stream finished
         await eventually(lambda: names(balancer) == ["a"])
-        assert "b" not in balancer.sessions
+        assert "b" not in balancer.connections.sessions
+        assert "b" not in balancer.connections.upstreams
         # the state link was rebuilt without b: a drain set in the state still applies
         store.set_drain("eu-west", "a")
         await eventually(lambda: balancer.pool["a"].drains == {"state"})
