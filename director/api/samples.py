@@ -39,7 +39,7 @@ def sample_decisions(policy: Policy, engine: Engine, snapshot: Snapshot,
                      ) -> list[dict[str, object]]:
     """One entry per location and service: the regions DNS answers and why."""
     # A seeded generator: 'affinity none' picks stay the same from one status call to the next.
-    sampler = Engine(policy, engine.scorers, random.Random(0))
+    sampler = Engine(policy, engine.methods, random.Random(0))
     zone = policy.zone.apex
     samples: list[dict[str, object]] = []
     for location in locations:

@@ -9,9 +9,12 @@ both dropped whenever the snapshot object changes (every state swap bumps its ve
   they matter: the client's hashing bucket and bucket prefix, the measured-RTT network
   holding it) -> decision.
 
-A decision depends on the client's bucket only where a plugin hashes it: weighted steering,
-or spillover while some region of the service is over its threshold. Services whose hashing
-key is random (``affinity none``) are never memoised while hashing is in play.
+A decision depends on the client's bucket only where a plugin hashes it: a steering method
+that declares it reads the client hash (``weighted``), or spillover while some region of
+the service is over its threshold; on the measured-RTT network only under a method that
+reads it (``latency``). The key follows the methods' declarations (``engine.registry``).
+Services whose hashing key is random (``affinity none``) are never memoised while hashing
+is in play.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from director.dns.scope import answer_scope
 from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import EcsSubnet
 from director.engine import Engine
+from director.engine.registry import Input
 from director.engine.snapshot import Snapshot
 from director.engine.types import Client, Decision
 from director.geo import Location
@@ -68,7 +72,7 @@ class Decisions:
             return hit
         client = self.locator.client(service, ecs, host)
         decision = self._decide(service, client, snapshot)
-        answered = Answered(decision, answer_scope(decision, client, service, snapshot))
+        answered = Answered(decision, self._scope(decision, client, service, snapshot))
         if self._cacheable(service):
             if len(self._by_client) >= _MEMO_LIMIT:
                 self._by_client.clear()
@@ -80,7 +84,11 @@ class Decisions:
         snapshot = self.snapshots.current
         client = self.locator.client(service, ecs, host)
         decision = self._timed(service, client, snapshot)
-        return Answered(decision, answer_scope(decision, client, service, snapshot))
+        return Answered(decision, self._scope(decision, client, service, snapshot))
+
+    def _scope(self, decision: Decision, client: Client, service: Service,
+               snapshot: Snapshot) -> int:
+        return answer_scope(decision, client, service, snapshot, self.engine.reads(service))
 
     def cacheable(self, service: Service) -> bool:
         """Whether answers for ``service`` are a function of the query alone right now."""
@@ -97,7 +105,7 @@ class Decisions:
             self._snapshot = snapshot
             self._by_client = {}
             self._by_inputs = {}
-            self._hashing = {s.name: _hashes_clients(s, snapshot)
+            self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
                              for s in self.engine.policy.services}
             self._latency = _latency_networks(snapshot)
         return snapshot
@@ -129,22 +137,23 @@ class Decisions:
         where: tuple | None = None
         if location is not None:
             where = (self.location_class(location), location.network.prefixlen)
+        reads = self.engine.reads(service)
         bucket: object = None
-        if service.spillover is not None or "weighted" in service.steer:
+        if service.spillover is not None or Input.CLIENT_HASH in reads:
             net = client.bucket
             bucket = (net.prefixlen, net.network_address.packed
                       if self._hashing.get(service.name, True) else None)
         rtt: object = None
-        if "latency" in service.steer and self._latency:
+        if Input.RTT_NETWORK in reads and self._latency:
             rtt = next((cidr for net, cidr in self._latency
                         if net.version == client.address.version and client.address in net),
                        None)
         return (service.name, client.address.version, where, bucket, rtt)
 
 
-def _hashes_clients(service: Service, snapshot: Snapshot) -> bool:
+def _hashes_clients(service: Service, snapshot: Snapshot, reads: frozenset[Input]) -> bool:
     """Whether a decision for ``service`` may hash the client's key under this snapshot."""
-    if "weighted" in service.steer:
+    if Input.CLIENT_HASH in reads:
         return True
     spill = service.spillover
     if spill is None:

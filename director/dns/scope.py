@@ -2,32 +2,37 @@
 
 The engine reports ``Decision.scope_prefix``: the network its answer depended on. The DNS
 layer never answers wider than that, and narrows it where the answer also depended on
-location data the decision did not report (a located client under a service steered by
-``geo`` whose location had no coordinates still got a location-dependent answer):
+location data the decision did not report (a located client under a service steered by a
+method that reads coordinates, whose location had none, still got a location-dependent
+answer). What a service's methods read is what they declare (``engine.registry.Input``):
 
     scope = decision.scope_prefix                          (unlocated client: always this)
-    scope = max(scope, database block prefix)              residency rules or geo steering
-    scope = max(scope, client source prefix)               latency steering with RTT data
+    scope = max(scope, database block prefix)              residency rules, or a method
+                                                           reading coordinates
+    scope = max(scope, client source prefix)               a method reading the RTT
+                                                           network, with RTT data
 
 An answer that did not depend on the client at all keeps scope 0.
 """
 
 from __future__ import annotations
 
+from director.engine.registry import Input
 from director.engine.snapshot import Snapshot
 from director.engine.types import Client, Decision
 from policies.model import Service
 
 
 def answer_scope(decision: Decision, client: Client, service: Service,
-                 snapshot: Snapshot) -> int:
-    """The scope prefix to echo in the ECS option of an answer for ``client``."""
+                 snapshot: Snapshot, reads: frozenset[Input]) -> int:
+    """The scope prefix to echo in the ECS option of an answer for ``client``; ``reads``:
+    what ``service``'s steering methods read (``Engine.reads``)."""
     scope = decision.scope_prefix
     location = client.location
     if location is None:
         return scope
-    if service.residency or "geo" in service.steer:
+    if service.residency or Input.COORDINATES in reads:
         scope = max(scope, location.network.prefixlen)
-    if "latency" in service.steer and snapshot.latency:
+    if Input.RTT_NETWORK in reads and snapshot.latency:
         scope = max(scope, client.network.prefixlen)
     return scope

@@ -9,27 +9,40 @@ alike, under every health and load state, when they agree on::
     (found, per service: the indices of its residency rules covering the record,
      coordinates known, regions of geo-steered services grouped and ordered by score)
 
+Which services read coordinates is what their steering methods declare
+(``engine.registry.Input.COORDINATES``). For ``geo`` the ranking above is exact (its formula
+is the geo scorer's); a method of another kind that reads coordinates gets the record's
+coordinates themselves in the class, which is never wrong, only less compact.
+
 ``director.geo_merge`` merges database blocks of one class into the widest network, which
 becomes the ECS scope of answers that depended on location.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 
+from director.engine.registry import Input, SteeringMethod, register_builtin_plugins
 from director.engine.scorers.geo_distance import HALF_CIRCUMFERENCE_KM, great_circle_km
 from director.geo import RecordFields
 from policies.model import Policy
 from policies.residency import rules_for
 
 _UNLOCATED = ("unlocated",)
+GEO = "geo"  # the method whose formula the ranking classes reproduce
 _MEMO_LIMIT = 200_000
 
 
-def location_classifier(policy: Policy) -> Callable[[RecordFields], Hashable]:
-    """A function from a record's fields to its decision class under ``policy``."""
-    geo_regions = sorted({name for service in policy.services if "geo" in service.steer
+def location_classifier(
+    policy: Policy, methods: Mapping[str, SteeringMethod] | None = None
+) -> Callable[[RecordFields], Hashable]:
+    """A function from a record's fields to its decision class under ``policy`` (with its
+    steering ``methods``: the built-in ones by default)."""
+    methods = methods if methods is not None else register_builtin_plugins()
+    reading = {name for name, m in methods.items() if Input.COORDINATES in m.reads}
+    geo_regions = sorted({name for service in policy.services if GEO in service.steer
                           for name in service.regions})
+    exact = any(set(service.steer) & (reading - {GEO}) for service in policy.services)
     places = [(name, policy.region(name).latitude, policy.region(name).longitude)
               for name in geo_regions]
     ruled = [service for service in policy.services if service.residency]
@@ -47,11 +60,13 @@ def location_classifier(policy: Policy) -> Callable[[RecordFields], Hashable]:
                 tuple(index for index, rule in enumerate(service.residency)
                       if rule in rules_for(policy, service, *where))
                 for service in ruled)
-        if not places:
+        if not places and not exact:
             return rules, ()
         if fields.latitude is None or fields.longitude is None:
             return rules, None
         point = (fields.latitude, fields.longitude)
+        if exact:
+            return rules, point
         ranking = ranking_memo.get(point)
         if ranking is None:
             if len(ranking_memo) >= _MEMO_LIMIT:

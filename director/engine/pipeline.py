@@ -17,7 +17,13 @@ from director.engine.context import DecisionContext
 from director.engine.filters.health import health_filter
 from director.engine.filters.residency import allowed_regions, residency_filter
 from director.engine.ranking import rank
-from director.engine.registry import Scorer, register_builtin_plugins
+from director.engine.registry import (
+    LOCATED,
+    Input,
+    SteeringMethod,
+    inputs_of,
+    register_builtin_plugins,
+)
 from director.engine.snapshot import Snapshot
 from director.engine.spillover import spillover
 from director.engine.types import Client, Decision, Step
@@ -27,11 +33,16 @@ from policies.model import Policy, Service
 class Engine:
     """Decides answers for one policy; build a new one when the policy changes."""
 
-    def __init__(self, policy: Policy, scorers: Mapping[str, Scorer] | None = None,
+    def __init__(self, policy: Policy, methods: Mapping[str, SteeringMethod] | None = None,
                  rng: random.Random | None = None):
         self.policy = policy
-        self.scorers = scorers if scorers is not None else register_builtin_plugins()
+        self.methods = methods if methods is not None else register_builtin_plugins()
         self.rng = rng or random.Random()
+        self._reads = {s.name: inputs_of(self.methods, s.steer) for s in policy.services}
+
+    def reads(self, service: Service) -> frozenset[Input]:
+        """What ``service``'s steering methods read (their declarations, together)."""
+        return self._reads[service.name]
 
     def decide(self, service: Service | str, client: Client, snapshot: Snapshot) -> Decision:
         """The regions to answer ``client`` with for ``service``, and why."""
@@ -50,19 +61,19 @@ class Engine:
         steps.append(step)
 
         # The answer depends on the client's location whenever residency rules exist (the
-        # client was classified by it) or a location-based scorer is in the steering order,
+        # client was classified by it) or a method reading where the client is steers,
         # even when it had no data for this client (a client with data would rank otherwise).
-        located_steering = bool({"geo", "latency"} & set(service.steer))
+        located_steering = bool(LOCATED & self.reads(service))
         depends = service.residency or located_steering
         scope = client.location.network.prefixlen if client.location and depends else 0
         if not healthy:
-            allowed_ranked = rank(ctx, candidates, self.scorers)[0]
+            allowed_ranked = rank(ctx, candidates, self.methods)[0]
             answer, step = all_down(ctx, allowed_ranked, allowed is None)
             steps.append(step)
             reason = "all-down" if location is not None else "refused"
             return self._decision(ctx, answer, reason, allowed, scope, steps, degraded=True)
 
-        ranked, score_steps, score_scope = rank(ctx, healthy, self.scorers)
+        ranked, score_steps, score_scope = rank(ctx, healthy, self.methods)
         steps += score_steps
         scope = max(scope, score_scope)
         ranked, step, spilled = spillover(ctx, ranked)
@@ -86,7 +97,7 @@ class Engine:
     def _preferred_down(self, ctx: DecisionContext, candidates: tuple[str, ...],
                         healthy: tuple[str, ...]) -> bool:
         """Whether the region ranked first, were all healthy, is among those filtered out."""
-        ranked_all = rank(ctx, candidates, self.scorers)[0]
+        ranked_all = rank(ctx, candidates, self.methods)[0]
         return bool(ranked_all) and ranked_all[0] not in healthy
 
     def _decision(self, ctx: DecisionContext, answer: tuple[str, ...], reason: str,

@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from director.engine.context import DecisionContext
-from director.engine.registry import Scorer
+from director.engine.registry import SteeringMethod
 from director.engine.types import Step
 
 
 def rank(ctx: DecisionContext, candidates: tuple[str, ...],
-         scorers: Mapping[str, Scorer]) -> tuple[tuple[str, ...], list[Step], int]:
+         methods: Mapping[str, SteeringMethod]) -> tuple[tuple[str, ...], list[Step], int]:
     """Ranked candidates, one explain step per method, and the ECS scope they depend on."""
     steps: list[Step] = []
     keys: dict[str, list[float]] = {name: [] for name in candidates}
     scope = 0
     for method in ctx.service.steer:
-        scores = scorers[method](ctx, candidates) if candidates else None
+        scores = methods[method].score(ctx, candidates) if candidates else None
         if scores is None:
             steps.append(Step("score", method, candidates, note="no data for this client"))
             continue

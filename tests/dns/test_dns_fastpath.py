@@ -3,13 +3,18 @@
 A corpus of queries (every protocol case, names x types x ECS shapes x EDNS flags x payload
 sizes x transports x resolver addresses, with mixed-case and re-ID'd variants) under several
 snapshots: the cached answer (first fill, memo hit, template hit) must equal the full path's
-answer computed from scratch (decision memo cleared) for the same bytes.
+answer computed from scratch (decision memo cleared) for the same bytes. It runs over the
+example policy and over a variant of it whose services, together, steer by every
+registered method (the memo key and the ECS scope derive from what each method declares
+it reads, so a method missing here could leave the cache silently wrong).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import shutil
+from pathlib import Path
 
 import dns.edns
 import dns.message
@@ -23,6 +28,8 @@ from dns_protocol_cases import CASES
 from director.dns.app import DnsApp
 from director.dns.snapshot_source import StaticSnapshotSource
 from director.engine import RegionState
+from director.engine.registry import register_builtin_plugins
+from policies import Policy, load_policy
 
 NAMES = ["chat.infer.example.com", "embed.infer.example.com", "sovereign.infer.example.com",
          "infer.example.com", "ns1.infer.example.com", "nope.infer.example.com",
@@ -75,8 +82,29 @@ def _corpus(rng: random.Random) -> list[dns.message.Message]:
     return queries
 
 
+@pytest.fixture(scope="module")
+def every_method_policy(example_policy_path: Path, tmp_path_factory) -> Policy:
+    """The example policy with ``embed`` steered ``weighted priority``: its services then
+    use latency, geo, weighted and priority."""
+    folder = tmp_path_factory.mktemp("every-method") / "examples"
+    shutil.copytree(example_policy_path.parent, folder)
+    policy_file = folder / example_policy_path.name
+    text = policy_file.read_text()
+    assert text.count("    steer priority\n") == 1
+    policy_file.write_text(text.replace("    steer priority\n", "    steer weighted priority\n"))
+    return load_policy(str(policy_file))
+
+
+def test_the_variant_steers_by_every_registered_method(every_method_policy: Policy) -> None:
+    used = {method for service in every_method_policy.services for method in service.steer}
+    assert used == set(register_builtin_plugins())
+
+
+@pytest.mark.parametrize("policy_name", ["example", "every-method"])
 @pytest.mark.parametrize("state", SNAPSHOTS, ids=list(SNAPSHOTS))
-def test_fast_path_is_byte_identical_to_full_path(example_policy, geolite2, state):
+def test_fast_path_is_byte_identical_to_full_path(request, policy_name, geolite2, state):
+    example_policy = request.getfixturevalue(
+        "example_policy" if policy_name == "example" else "every_method_policy")
     rng = random.Random(7)
     fast_state, full_state = StaticSnapshotSource(), StaticSnapshotSource()
     fast_state.update(SNAPSHOTS[state])
