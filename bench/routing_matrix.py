@@ -267,7 +267,8 @@ def main() -> int:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         lines = [f"# Routing matrix in virtual time, {stamp}", "",
                  f"Command: `python bench/routing_matrix.py --cells '{args.cells}' --setups "
-                 f"'{args.setups}' --measure {args.measure:g}`", "", "```",
+                 f"'{args.setups}' --measure {args.measure:g}"
+                 f"{f' --recheck {args.recheck}' if args.recheck else ''}`", "", "```",
                  *(line(c, s) for c in done for s in setups),
                  "```", "", "```", summary, "```", ""]
         args.out.with_suffix(".md").write_text("\n".join(lines))
