@@ -22,7 +22,7 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.app import _is_loopback
-from regions.simulator import Fault, FaultMode
+from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, eventually, stack, stream_completion
 
 
@@ -314,3 +314,49 @@ async def test_clients_that_close_after_done_are_counted_never_logged_as_errors(
         r'director_balancer_client_gone_total\{when="(\w+)"\} (\S+)', text)}
     assert sum(gone.values()) == 3.0, gone
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("reply", [b"garbage that is not HTTP\r\n\r\n",
+                                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                                   b"HTTP/1.1 200 OK\r\nContent-Le"])  # then it hangs up
+async def test_a_backend_answering_garbage_is_retried_elsewhere_and_serving_goes_on(
+        reply: bytes) -> None:
+    """A GPU server whose answer is not HTTP (or breaks off) costs that request a retry on
+    another backend before the first byte, or a clean 502 when it was already relayed; the
+    balancer keeps serving."""
+
+    answered = []
+
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered.append(reply)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(reply)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(broken, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    specs = [ServerSpec("gpu0", models=(MODEL,))]
+    try:
+        async with Fleet(specs, time_scale=20.0) as fleet:
+            backends = [BackendSpec("bad", f"http://127.0.0.1:{port}", (MODEL,), 16),
+                        BackendSpec("gpu0", fleet["gpu0"].url, (MODEL,), 16)]
+            balancer = build_balancer("test-region", backends)
+            async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+                outcomes = []
+                for _ in range(8):
+                    try:
+                        status, backend, _body = await stream_completion(client, completion(2))
+                    except aiohttp.ClientPayloadError:
+                        status, backend = 0, "cut"  # relayed, then the server broke off
+                    outcomes.append((status, backend))
+                assert all(o in {(200, "gpu0"), (502, "bad"), (0, "cut")} for o in outcomes), \
+                    outcomes
+                assert (200, "gpu0") in outcomes
+                assert answered, "the broken server was never tried"
+                assert balancer.pool.in_flight() == 0
+                status, _, _ = await stream_completion(client, completion(2))
+                assert status == 200
+    finally:
+        server.close()
