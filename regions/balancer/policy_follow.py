@@ -66,6 +66,7 @@ class FollowedBalancer(Protocol):
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
+
 log = logging.getLogger(__name__)
 
 RETIRE_POLL_S = 0.05
@@ -160,13 +161,13 @@ class PolicyFollow:
         return change
 
     def _leave(
-        self, backend: Backend, left: list[tuple[str, ConnectionPool]]
+        self, backend: Backend, left: list[tuple[str, list[ConnectionPool]]]
     ) -> None:
-        """Take an idle retired backend out (unless it rejoined meanwhile), with its pool."""
+        """Take an idle retired backend out (unless it rejoined meanwhile), with its pools."""
         b = self.balancer
         if any(x is backend for x in idle_retired(b.pool)):
             remove(b.pool, backend)
-            left.extend((backend.name, pool) for pool in b.connections.take(backend.name))
+            left.append((backend.name, b.connections.take(backend.name)))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -181,10 +182,10 @@ class PolicyFollow:
         b = self.balancer
         while retiring(b.pool):
             for backend in idle_retired(b.pool):
-                left: list[tuple[str, ConnectionPool]] = []
+                left: list[tuple[str, list[ConnectionPool]]] = []
                 await b.relink(functools.partial(self._leave, backend, left))
-                for _name, pool in left:
-                    await pool.close()
-                for name in dict.fromkeys(name for name, _ in left):
+                for name, pools in left:
+                    for pool in pools:
+                        await pool.close()
                     log.info("region %s: GPU server %s drained and removed", b.region, name)
             await asyncio.sleep(RETIRE_POLL_S)

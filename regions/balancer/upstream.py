@@ -79,7 +79,6 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self.used = 0  # requests sent on it
         self._reset()
 
     def _reset(self) -> None:
@@ -140,7 +139,6 @@ class _Connection(asyncio.Protocol):
 
     def send(self, request: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self.transport is not None
-        self.used += 1
         self.head = self.loop.create_future()
         self._last_read = self.loop.time()
         self._timer = self.loop.call_later(self.pool.read_timeout_s, self._check_timeout)
