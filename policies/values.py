@@ -21,9 +21,9 @@ class ValueProblem(ValueError):
 
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?)"
-_DURATION = re.compile(_NUMBER + r"(?P<unit>ms|s|m|h|d)?$")
-_DURATION_TERM = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_DURATION_TERM = re.compile(_NUMBER + r"(?P<unit>ms|s|m|h|d)")
 _DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}  # largest first
+_UNIT_RANK = {unit: rank for rank, unit in enumerate(_DURATION_UNITS)}
 _PERCENT = re.compile(_NUMBER + r"%$")
 _RATE = re.compile(_NUMBER + r"(?P<unit>rps|rpm)$")
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -43,8 +43,7 @@ def duration(text: str) -> float:
     seconds = compound_seconds(text)
     if seconds is not None:
         return seconds
-    match = _DURATION.match(text)
-    if match and match["unit"] is None:
+    if re.fullmatch(_NUMBER, text):
         raise ValueProblem(f"'{text}' has no unit", expected=DURATION_EXPECTED,
                            hint=f"write {text}s for seconds")
     raise ValueProblem(f"'{text}' is not a duration", expected=DURATION_EXPECTED,
@@ -54,15 +53,14 @@ def duration(text: str) -> float:
 def compound_seconds(text: str) -> float | None:
     """Seconds in ``text`` if it is a duration (see ``duration``), else None."""
     total, at, last_rank = 0.0, 0, -1
-    ranks = list(_DURATION_UNITS)
     while at < len(text):
         term = _DURATION_TERM.match(text, at)
         if term is None:
             return None
-        rank = ranks.index(term[2])
+        rank = _UNIT_RANK[term["unit"]]
         if rank <= last_rank:  # units must get smaller: "1m30s", never "30s1m" or "1s1s"
             return None
-        total += float(term[1]) * _DURATION_UNITS[term[2]]
+        total += float(term["num"]) * _DURATION_UNITS[term["unit"]]
         at, last_rank = term.end(), rank
     return total if at else None
 
