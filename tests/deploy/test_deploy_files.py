@@ -51,6 +51,7 @@ from typer.testing import CliRunner
 
 from director.cli import app
 from policies import check_policy
+from tests.packages import PACKAGES
 
 DEPLOY_SITES = [*compose_commands(), *k8s_commands(), *systemd_commands()]
 DOC_SITES = [site for path in markdown_files() if path.exists() for site in doc_commands(path)]
@@ -272,8 +273,7 @@ def test_the_image_copies_every_package_the_project_installs():
     dockerfile = (COMPOSE_DIR / "Dockerfile").read_text(encoding="utf-8")
     copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")}
     assert packages <= copied, sorted(packages - copied)
-    assert packages == {p.name for p in ROOT.iterdir()
-                        if (p / "__init__.py").is_file() and p.name != "tests"}
+    assert packages == set(PACKAGES)
 
 
 # -- systemd ----------------------------------------------------------------------------
