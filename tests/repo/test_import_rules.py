@@ -2,7 +2,8 @@
 """The package map's import rules (``docs/architecture.md``), read from the source with
 ``ast``: every import counts, also those inside functions and under ``TYPE_CHECKING``.
 
-- ``policies`` and ``engines`` import no other package of ours; ``state`` only ``policies``;
+- ``policies``, ``engines`` and the routing core (``routing``) import no other package of
+  ours; ``state`` only ``policies``;
 - a tier (``regions``, ``workers``) imports the shared packages, never another tier, except
   the one policy gate every loaded policy passes (``director.policy_gate``); the drills (a
   client of the whole system) import the shared packages and three global-tier helpers;
@@ -24,10 +25,11 @@ import pytest
 
 from tests.packages import PACKAGES, ROOT
 
-SHARED = {"engines", "policies", "state"}
+SHARED = {"engines", "policies", "routing", "state"}
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
     "engines": set(),
+    "routing": set(),
     "state": {"policies"},
     "regions": SHARED - {"regions"},
     "workers": set(SHARED),
