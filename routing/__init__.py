@@ -8,7 +8,7 @@ decision engine (``director.engine``) register their plugins in it.
 
 from routing.combine import lexicographic_order, weighted_totals
 from routing.errors import RegistryError
-from routing.params import Param
+from routing.params import Param, validate
 from routing.plugins import (
     BindObserver,
     Column,
@@ -40,5 +40,5 @@ __all__ = [
     "Kind", "Nominator", "Outcome", "Param", "PickStep", "Picker", "PluginSpec",
     "PluginTimings", "Profile", "Refiner", "Registry", "RegistryError", "Role", "SampleStep",
     "ScoreStep", "Scorer", "Step", "TimingsCollector", "WeightedScorer",
-    "lexicographic_order", "weighted_totals",
+    "lexicographic_order", "validate", "weighted_totals",
 ]

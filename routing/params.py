@@ -26,6 +26,7 @@ class Param:
     off: float | None = None
     clamp: tuple[float, float] | None = None
     integer: bool = False
+    above_low: bool = False  # ``low`` itself refused
 
     def describe_range(self) -> str:
         parts = []
@@ -34,7 +35,7 @@ class Param:
         if math.isinf(self.low) and math.isinf(self.high):
             parts.append("any number")
         elif math.isinf(self.high):
-            parts.append(f"at least {self.low:g}")
+            parts.append(f"{'above' if self.above_low else 'at least'} {self.low:g}")
         elif math.isinf(self.low):
             parts.append(f"at most {self.high:g}")
         else:
@@ -52,7 +53,7 @@ class Param:
             raise RegistryError(f"{self.name}: a whole number, got {value!r}")
         if number == self.off:
             return number, None
-        if not self.low <= number <= self.high:
+        if not self.low <= number <= self.high or (self.above_low and number == self.low):
             raise RegistryError(f"{self.name}: {self.describe_range()}, got {value!r}")
         if self.clamp is not None:
             lo, hi = self.clamp
@@ -60,6 +61,17 @@ class Param:
             if clamped != number:
                 return clamped, f"{self.name} {number:g} clamped to {clamped:g}"
         return number, None
+
+
+def validate(owner: str, declared: Sequence[Param], plugin: object) -> None:
+    """Refuse a plugin built directly (as tests and benchmarks do) whose attributes named by
+    ``declared`` the declaration refuses: the plugin's own guard, from the same declaration
+    the registry checks at load."""
+    for param in declared:
+        try:
+            param.resolve(getattr(plugin, param.name))
+        except RegistryError as exc:
+            raise RegistryError(f"{owner}: {exc}") from None
 
 
 def resolve_params(

@@ -240,16 +240,17 @@ def balancer_config(
     """The balancer's configuration from the command line's routing options."""
     from regions.balancer import BalancerConfig
     from regions.balancer.registry import Registry, register_builtin_plugins
+    from routing import Kind
 
     registry = register_builtin_plugins(Registry())
     config = BalancerConfig()
     if scorer:
         config = dataclasses.replace(
-            config, scorers=parse_scorers(scorer, registry.names("scorer"))
+            config, scorers=parse_scorers(scorer, registry.names(Kind.SCORER))
         )
     if picker:
-        if picker not in registry.names("picker"):
-            known = ", ".join(registry.names("picker"))
+        if picker not in registry.names(Kind.PICKER):
+            known = ", ".join(registry.names(Kind.PICKER))
             raise typer.BadParameter(
                 f"unknown picker '{picker}' (known: {known})", param_hint="--picker"
             )

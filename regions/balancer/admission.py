@@ -3,24 +3,26 @@
 backend has a free slot (late binding), or shed it with 429 and a real Retry-After.
 
 - ``acquire(request)`` runs the pipeline on the current snapshot. A pick returns a
-  ``Lease`` at once. If the ``capacity`` filter dropped the last candidate, the request
-  waits in the queue; any other emptying filter means no backend can serve it
-  (``NoBackendError``: 404 for an unknown model, else 503).
-- Size-aware binding: a scorer of the profile that is a ``BindingAdvisor`` (the
-  ``size-aware`` scorer) first refines each request's predicted size (``refine``, once per
-  ``acquire``), then is asked about each pick. When it answers ``h > 0`` seconds (the pick
+  ``Lease`` at once. If a waitable filter (``Profile.waits_at``: ``capacity``) dropped the
+  last candidate, the request waits in the queue; any other emptying filter means no
+  backend can serve it (``NoBackendError``: 404 for an unknown model, else 503).
+- Late binding: the profile's refiners (the ``size-aware`` scorer) first refine each
+  request's predicted size (``refine``, once per ``acquire``); its hold policies
+  (``size-aware``, ``expected-finish``) are then asked about each pick. When one answers
+  ``h > 0`` seconds (the pick
   is far slower for this request than a backend that is full right now) and the request
   has waited less than ``h``, it is not bound: it waits in the queue
   (``Decision.stopped_at == HOLD``) and is offered the next free slots like any queued
   request, until it binds or its ``h`` runs out (then it takes what is free).
 - The queue is ordered by priority (higher first), then arrival, less the advisors'
-  precedence (``precedence_s``: a long request counts as having arrived a little earlier,
+  refiners' precedence (``precedence_s``: a long request counts as having arrived a little earlier,
   so that in a backlog it starts first and its end-to-end time does not take the whole
   wait plus its long service on top). When it is full, a new
   request evicts the lowest-priority queued one if its own priority is higher; otherwise
   it is shed. A queued request whose deadline passes is shed.
-- ``on_bind`` hooks (``(request, backend)``, e.g. the ``prefix-affinity`` scorer's index)
-  run synchronously each time a request is bound, right after its lease is taken.
+- ``on_bind`` hooks (``(request, backend)``; the balancer adds its profile's bind
+  observers, e.g. the ``prefix-affinity`` scorer's index) run synchronously each time a
+  request is bound, right after its lease is taken.
 - ``pump()`` runs whenever a slot may have freed (a lease released, an undrain, an
   ejection ending, a hold running out); it hands leases to queued requests in order while
   slots remain, looking at most ``max_scan`` entries past the ones it binds (held entries
@@ -41,39 +43,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from regions.balancer.backends import BackendPool, Lease
 from regions.balancer.errors import NoBackendError, ShedError
-from regions.balancer.filters.capacity import NAME as CAPACITY
 from regions.balancer.pipeline import Decision, Profile
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
 HOLD = "late-binding"  # Decision.stopped_at of a request held for a better backend
-
-
-@runtime_checkable
-class BindingAdvisor(Protocol):
-    """A plugin that refines requests' sizes and may ask to hold a request rather than bind
-    it to ``chosen`` now."""
-
-    def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
-        """The request with its predicted size refined (learning from it if ``learn``)."""
-        ...
-
-    def acceptable(self, request: RequestInfo, chosen: BackendSnapshot) -> bool:
-        """Cheap: True means bind now (``hold_s`` is not asked)."""
-        ...
-
-    def precedence_s(self, request: RequestInfo) -> float:
-        """Seconds earlier than its arrival the request counts in the queue's order."""
-        ...
-
-    def hold_s(
-        self, request: RequestInfo, chosen: BackendSnapshot, eligible: Sequence[BackendSnapshot]
-    ) -> float:
-        """Seconds the request may wait for a better backend (0: bind now)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -110,10 +86,8 @@ class Dispatcher:
         self.shed_counts: dict[str, int] = {}
         self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
         self.holds = 0  # requests held for a better backend (counted once each)
-        self._advisors = [
-            ws.scorer for ws in profile.scorers if isinstance(ws.scorer, BindingAdvisor)
-        ]
-        self._eligibility = tuple(f for f in profile.filters if f.name != CAPACITY)
+        self._waits_at = profile.waits_at | {HOLD}
+        self._eligibility = tuple(f for f in profile.filters if f.name not in profile.waits_at)
         pool.on_change = self.pump
 
     @property
@@ -139,11 +113,11 @@ class Dispatcher:
         chosen = decision.chosen
         if chosen is None:
             return None, decision, 0.0
-        for advisor in self._advisors:
-            if advisor.acceptable(request, chosen):
+        for policy in self.profile.hold_policies:
+            if policy.acceptable(request, chosen):
                 continue
             eligible = self._eligible(request, snapshot.backends, chosen)
-            hold = advisor.hold_s(request, chosen, eligible)
+            hold = policy.hold_s(request, chosen, eligible)
             if waited_s < hold:
                 return None, Decision(None, HOLD, decision.steps), hold
         # only a stream's first byte says when its prompt has prefilled
@@ -156,7 +130,7 @@ class Dispatcher:
     def _eligible(
         self, request: RequestInfo, backends: Sequence[BackendSnapshot], chosen: BackendSnapshot
     ) -> list[BackendSnapshot]:
-        """The backends every filter but ``capacity`` keeps (full ones included); in a
+        """The backends every filter but the waitable ones keeps (full ones included); in a
         large region (over ``4 * sample`` backends) of a random sample of ``2 * sample``
         of them and the chosen one, as the pipeline samples its candidates."""
         sample = self.profile.sample
@@ -168,12 +142,12 @@ class Dispatcher:
         return [b for b in backends if all(check(request, b) is None for check in checks)]
 
     def _precedence_s(self, request: RequestInfo) -> float:
-        return max((a.precedence_s(request) for a in self._advisors), default=0.0)
+        return max((r.precedence_s(request) for r in self.profile.refiners), default=0.0)
 
     def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
-        """``request`` as the advisors size it (unchanged without advisors)."""
-        for advisor in self._advisors:
-            request = advisor.refine(request, learn=learn)
+        """``request`` as the refiners size it (unchanged without refiners)."""
+        for refiner in self.profile.refiners:
+            request = refiner.refine(request, learn=learn)
         return request
 
     async def acquire(self, request: RequestInfo, timeout_s: float | None = None) -> Lease:
@@ -182,7 +156,7 @@ class Dispatcher:
         lease, decision, hold = self._bind(request, 0.0)
         if lease is not None:
             return lease
-        if decision.stopped_at not in (CAPACITY, HOLD):
+        if decision.stopped_at not in self._waits_at:
             raise _no_backend(request, decision)
         self._make_room(request)
         loop = asyncio.get_running_loop()
@@ -252,7 +226,7 @@ class Dispatcher:
                     del self._queue[i]
                     entry.future.set_result(lease)
                     continue
-                if decision.stopped_at not in (CAPACITY, HOLD):
+                if decision.stopped_at not in self._waits_at:
                     del self._queue[i]
                     entry.future.set_exception(_no_backend(entry.request, decision))
                     continue

@@ -37,6 +37,7 @@ import asyncio
 import dataclasses
 import ipaddress
 import json
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -71,11 +72,15 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
+from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
 
 SHUTDOWN_TIMEOUT_S = 2.0
 MODELS_TIMEOUT_S = 2.0
+TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class Balancer:
             capacity=cfg.capacity,
         )
         self.registry = register_builtin_plugins(Registry())
+        self.timings = PluginTimings(every=TIMED_EVERY)
         self.profile = build_profile(
             self.registry,
             filters=cfg.filters,
@@ -149,13 +155,17 @@ class Balancer:
             picker=cfg.picker,
             rng=rng or random.Random(0),
             scorer_params=cfg.scorer_params,
+            timings=self.timings,
         )
+        for note in self.profile.notes:
+            log.warning("region %s: profile: %s", region, note)
         self.dispatcher = Dispatcher(self.pool, self.profile, cfg.admission)
-        for ws in self.profile.scorers:  # e.g. prefix-affinity learns what each backend holds
-            hook = getattr(ws.scorer, "on_bind", None)
-            if hook is not None:
-                self.dispatcher.on_bind.append(hook)
+        # e.g. prefix-affinity learns what each backend holds
+        self.dispatcher.on_bind.extend(o.on_bind for o in self.profile.bind_observers)
         self.metrics = BalancerMetrics(region, self.dispatcher)
+        self.metrics.registry.register(TimingsCollector(
+            self.timings, "director_balancer_plugin_seconds",
+            f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed"))
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
         self.proxy = Proxy(
             ProxySettings(

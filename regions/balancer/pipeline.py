@@ -1,31 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The scheduling pipeline: filters drop, weighted scorers rank, a picker chooses.
+"""The regional profile: the routing core's runner (``routing.profile``) over a region's
+backend views, with the extension points admission uses around it.
 
 ``Profile.run(snapshot, request)`` is the hot path: synchronous, over a ``RegionSnapshot``
-of immutable backend views, no I/O, no locks, no awaits; each filter and scorer makes one
-pass over the candidates (``Filter.keep``). With ``explain=True`` the same steps run
-through each filter's ``check``, which says why, and are recorded as data
-(``Decision.steps``): what each filter dropped and why, each scorer's value per candidate,
-the weighted totals and the pick. Both pick the same backend
-(``tests/balancer/test_fast_path.py``).
+of immutable backend views, no I/O, no locks, no awaits; with more than ``sample``
+backends it first considers a random sample plus the backends the affinity scorers
+nominate. With ``explain=True`` every step is recorded (``Decision.steps``): what each
+filter dropped and why, each scorer's value per candidate, the weighted totals and the
+pick. Both pick the same backend (``tests/balancer/test_fast_path.py``).
 
-Large regions: with more than ``sample`` backends, a run first considers ``sample`` of them
-drawn at random, with replacement (the power of k choices: with k = 8 the pick is nearly as
-good as over all of them, at a cost that does not grow with the region) and falls back to
-all of them when no sampled backend can take the request, so sampling never turns a
-servable request away or makes it wait. ``sample = 0`` always considers every backend.
-Scorers that favour particular backends whatever their load (prefix and session
-affinity) name them (``Preferring.preferred``) and those join the sample, so affinity
-does not miss its backend in a large region.
+Besides filters, scorers and a picker, a profile carries the plugins that fill the
+regional extension points, as their registry entries declare them: ``refiners`` size a
+request before it is routed, ``hold_policies`` may keep it waiting for a better backend,
+``bind_observers`` learn where it went, and ``waits_at`` names the filters whose drops
+mean "no room now" (the request waits in the region queue) rather than "never".
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from math import trunc
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from regions.balancer.types import (
     BackendSnapshot,
@@ -33,23 +29,20 @@ from regions.balancer.types import (
     Picker,
     RegionSnapshot,
     RequestInfo,
-    Scorer,
 )
-
-
-@runtime_checkable
-class Preferring(Protocol):
-    """A scorer that favours particular backends (by affinity, not load)."""
-
-    def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
-        """Indices into ``backends`` this scorer would favour for ``request``."""
-        ...
-
-
-@dataclass(frozen=True)
-class WeightedScorer:
-    scorer: Scorer
-    weight: float = 1.0
+from routing import (
+    BindObserver,
+    FilterStep,
+    HoldPolicy,
+    PickStep,
+    Refiner,
+    SampleStep,
+    ScoreStep,
+    WeightedScorer,
+    weighted_totals,
+)
+from routing import Profile as CoreProfile
+from routing import Step as CoreStep
 
 
 class Decision(NamedTuple):
@@ -76,133 +69,70 @@ _new_tuple = tuple.__new__
 
 @dataclass(frozen=True)
 class Profile:
-    """One scheduling profile: filters in order, weighted scorers, one picker."""
+    """One regional profile: the core profile and the plugins of each extension point."""
 
-    name: str
-    filters: tuple[Filter, ...]
-    scorers: tuple[WeightedScorer, ...]
-    picker: Picker
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    sample: int = 0
-    rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
-    _preferring: tuple[Preferring, ...] = field(init=False, repr=False, compare=False)
-    # the lean run's calls, bound once: (keep, name) per filter, (score, weight) per scorer
-    _keeps: tuple[tuple[Callable[..., Sequence[BackendSnapshot]], str], ...] = field(
-        init=False, repr=False, compare=False)
-    _scores: tuple[tuple[Callable[..., list[float]], float], ...] = field(
-        init=False, repr=False, compare=False)
-    _draws: range = field(init=False, repr=False, compare=False)  # range(sample)
+    core: CoreProfile[RequestInfo, BackendSnapshot]
+    refiners: tuple[Refiner[RequestInfo], ...] = ()
+    hold_policies: tuple[HoldPolicy[RequestInfo, BackendSnapshot], ...] = ()
+    bind_observers: tuple[BindObserver[RequestInfo, BackendSnapshot], ...] = ()
+    waits_at: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()  # parameters clamped when it was built
 
-    def __post_init__(self) -> None:
-        preferring = tuple(ws.scorer for ws in self.scorers if isinstance(ws.scorer, Preferring))
-        object.__setattr__(self, "_preferring", preferring)
-        object.__setattr__(self, "_keeps", tuple((f.keep, f.name) for f in self.filters))
-        object.__setattr__(
-            self, "_scores", tuple((ws.scorer.score, ws.weight) for ws in self.scorers))
-        object.__setattr__(self, "_draws", range(self.sample))
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    @property
+    def filters(self) -> tuple[Filter, ...]:
+        return self.core.filters
+
+    @property
+    def scorers(self) -> tuple[WeightedScorer[RequestInfo, BackendSnapshot], ...]:
+        return self.core.scorers
+
+    @property
+    def picker(self) -> Picker:
+        return self.core.picker
+
+    @property
+    def sample(self) -> int:
+        return self.core.sample
+
+    @property
+    def rng(self) -> random.Random:
+        return self.core.rng
 
     def run(
         self, snapshot: RegionSnapshot, request: RequestInfo, *, explain: bool = False
     ) -> Decision:
-        run_on = self._explained if explain else self._pick
-        backends = snapshot.backends
-        if self.sample and len(backends) > self.sample:
-            n, rnd = len(backends), self.rng.random
-            # trunc: the same int as int(), through a cheaper call
-            picked = {trunc(rnd() * n) for _ in self._draws}
-            for preferring in self._preferring:
-                picked.update(preferring.preferred(request, backends))
-            sampled = [backends[i] for i in picked]
-            decision = run_on(sampled, request)
-            if decision.chosen is not None:
-                if explain:
-                    step = {"stage": "sample", "kept": [b.name for b in sampled],
-                            "of": len(backends)}
-                    return Decision(decision.chosen, None, (step, *decision.steps))
-                return decision
-        return run_on(backends, request)
-
-    def _explained(self, backends: Sequence[BackendSnapshot], request: RequestInfo) -> Decision:
-        """One run that records every step (``explain``): each filter's verdict and reason
-        per backend, each scorer's values, the totals and the pick."""
-        steps: list[dict[str, Any]] = []
-        candidates: Sequence[BackendSnapshot] = backends
-        for flt in self.filters:
-            kept: list[BackendSnapshot] = []
-            dropped: dict[str, str] = {}
-            for b in candidates:
-                reason = flt.check(request, b)
-                if reason is None:
-                    kept.append(b)
-                else:
-                    dropped[b.name] = reason
-            steps.append(
-                {
-                    "stage": "filter",
-                    "plugin": flt.name,
-                    "kept": [b.name for b in kept],
-                    "dropped": dropped,
-                }
-            )
-            if not kept:
-                return Decision(None, flt.name, tuple(steps))
-            candidates = kept
-        totals = [0.0] * len(candidates)
-        for ws in self.scorers:
-            values = ws.scorer.score(request, candidates)
-            for i, v in enumerate(values):
-                totals[i] += ws.weight * v
-            steps.append(
-                {
-                    "stage": "scorer",
-                    "plugin": ws.scorer.name,
-                    "weight": ws.weight,
-                    "scores": {
-                        b.name: round(v, 6) for b, v in zip(candidates, values, strict=True)
-                    },
-                }
-            )
-        index = self.picker.pick(candidates, totals)
-        chosen = candidates[index]
-        steps.append(
-            {
-                "stage": "picker",
-                "plugin": self.picker.name,
-                "totals": {b.name: round(t, 6) for b, t in zip(candidates, totals, strict=True)},
-                "chosen": chosen.name,
-            }
-        )
-        return Decision(chosen, None, tuple(steps))
-
-    def _pick(self, candidates: Sequence[BackendSnapshot], request: RequestInfo) -> Decision:
-        """The same run without the record: what every request takes (kept lean: each
-        filter and scorer makes one pass over the candidates, through calls bound once)."""
-        for keep, name in self._keeps:
-            candidates = keep(request, candidates)
-            if not candidates:
-                return Decision(None, name)
-        totals = _weighted_totals(
-            [(score(request, candidates), weight) for score, weight in self._scores],
-            len(candidates),
-        )
-        chosen = candidates[self.picker.pick(candidates, totals)]
-        return _new_tuple(Decision, (chosen, None, ()))  # Decision(chosen), without its __new__
+        outcome = self.core.run(request, snapshot.backends, explain=explain)
+        order = outcome.order
+        if explain:
+            steps = tuple(_rendered(step) for step in outcome.steps)
+            return Decision(order[0] if order else None, outcome.stopped_at, steps)
+        if order:
+            return _new_tuple(Decision, (order[0], None, ()))  # without Decision's __new__
+        return Decision(None, outcome.stopped_at)
 
 
-def _weighted_totals(scored: list[tuple[list[float], float]], n: int) -> list[float]:
-    """``sum(weight * value)`` per candidate, added left to right from the first scorer's
-    product: ``((w0 * a + w1 * b) + w2 * c)``, the same floats as a running total from the
-    first term. One pass for up to three scorers (the default profile has three)."""
-    if not scored:
-        return [0.0] * n
-    if len(scored) == 1:
-        [(a, wa)] = scored
-        return [wa * x for x in a]
-    if len(scored) == 2:
-        (a, wa), (b, wb) = scored
-        return [wa * x + wb * y for x, y in zip(a, b, strict=False)]
-    (a, wa), (b, wb), (c, wc) = scored[:3]
-    totals = [wa * x + wb * y + wc * z for x, y, z in zip(a, b, c, strict=False)]
-    for values, weight in scored[3:]:
-        totals = [t + weight * v for t, v in zip(totals, values, strict=False)]
-    return totals
+def _names(backends: Sequence[BackendSnapshot]) -> list[str]:
+    return [b.name for b in backends]
+
+
+def _rendered(step: CoreStep) -> dict[str, Any]:
+    """One trace step in the balancer's explain format."""
+    if isinstance(step, SampleStep):
+        return {"stage": "sample", "kept": _names(step.kept), "of": step.of}
+    if isinstance(step, FilterStep):
+        return {"stage": "filter", "plugin": step.plugin, "kept": _names(step.kept),
+                "dropped": {b.name: reason for b, reason in step.dropped.items()}}
+    if isinstance(step, ScoreStep):
+        values = step.values or ()
+        return {"stage": "scorer", "plugin": step.plugin, "weight": step.weight,
+                "scores": {b.name: round(v, 6)
+                           for b, v in zip(step.candidates, values, strict=True)}}
+    assert isinstance(step, PickStep)
+    totals = weighted_totals(step.columns, len(step.candidates))
+    return {"stage": "picker", "plugin": step.plugin,
+            "totals": {b.name: round(t, 6) for b, t in zip(step.candidates, totals, strict=True)},
+            "chosen": step.order[0].name}

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The plugin registry: plugin factories by kind and name, filled once, then frozen.
+"""The regional plugins in the routing core's registry (``routing.Registry``), and the
+profile built from their names.
 
 ``register_builtin_plugins(registry)`` fills it explicitly at start-up (no import-time
-side effects); ``freeze()`` forbids later writes. ``build_profile`` turns names (as a
-policy file would spell them) into a ``Profile``.
+side effects) and freezes it. Each plugin is one ``PluginSpec`` line: its kind, factory,
+declared parameters and the roles it fills beyond its kind (nominator, refiner, hold
+policy, bind observer; ``waitable`` for the filter whose drops mean "wait"), so admission
+and the balancer read the roles from the profile instead of inspecting plugins.
+``build_profile`` turns names (as a policy file would spell them) into a ``Profile``.
 
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
 ``outstanding-work``, ``queue-depth``, ``least-requests`` (the default profile's only
@@ -20,8 +24,7 @@ speeds learned per concurrency.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
 
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.filters.capacity import CapacityFilter
@@ -32,81 +35,60 @@ from regions.balancer.pickers.max_score import MaxScorePicker
 from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
 from regions.balancer.pickers.round_robin import RoundRobinPicker
 from regions.balancer.pickers.weighted_random import WeightedRandomPicker
-from regions.balancer.pipeline import Profile, WeightedScorer
+from regions.balancer.pipeline import Profile
+from regions.balancer.scorers import (
+    expected_finish,
+    latency_ewma,
+    prefix_affinity,
+    scraped_load,
+    session_affinity,
+    size_aware,
+)
 from regions.balancer.scorers.completion_time import CompletionTimeScorer
-from regions.balancer.scorers.expected_finish import ExpectedFinishScorer
-from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
 from regions.balancer.scorers.least_requests import LeastRequestsScorer
 from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.queue_depth import QueueDepthScorer
-from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
-from regions.balancer.scorers.session_affinity import SessionAffinityScorer
-from regions.balancer.scorers.size_aware import SizeAwareScorer
-
-Kind = Literal["filter", "scorer", "picker"]
-Factory = Callable[..., Any]
+from routing import Kind, PluginSpec, PluginTimings, Registry, RegistryError, Role, WeightedScorer
+from routing import Profile as CoreProfile
 
 DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
 DEFAULT_SCORERS = (("least-requests", 1.0),)
 DEFAULT_PICKER = "max-score"
 DEFAULT_SAMPLE = 8
 
+FILTER, SCORER, PICKER = Kind.FILTER, Kind.SCORER, Kind.PICKER
+NOMINATOR, REFINER, HOLD, BIND = Role.NOMINATOR, Role.REFINER, Role.HOLD_POLICY, Role.BIND_OBSERVER
 
-class Registry:
-    """Factories by ``(kind, name)``; read-only once frozen."""
-
-    def __init__(self) -> None:
-        self._factories: dict[tuple[str, str], Factory] = {}
-        self._frozen = False
-
-    def register(self, kind: Kind, name: str, factory: Factory) -> None:
-        if self._frozen:
-            raise BalancerConfigError(f"registry: frozen; cannot register {kind} {name!r}")
-        if (kind, name) in self._factories:
-            raise BalancerConfigError(f"registry: {kind} {name!r} is already registered")
-        self._factories[(kind, name)] = factory
-
-    def freeze(self) -> None:
-        self._frozen = True
-
-    def create(self, kind: Kind, name: str, **params: Any) -> Any:
-        try:
-            factory = self._factories[(kind, name)]
-        except KeyError:
-            known = ", ".join(sorted(n for k, n in self._factories if k == kind))
-            raise BalancerConfigError(
-                f"profile: unknown {kind} {name!r} (known: {known})"
-            ) from None
-        try:
-            return factory(**params)
-        except (TypeError, ValueError) as exc:  # an unknown parameter, a value out of range
-            raise BalancerConfigError(f"profile: {kind} {name!r}: {exc}") from None
-
-    def names(self, kind: Kind) -> list[str]:
-        return sorted(n for k, n in self._factories if k == kind)
+BUILTIN = (
+    PluginSpec(FILTER, "model", ModelFilter),
+    PluginSpec(FILTER, "health", HealthFilter),
+    PluginSpec(FILTER, "not-tried", NotTriedFilter),
+    PluginSpec(FILTER, "capacity", CapacityFilter, roles=frozenset({Role.WAITABLE})),
+    PluginSpec(SCORER, "outstanding-work", OutstandingWorkScorer),
+    PluginSpec(SCORER, "queue-depth", QueueDepthScorer),
+    PluginSpec(SCORER, "least-requests", LeastRequestsScorer),
+    PluginSpec(SCORER, "completion-time", CompletionTimeScorer),
+    PluginSpec(SCORER, "latency-ewma", latency_ewma.LatencyEwmaScorer, latency_ewma.PARAMS),
+    PluginSpec(SCORER, "scraped-load", scraped_load.ScrapedLoadScorer, scraped_load.PARAMS),
+    PluginSpec(SCORER, "prefix-affinity", prefix_affinity.PrefixAffinityScorer,
+               prefix_affinity.PARAMS, frozenset({NOMINATOR, BIND})),
+    PluginSpec(SCORER, "session-affinity", session_affinity.SessionAffinityScorer,
+               session_affinity.PARAMS, frozenset({NOMINATOR})),
+    PluginSpec(SCORER, "size-aware", size_aware.SizeAwareScorer, size_aware.PARAMS,
+               frozenset({REFINER, HOLD, BIND})),
+    PluginSpec(SCORER, "expected-finish", expected_finish.ExpectedFinishScorer,
+               expected_finish.PARAMS, frozenset({HOLD})),
+    PluginSpec(PICKER, "max-score", MaxScorePicker),
+    PluginSpec(PICKER, "power-of-two", PowerOfTwoPicker),
+    PluginSpec(PICKER, "round-robin", RoundRobinPicker),
+    PluginSpec(PICKER, "weighted-random", WeightedRandomPicker),
+)
 
 
 def register_builtin_plugins(registry: Registry) -> Registry:
     """Register every built-in plugin and freeze the registry; returns it."""
-    registry.register("filter", "model", ModelFilter)
-    registry.register("filter", "health", HealthFilter)
-    registry.register("filter", "not-tried", NotTriedFilter)
-    registry.register("filter", "capacity", CapacityFilter)
-    registry.register("scorer", "outstanding-work", OutstandingWorkScorer)
-    registry.register("scorer", "queue-depth", QueueDepthScorer)
-    registry.register("scorer", "least-requests", LeastRequestsScorer)
-    registry.register("scorer", "completion-time", CompletionTimeScorer)
-    registry.register("scorer", "latency-ewma", LatencyEwmaScorer)
-    registry.register("scorer", "scraped-load", ScrapedLoadScorer)
-    registry.register("scorer", "prefix-affinity", PrefixAffinityScorer)
-    registry.register("scorer", "session-affinity", SessionAffinityScorer)
-    registry.register("scorer", "size-aware", SizeAwareScorer)
-    registry.register("scorer", "expected-finish", ExpectedFinishScorer)
-    registry.register("picker", "max-score", MaxScorePicker)
-    registry.register("picker", "power-of-two", PowerOfTwoPicker)
-    registry.register("picker", "round-robin", RoundRobinPicker)
-    registry.register("picker", "weighted-random", WeightedRandomPicker)
+    for spec in BUILTIN:
+        registry.register(spec)
     registry.freeze()
     return registry
 
@@ -121,23 +103,41 @@ def build_profile(
     rng: random.Random | None = None,
     sample: int = DEFAULT_SAMPLE,
     scorer_params: Mapping[str, Mapping[str, float]] | None = None,
+    timings: PluginTimings | None = None,
 ) -> Profile:
     """A ``Profile`` from plugin names; the picker and the sampling share the injected
-    ``rng``; ``sample``: see ``pipeline`` (0: always every backend); ``scorer_params``:
-    keyword arguments per scorer name (e.g. ``{"size-aware": {"hold": 0.5}}``)."""
+    ``rng``; ``sample``: see ``routing.profile`` (0: always every backend);
+    ``scorer_params``: parameters per scorer name (e.g. ``{"size-aware": {"hold": 0.5}}``),
+    checked against each scorer's declaration and clamped; ``timings``: where the profile
+    records its plugins' run times."""
     rng = rng or random.Random(0)
     params = dict(scorer_params or {})
     unused = sorted(set(params) - {s for s, _ in scorers})
     if unused:
         raise BalancerConfigError(f"profile: parameters for scorers not in it: {unused}")
-    return Profile(
+    try:
+        built_filters = [registry.create(FILTER, f) for f in filters]
+        built_scorers = [(registry.create(SCORER, s, params.get(s, {})), float(w))
+                         for s, w in scorers]
+        built_picker = registry.create(PICKER, picker, rng=rng)
+    except RegistryError as exc:
+        raise BalancerConfigError(f"profile: {exc}") from None
+    core = CoreProfile(
         name=name,
-        filters=tuple(registry.create("filter", f) for f in filters),
-        scorers=tuple(
-            WeightedScorer(registry.create("scorer", s, **params.get(s, {})), float(w))
-            for s, w in scorers
-        ),
-        picker=registry.create("picker", picker, rng=rng),
+        filters=tuple(b.plugin for b in built_filters),
+        scorers=tuple(WeightedScorer(b.plugin, w) for b, w in built_scorers),
+        picker=built_picker.plugin,
+        nominators=tuple(b.plugin for b, _ in built_scorers if b.has(NOMINATOR)),
         sample=sample,
         rng=rng,
+        timings=timings,
+    )
+    scorer_plugins = [b for b, _ in built_scorers]
+    return Profile(
+        core,
+        refiners=tuple(b.plugin for b in scorer_plugins if b.has(REFINER)),
+        hold_policies=tuple(b.plugin for b in scorer_plugins if b.has(HOLD)),
+        bind_observers=tuple(b.plugin for b in scorer_plugins if b.has(BIND)),
+        waits_at=frozenset(b.spec.name for b in built_filters if b.has(Role.WAITABLE)),
+        notes=tuple(note for b in (*built_filters, *scorer_plugins) for note in b.notes),
     )

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Types shared by the balancer's pipeline: the parsed request, the backend view, and the
-three plugin Protocols (filter, scorer, picker).
+routing core's plugin kinds (filter, scorer, picker) over them.
 
 Plugins are pure: they read a ``RequestInfo`` and ``BackendSnapshot`` values, never the
 mutable pool, and never await.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+
+from routing import plugins
 
 
 class Endpoint(enum.Enum):
@@ -136,31 +137,7 @@ class RegionSnapshot:
         )
 
 
-class Filter(Protocol):
-    """Drops candidates: ``check`` returns ``None`` to keep ``backend``, or the reason to
-    drop it; ``keep`` is the same verdict over many candidates at once, without reasons
-    (what every request runs): the candidates ``check`` keeps, in order."""
-
-    name: str
-
-    def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None: ...
-
-    def keep(
-        self, request: RequestInfo, candidates: Sequence[BackendSnapshot]
-    ) -> Sequence[BackendSnapshot]: ...
-
-
-class Scorer(Protocol):
-    """Scores every candidate in [0, 1], higher is better, one value per candidate."""
-
-    name: str
-
-    def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]: ...
-
-
-class Picker(Protocol):
-    """Chooses one candidate index from the weighted total scores (never empty)."""
-
-    name: str
-
-    def pick(self, candidates: Sequence[BackendSnapshot], scores: Sequence[float]) -> int: ...
+# the routing core's plugin kinds over this tier's request and backend view
+Filter = plugins.Filter[RequestInfo, BackendSnapshot]
+Scorer = plugins.Scorer[RequestInfo, BackendSnapshot]
+Picker = plugins.Picker[BackendSnapshot]

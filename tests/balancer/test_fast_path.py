@@ -16,7 +16,7 @@ from regions.balancer.filters.capacity import CapacityFilter
 from regions.balancer.filters.health import HealthFilter
 from regions.balancer.filters.model import ModelFilter
 from regions.balancer.filters.not_tried import NotTriedFilter
-from regions.balancer.pipeline import Profile, _weighted_totals
+from regions.balancer.pipeline import Profile
 from regions.balancer.registry import (
     DEFAULT_SCORERS,
     Registry,
@@ -31,6 +31,7 @@ from regions.balancer.scorers.session_affinity import (
     rendezvous_weight,
 )
 from regions.balancer.types import BackendSnapshot, RegionSnapshot, RequestInfo
+from routing.combine import weighted_totals
 from tests.balancer.helpers import req, snap
 
 MODELS = ("m1", "m2", "m3")
@@ -187,7 +188,7 @@ def test_weighted_totals_are_the_running_total_from_zero(scorers: int) -> None:
         for values, weight in scored:
             for i, v in enumerate(values):
                 expected[i] += weight * v
-        assert _weighted_totals(scored, n) == expected
+        assert weighted_totals(scored, n) == expected
 
 
 FILTERS = [ModelFilter(), HealthFilter(), NotTriedFilter(), CapacityFilter()]

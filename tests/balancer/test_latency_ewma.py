@@ -10,6 +10,7 @@ from regions.balancer import BalancerConfig, OutlierConfig
 from regions.balancer.registry import Registry, register_builtin_plugins
 from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
 from regions.simulator import Fault, FaultMode
+from routing import Kind
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion
 
 
@@ -68,7 +69,7 @@ def test_latency_ewma_scorer(plugin, candidates, expected) -> None:
 
 def test_registered_under_its_name() -> None:
     registry = register_builtin_plugins(Registry())
-    assert isinstance(registry.create("scorer", "latency-ewma"), LatencyEwmaScorer)
+    assert isinstance(registry.create(Kind.SCORER, "latency-ewma").plugin, LatencyEwmaScorer)
 
 
 async def test_proxy_feeds_the_ttft_average_and_the_scorer_prefers_the_fast_server() -> None:

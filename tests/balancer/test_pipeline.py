@@ -15,6 +15,7 @@ from regions.balancer.registry import (
     register_builtin_plugins,
 )
 from regions.balancer.types import RegionSnapshot
+from routing import Kind, PluginSpec, RegistryError
 from tests.balancer.helpers import req, snap
 
 
@@ -74,11 +75,11 @@ def test_hot_path_builds_no_explanation() -> None:
 
 def test_registry_is_frozen_and_names_unknown_plugins() -> None:
     registry = register_builtin_plugins(Registry())
-    with pytest.raises(BalancerConfigError, match="frozen"):
-        registry.register("filter", "x", object)
+    with pytest.raises(RegistryError, match="frozen"):
+        registry.register(PluginSpec(Kind.FILTER, "x", object))
     with pytest.raises(BalancerConfigError, match="unknown picker 'nope'"):
         build_profile(registry, picker="nope")
-    assert registry.names("picker") == [
+    assert registry.names(Kind.PICKER) == [
         "max-score", "power-of-two", "round-robin", "weighted-random"
     ]
 

@@ -21,10 +21,10 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.backends import BackendPool, ScrapedLoad
-from regions.balancer.errors import BalancerConfigError
 from regions.balancer.registry import Registry, register_builtin_plugins
 from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
 from regions.simulator import EngineConfig, Fleet, ServerSpec
+from routing import Kind, RegistryError
 from state import EmbeddedValkey, StateStore
 from state.records import GpuLoad
 from tests.balancer.helpers import MODEL, completion, eventually, req, snap, stack
@@ -120,8 +120,8 @@ def test_scraped_load_scorer(plugin, candidates, expected) -> None:
 )
 def test_bad_parameters_are_refused(params) -> None:
     registry = register_builtin_plugins(Registry())
-    with pytest.raises(BalancerConfigError, match="scorer scraped-load"):
-        registry.create("scorer", "scraped-load", **params)
+    with pytest.raises(RegistryError, match="scorer 'scraped-load'"):
+        registry.create(Kind.SCORER, "scraped-load", params)
 
 
 def test_scraped_values_reach_the_snapshot() -> None:

@@ -120,7 +120,7 @@ def test_loads_stay_within_c_times_the_mean(c: float) -> None:
 
 
 def test_c_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="c: must be >= 1"):
+    with pytest.raises(ValueError, match="session-affinity: c: at least 1"):
         SessionAffinityScorer(0.9)
 
 

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.plugins import FilterBase
 
 NAME = "capacity"
 
 
 @dataclass(frozen=True)
-class CapacityFilter:
+class CapacityFilter(FilterBase[RequestInfo, BackendSnapshot]):
     name: str = NAME
 
     def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:

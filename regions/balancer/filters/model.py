@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.plugins import FilterBase
 
 
 @dataclass(frozen=True)
-class ModelFilter:
+class ModelFilter(FilterBase[RequestInfo, BackendSnapshot]):
     name: str = "model"
 
     def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.plugins import FilterBase
 
 
 @dataclass(frozen=True)
-class NotTriedFilter:
+class NotTriedFilter(FilterBase[RequestInfo, BackendSnapshot]):
     name: str = "not-tried"
 
     def check(self, request: RequestInfo, backend: BackendSnapshot) -> str | None:

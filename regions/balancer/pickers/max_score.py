@@ -12,13 +12,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from regions.balancer.pickers.totals import TotalsPicker
 from regions.balancer.types import BackendSnapshot
 
 TIE_EPSILON = 1e-12
 
 
 @dataclass
-class MaxScorePicker:
+class MaxScorePicker(TotalsPicker):
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     name: str = "max-score"
 

@@ -12,11 +12,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from regions.balancer.pickers.totals import TotalsPicker
 from regions.balancer.types import BackendSnapshot
 
 
 @dataclass
-class PowerOfTwoPicker:
+class PowerOfTwoPicker(TotalsPicker):
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     name: str = "power-of-two"
 

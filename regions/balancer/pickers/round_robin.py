@@ -14,13 +14,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from regions.balancer.pickers.totals import TotalsPicker
 from regions.balancer.types import BackendSnapshot
 
 _WRAP = 1 << 30  # larger than any backend index
 
 
 @dataclass
-class RoundRobinPicker:
+class RoundRobinPicker(TotalsPicker):
     rng: random.Random | None = None
     name: str = "round-robin"
     cursor: int = 0

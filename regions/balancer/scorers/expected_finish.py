@@ -21,7 +21,7 @@ same speed. Before a backend's model is fitted its plain learned rate stands in 
 prior before that). Reads ``in_flight``, ``cap``, ``work_tokens``, ``prefill_tokens`` and the
 learned speed from the snapshot; the request's predicted output and prompt cost.
 
-Late binding (a ``BindingAdvisor`` for ``admission``): when the backend chosen among those
+Late binding (a hold policy for ``admission``): when the backend chosen among those
 with room would finish the request more than ``hold`` times later than the best of all
 eligible backends, full ones included (their finish counts the wait for a slot), the request
 waits in the region queue for that difference at most, offered each slot that frees. Off by
@@ -36,6 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
+
+PARAMS = (Param("hold", 0.0, low=1.0, off=0.0),)
 
 
 def finish_s(request: RequestInfo, b: BackendSnapshot) -> float:
@@ -55,24 +58,17 @@ class ExpectedFinishScorer:
     name: str = "expected-finish"
 
     def __post_init__(self) -> None:
-        if self.hold < 0 or (0 < self.hold < 1):
-            raise ValueError(f"hold: 0 (off) or at least 1, got {self.hold}")
+        validate(self.name, PARAMS, self)
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         finish = [finish_s(request, b) for b in candidates]
         best = min(finish)
         return [best / f if f > 0 else 1.0 for f in finish]
 
-    # -- late binding (admission.BindingAdvisor) -------------------------------------------
-
-    def refine(self, request: RequestInfo, *, learn: bool = True) -> RequestInfo:
-        return request
+    # -- late binding (a hold policy) -------------------------------------------------------
 
     def acceptable(self, request: RequestInfo, chosen: BackendSnapshot) -> bool:
         return self.hold == 0 or chosen.in_flight == 0
-
-    def precedence_s(self, request: RequestInfo) -> float:
-        return 0.0
 
     def hold_s(self, request: RequestInfo, chosen: BackendSnapshot,
                eligible: Sequence[BackendSnapshot]) -> float:

@@ -25,14 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
 
 MIN_TTFT_S = 1e-6
+PARAMS = (Param("min_samples", 3, low=1, integer=True),)
 
 
 @dataclass(frozen=True)
 class LatencyEwmaScorer:
     name: str = "latency-ewma"
     min_samples: int = 3
+
+    def __post_init__(self) -> None:
+        validate(self.name, PARAMS, self)
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         known = [

@@ -27,6 +27,9 @@ from regions.balancer.affinity_index import AffinityIndex
 from regions.balancer.load_bound import load_cap, within_bound
 from regions.balancer.name_positions import NamePositions
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
+
+PARAMS = (Param("epsilon", 0.25, low=0.0),)
 
 
 @dataclass
@@ -37,8 +40,7 @@ class PrefixAffinityScorer:
     _positions: NamePositions = field(default_factory=NamePositions, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.epsilon < 0:
-            raise ValueError(f"prefix-affinity: epsilon: must be >= 0, got {self.epsilon}")
+        validate(self.name, PARAMS, self)
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         prefix = request.prefix

@@ -29,6 +29,13 @@ from dataclasses import dataclass
 
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
+
+PARAMS = (
+    Param("kv_weight", 1.0, low=0.0),
+    Param("queue_weight", 1.0, low=0.0),
+    Param("queue_scale", 4.0, low=0.0, above_low=True),
+)
 
 
 def _neutral_filled(values: list[float | None]) -> list[float]:
@@ -46,12 +53,11 @@ class ScrapedLoadScorer:
     queue_scale: float = 4.0
 
     def __post_init__(self) -> None:
-        if self.kv_weight < 0 or self.queue_weight < 0 or self.kv_weight + self.queue_weight <= 0:
+        validate(self.name, PARAMS, self)
+        if self.kv_weight + self.queue_weight <= 0:
             raise BalancerConfigError(
-                f"scorer {self.name}: kv_weight, queue_weight: must be >= 0, not both 0"
+                f"{self.name}: kv_weight, queue_weight: must not both be 0"
             )
-        if not self.queue_scale > 0:
-            raise BalancerConfigError(f"scorer {self.name}: queue_scale: must be > 0")
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
         cache = _neutral_filled(

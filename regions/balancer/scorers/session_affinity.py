@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from regions.balancer.load_bound import load_cap, within_bound
 from regions.balancer.name_positions import NamePositions
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
 
 _MASK = (1 << 64) - 1
 PREFERRED = 3  # a session's top backends offered to a sampling pipeline (spill included)
 _PREFERRED_MEMO = 65_536
+PARAMS = (Param("c", 1.25, low=1.0),)
 
 
 def _h64(text: str) -> int:
@@ -61,8 +63,7 @@ class SessionAffinityScorer:
     )  # session -> (positions generation, its highest-weight backend names)
 
     def __post_init__(self) -> None:
-        if self.c < 1:
-            raise ValueError(f"session-affinity: c: must be >= 1, got {self.c}")
+        validate(self.name, PARAMS, self)
 
     def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
         """The positions of the session's ``PREFERRED`` highest-weight backends of the

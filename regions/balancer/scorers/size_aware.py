@@ -76,8 +76,8 @@ Late binding, asked by the dispatcher (``admission``):
 
 Parameters (defaults): ``slack`` 1.5, ``kappa`` 1.2, ``busy`` 0.85, ``hold`` 0 (off),
 ``hold_first`` 0 (no cap), ``first_hold`` 0 (off), ``lead`` 0, ``first_kappa`` 1.5,
-``first_slack`` 1.5,
-``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
+``first_slack`` 1.5 (declared in ``PARAMS``: ``hold`` and ``first_hold`` are clamped to 10
+when a profile is built), ``window`` (a fresh ``SizeWindow``: 512 requests, q95, spread 1.2).
 One window per balancer: with several models their sizes and means mix.
 """
 
@@ -89,6 +89,21 @@ from dataclasses import dataclass, field
 
 from regions.balancer.finish_time import finish_s, first_s, prefill_s, wait_s
 from regions.balancer.types import BackendSnapshot, RequestInfo
+from routing.params import Param, validate
+
+# a hold longer than ten times the best finish cannot pay for itself: the wait alone is
+# ten finishes; larger settings are clamped to it
+PARAMS = (
+    Param("slack", 1.5, low=0.0, above_low=True),
+    Param("kappa", 1.2, low=1.0),
+    Param("busy", 0.85, low=0.0, high=1.0),
+    Param("hold", 0.0, low=0.0, clamp=(0.0, 10.0)),
+    Param("lead", 0.0, low=0.0),
+    Param("first_kappa", 1.5, low=1.0),
+    Param("first_slack", 1.5, low=0.0, above_low=True),
+    Param("hold_first", 0.0, low=0.0),
+    Param("first_hold", 0.0, low=0.0, clamp=(0.0, 10.0)),
+)
 
 
 @dataclass
@@ -173,24 +188,7 @@ class SizeAwareScorer:
     name: str = "size-aware"
 
     def __post_init__(self) -> None:
-        if (
-            self.slack <= 0
-            or self.kappa < 1
-            or not 0 <= self.busy <= 1
-            or self.hold < 0
-            or self.lead < 0
-            or self.first_kappa < 1
-            or self.first_slack <= 0
-            or self.hold_first < 0
-            or self.first_hold < 0
-        ):
-            raise ValueError(
-                f"size-aware: need slack > 0, kappa >= 1, 0 <= busy <= 1, hold >= 0, "
-                f"lead >= 0, first_kappa >= 1, first_slack > 0, hold_first >= 0, "
-                f"first_hold >= 0; got {self.slack}, {self.kappa}, {self.busy}, {self.hold}, "
-                f"{self.lead}, {self.first_kappa}, {self.first_slack}, {self.hold_first}, "
-                f"{self.first_hold}"
-            )
+        validate(self.name, PARAMS, self)
 
     # -- engine hooks --------------------------------------------------------------------
 
