@@ -64,7 +64,7 @@ class PluginTimings:
 class TimingsCollector(Collector):
     """Exports a ``PluginTimings`` as the histogram ``name``."""
 
-    def __init__(self, timings: PluginTimings, name: str, documentation: str) -> None:
+    def __init__(self, name: str, documentation: str, timings: PluginTimings) -> None:
         self.timings, self.name, self.documentation = timings, name, documentation
 
     def collect(self) -> Iterator[HistogramMetricFamily]:

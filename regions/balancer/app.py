@@ -164,8 +164,9 @@ class Balancer:
         self.dispatcher.on_bind.extend(o.on_bind for o in self.profile.bind_observers)
         self.metrics = BalancerMetrics(region, self.dispatcher)
         self.metrics.registry.register(TimingsCollector(
-            self.timings, "director_balancer_plugin_seconds",
-            f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed"))
+            "director_balancer_plugin_seconds",
+            f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
+            self.timings))
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
         self.proxy = Proxy(
             ProxySettings(

@@ -24,6 +24,7 @@ TYPES = {
     "Counter": "counter", "CounterMetricFamily": "counter",
     "Gauge": "gauge", "GaugeMetricFamily": "gauge",
     "Histogram": "histogram", "HistogramMetricFamily": "histogram",
+    "TimingsCollector": "histogram",  # routing.timings: the routing plugins' run times
     "Summary": "summary", "SummaryMetricFamily": "summary",
     "Info": "info", "InfoMetricFamily": "info",
     "Enum": "stateset", "StateSetMetricFamily": "stateset",

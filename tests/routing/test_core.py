@@ -161,7 +161,7 @@ def test_timings_sample_runs_and_export_a_histogram() -> None:
         p.run(2, list(range(10)))
     assert timings.count("filter", "even") == 2 and timings.count("picker", "highest") == 2
     registry = CollectorRegistry()
-    registry.register(TimingsCollector(timings, "test_plugin_seconds", "plugin run time"))
+    registry.register(TimingsCollector("test_plugin_seconds", "plugin run time", timings))
     text = generate_latest(registry).decode()
     assert 'test_plugin_seconds_count{plugin="closeness",stage="scorer"} 2.0' in text
     assert 'test_plugin_seconds_bucket{le="+Inf",plugin="even",stage="filter"} 2.0' in text
