@@ -9,7 +9,7 @@ as ``engine_scrape`` scrapes (the engines' running and waiting counts; vLLM publ
 slot count, so capacities are learned from those). The peer is ``leastconn`` as the live
 bench configures HAProxy: no queue in the proxy, the fewest active requests, ties in turn.
 
-Left out, so the figures compare policies with each other (``bench/routing.py`` measures
+Left out, so the figures compare policies with each other (``bench/routing_live.py`` measures
 real proxies over HTTP): network and proxy time, CPU jitter.
 """
 

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from matrix import parse_cells
-from routing import RunStats, auto_scale, fleets, paired, print_cell, summarise
+from routing_live import RunStats, auto_scale, fleets, paired, print_cell, summarise
 from routing_client import Outcome
 
 

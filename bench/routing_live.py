@@ -28,8 +28,8 @@ better attempt kept. Every process binds to 127.0.0.1.
 
 ::
 
-    .venv/bin/python bench/routing.py --quick           # one cell, one slice, < 2 min
-    .venv/bin/python bench/routing.py --cells "slots=16;speeds=mixed;trace=azure-conv" \
+    .venv/bin/python bench/routing_live.py --quick           # one cell, one slice, < 2 min
+    .venv/bin/python bench/routing_live.py --cells "slots=16;speeds=mixed;trace=azure-conv" \
         --repeats 3 --out bench/results/DATE-routing-live.jsonl
 
 Results: ``bench/results/`` (one Markdown file per run, committed).
