@@ -36,9 +36,6 @@ DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 # clock around each plugin (a few microseconds on a decision of tens), so one in 16 costs
 # nothing measurable and still samples hundreds of decisions a minute on a busy server.
 ENGINE_TIMINGS_EVERY = 16
-PLUGIN_SECONDS = ("director_engine_plugin_seconds",
-                  "run time of each decision engine plugin (one decision in "
-                  f"{ENGINE_TIMINGS_EVERY} timed)")
 QUERY_LABELS = ("service", "qtype", "rcode", "region", "reason")
 
 
@@ -106,9 +103,7 @@ class DnsStats:
                 "rrl": dict(self.rrl),
                 "decision_counts": list(self.decision_counts),
                 "decision_sum": self.decision_sum,
-                "plugin_seconds": [(sample.name, sample.labels, sample.value)
-                                   for family in self.plugin_timings.families(*PLUGIN_SECONDS)
-                                   for sample in family.samples],
+                "plugin_seconds": plugin_histograms(self.plugin_timings),
                 "state": {"0": generate_latest(self.state_registry).decode()}
                 if self.state_registry is not None else {}}
 
@@ -128,22 +123,33 @@ def merge(snapshots: Iterable[dict]) -> dict:
         total["decision_counts"] = [a + b for a, b in
                                     zip(total["decision_counts"], snap["decision_counts"],
                                         strict=True)]
-        total["plugin_seconds"] = _add_samples(total["plugin_seconds"],
-                                               snap.get("plugin_seconds", []))
+        plugins = total["plugin_seconds"]
+        for key, (buckets, seconds) in snap.get("plugin_seconds", {}).items():
+            if key not in plugins:
+                plugins[key] = (buckets, seconds)
+            else:
+                had, had_seconds = plugins[key]
+                plugins[key] = ([(bound, a + b) for (bound, a), (_, b)
+                                 in zip(had, buckets, strict=True)], had_seconds + seconds)
     return total
 
 
-Sample = tuple[str, dict[str, str], float]
+# (stage, plugin) -> (cumulative buckets [(upper bound, count)], sum of seconds)
+PluginHistograms = dict[tuple[str, str], tuple[list[tuple[str, float]], float]]
 
 
-def _add_samples(total: list[Sample], more: list[Sample]) -> list[Sample]:
-    """The samples of two snapshots of one histogram family, added up by name and labels."""
-    summed: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
-    for name, labels, value in (*total, *more):
-        key = (name, tuple(sorted(labels.items())))
-        previous = summed.get(key)
-        summed[key] = (name, labels, value + (previous[2] if previous else 0.0))
-    return list(summed.values())
+def plugin_histograms(timings: PluginTimings) -> PluginHistograms:
+    """The engine's plugin run times as plain data, to send and add up across workers."""
+    out: PluginHistograms = {}
+    for family in timings.families("plugin_seconds", ""):
+        for sample in family.samples:
+            key = (sample.labels["stage"], sample.labels["plugin"])
+            buckets = out.setdefault(key, ([], 0.0))[0]
+            if sample.name.endswith("_bucket"):
+                buckets.append((sample.labels["le"], sample.value))
+            elif sample.name.endswith("_sum"):
+                out[key] = (buckets, sample.value)
+    return out
 
 
 class DnsCollector(Collector):
@@ -187,9 +193,12 @@ class DnsCollector(Collector):
         yield HistogramMetricFamily("director_dns_decision_seconds",
                                     "time of one engine decision (memo misses)",
                                     buckets=buckets, sum_value=snap["decision_sum"])
-        plugins = Metric(*PLUGIN_SECONDS, "histogram")
-        for name, labels, value in snap.get("plugin_seconds", []):
-            plugins.add_sample(name, labels, value)
+        plugins = HistogramMetricFamily(
+            "director_engine_plugin_seconds",
+            f"run time of each decision engine plugin, one decision in {ENGINE_TIMINGS_EVERY}",
+            labels=("stage", "plugin"))
+        for (stage, plugin), (buckets, seconds) in sorted(snap["plugin_seconds"].items()):
+            plugins.add_metric([stage, plugin], buckets, seconds)
         yield plugins
         yield from _state_families(snap.get("state", {}))
 
