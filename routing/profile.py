@@ -13,6 +13,9 @@ three ways over the same plugins, which all reach the same order:
   reason, recorded as trace steps (``FilterStep``, ``ScoreStep``, ``PickStep``,
   ``SampleStep``) that each tier renders in its own explain format.
 
+A tier that explains every run (the global tier: each decision carries its explain chain)
+sets ``time_explained``, so that one explained run in ``timings.every`` is timed too.
+
 Large candidate sets: with more than ``sample`` candidates, a run first considers ``sample``
 of them drawn at random with replacement (the power of k choices), plus every candidate a
 nominator names, and falls back to all of them when no sampled candidate survives the
@@ -95,6 +98,7 @@ class Profile(Generic[R, C]):
     sample: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(0), compare=False)
     timings: PluginTimings | None = field(default=None, compare=False)
+    time_explained: bool = field(default=False, compare=False)
     _keeps: tuple[tuple[Callable[..., Sequence[C]], str], ...] = field(
         init=False, repr=False, compare=False)
     _scores: tuple[tuple[Callable[..., Sequence[float] | None], float], ...] = field(
@@ -112,6 +116,8 @@ class Profile(Generic[R, C]):
         timings = self.timings
         if explain:
             run_on: Callable[[Sequence[C], R], Outcome[C]] = self._explained
+            if self.time_explained and timings is not None and timings.due():
+                run_on = self._explained_timed
         elif timings is not None and timings.due():
             run_on = self._timed
         else:
@@ -170,36 +176,53 @@ class Profile(Generic[R, C]):
         observe("picker", self.picker.name, perf_counter() - start)
         return Outcome(tuple([candidates[i] for i in order]), None, ())
 
-    def _explained(self, candidates: Sequence[C], request: R) -> Outcome[C]:
+    def _explained_timed(self, candidates: Sequence[C], request: R) -> Outcome[C]:
+        timings = self.timings
+        assert timings is not None
+        return self._explained(candidates, request, timings.observe)
+
+    def _explained(self, candidates: Sequence[C], request: R,
+                   observe: Callable[[str, str, float], None] | None = None) -> Outcome[C]:
         steps: list[Step] = []
         for flt in self.filters:
             kept: list[C] = []
             dropped: dict[Any, str] = {}
+            start = perf_counter() if observe is not None else 0.0
             for c in candidates:
                 reason = flt.check(request, c)
                 if reason is None:
                     kept.append(c)
                 else:
                     dropped[c] = reason
+            if observe is not None:
+                observe("filter", flt.name, perf_counter() - start)
             steps.append(FilterStep(flt.name, tuple(kept), dropped, flt.note(request)))
             if not kept:
                 return Outcome((), flt.name, tuple(steps))
             candidates = kept
-        return Outcome(self._ordered(candidates, request, steps), None, tuple(steps))
+        return Outcome(self._ordered(candidates, request, steps, observe), None, tuple(steps))
 
-    def _ordered(self, candidates: Sequence[C], request: R,
-                 steps: list[Step] | None) -> tuple[C, ...]:
-        """Score and order (no filters); with ``steps``, record each step."""
+    def _ordered(self, candidates: Sequence[C], request: R, steps: list[Step] | None,
+                 observe: Callable[[str, str, float], None] | None = None) -> tuple[C, ...]:
+        """Score and order (no filters); with ``steps``, record each step; with
+        ``observe``, time each plugin."""
         given = tuple(candidates)
         columns: list[Column] = []
         for ws in self.scorers:
+            start = perf_counter() if observe is not None else 0.0
             values = ws.scorer.score(request, candidates) if candidates else None
+            if observe is not None and candidates:
+                observe("scorer", ws.scorer.name, perf_counter() - start)
             columns.append((values, ws.weight))
             if steps is not None:
                 steps.append(ScoreStep(ws.scorer.name, ws.weight, given, values))
         if not candidates:
             return ()
-        ordered = tuple([candidates[i] for i in self.picker.order(candidates, columns)])
+        start = perf_counter() if observe is not None else 0.0
+        order = self.picker.order(candidates, columns)
+        if observe is not None:
+            observe("picker", self.picker.name, perf_counter() - start)
+        ordered = tuple([candidates[i] for i in order])
         if steps is not None:
             steps.append(PickStep(self.picker.name, given, tuple(columns), ordered))
         return ordered

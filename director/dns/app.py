@@ -54,7 +54,8 @@ class DnsApp:
         zone = ZoneData(policy)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         self.locator = ClientLocator(geo=self.geo, merged=merged)
-        decisions = Decisions(Engine(policy, rng=self.rng), self.locator, self.snapshots,
+        engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
+        decisions = Decisions(engine, self.locator, self.snapshots,
                               merged.class_of, observe=self.stats.observe_decision)
         handler = Handler(zone, decisions)
         responder = Responder(handler)

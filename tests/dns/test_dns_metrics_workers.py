@@ -45,6 +45,26 @@ def test_metrics_count_queries_by_service_region_and_reason(workers):
     misses = values["director_dns_cache_misses_total"]
     assert hits + misses >= 250 and hits > misses
     assert values["director_dns_decision_seconds_count"] >= 1
+    assert values['director_engine_plugin_seconds_count{plugin="residency",stage="filter"}'] >= 1
+
+
+def test_engine_plugin_timings_add_up_over_workers():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from director.dns.metrics import DnsCollector, DnsStats, merge
+
+    workers = [DnsStats(), DnsStats()]
+    for stats, seconds in zip(workers, (3e-6, 2e-4), strict=True):
+        for _ in range(3):
+            stats.plugin_timings.observe("scorer", "geo", seconds)
+    workers[1].plugin_timings.observe("filter", "health", 1e-6)
+    registry = CollectorRegistry()
+    registry.register(DnsCollector(lambda: merge(stats.snapshot() for stats in workers)))
+    text = generate_latest(registry).decode()
+    assert 'director_engine_plugin_seconds_count{plugin="geo",stage="scorer"} 6.0' in text
+    assert ('director_engine_plugin_seconds_bucket{le="5e-06",plugin="geo",stage="scorer"} 3.0'
+            in text)
+    assert 'director_engine_plugin_seconds_count{plugin="health",stage="filter"} 1.0' in text
 
 
 def test_two_workers_answer_udp_and_tcp():

@@ -169,6 +169,21 @@ def test_timings_sample_runs_and_export_a_histogram() -> None:
         PluginTimings(every=0)
 
 
+def test_explained_runs_are_timed_only_when_asked() -> None:
+    timings = PluginTimings(every=2)
+    for _ in range(4):
+        profile(timings).run(2, list(range(10)), explain=True)
+    assert timings.count("filter", "even") == 0
+    timed = profile(timings, time_explained=True)
+    outcomes = [timed.run(2, list(range(10)), explain=True) for _ in range(4)]
+    assert timings.count("filter", "even") == 2 and timings.count("filter", "at-least") == 2
+    assert timings.count("scorer", "no-data") == 2 and timings.count("picker", "highest") == 2
+    assert all(outcome == outcomes[0] for outcome in outcomes)  # timed or not: one trace
+    timed.run(40, list(range(10)), explain=True)  # a filter empties the set: no scorer
+    timed.run(40, list(range(10)), explain=True)
+    assert timings.count("filter", "at-least") == 3 and timings.count("scorer", "no-data") == 2
+
+
 def make(hold: float = 0.0, window: int = 8) -> dict[str, float]:
     return {"hold": hold, "window": window}
 

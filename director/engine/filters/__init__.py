@@ -1,1 +1,2 @@
-"""Filters: plugins that drop candidate regions, each with a reason."""
+"""Filters: plugins that drop candidate regions, each with a reason (``routing.Filter`` over
+region names, for a ``DecisionContext``)."""

@@ -9,19 +9,16 @@ Parameters: none. What happens when nothing is left is the all-down behaviour
 from __future__ import annotations
 
 from director.engine.context import DecisionContext
-from director.engine.types import Step
+from routing import FilterBase
 
 
-def health_filter(ctx: DecisionContext,
-                  candidates: tuple[str, ...]) -> tuple[tuple[str, ...], Step]:
-    kept: list[str] = []
-    dropped: dict[str, str] = {}
-    for name in candidates:
-        state = ctx.snapshot.region(name)
+class HealthFilter(FilterBase[DecisionContext, str]):
+    name = "health"
+
+    def check(self, request: DecisionContext, candidate: str) -> str | None:
+        state = request.snapshot.region(candidate)
         if state.draining:
-            dropped[name] = "draining"
-        elif state.healthy is False:
-            dropped[name] = "down" + (" (stale state, last known)" if state.stale else "")
-        else:
-            kept.append(name)
-    return tuple(kept), Step("filter", "health", tuple(kept), dropped)
+            return "draining"
+        if state.healthy is False:
+            return "down" + (" (stale state, last known)" if state.stale else "")
+        return None

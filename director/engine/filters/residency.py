@@ -1,38 +1,44 @@
 """Residency filter (hard): keep only regions every applicable residency rule allows.
 
-Reads: the client's matched rules (``DecisionContext.rules``) and whether it was located.
+Reads: the residency-allowed regions of the decision context (``DecisionContext.allowed``,
+computed once when the context is built, from the client's matched rules and whether it was
+located):
 - located client under rules R: allowed = intersection of r.allowed over R;
 - located client under no rule: unrestricted (nothing dropped);
 - unlocated client (not in the database, or no location at all): allowed = what the
   service's ``unknown-location`` answers, intersected with every rule's allowed set, since
   such a client may be any rule's client. This is the run-time twin of the policy proof.
+Explain note: the rules that applied ("rules: eu-gdpr"), or that none covers the client.
 Parameters: none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from director.engine.context import DecisionContext
-from director.engine.types import Step
-from policies.residency import allowed_for
+from routing import FilterBase
 
 
-def allowed_regions(ctx: DecisionContext) -> tuple[str, ...] | None:
-    """The residency-allowed regions for this client, or None when unrestricted."""
-    location = ctx.client.location
-    return allowed_for(ctx.service, ctx.rules, location is not None and location.found)
+class ResidencyFilter(FilterBase[DecisionContext, str]):
+    name = "residency"
 
+    def check(self, request: DecisionContext, candidate: str) -> str | None:
+        allowed = request.allowed_set
+        if allowed is None or candidate in allowed:
+            return None
+        location = request.client.location
+        if location is None or not location.found:
+            return "client location unknown: only regions every rule allows (unknown-location)"
+        return "not allowed by residency " + ", ".join(r.name for r in request.rules)
 
-def residency_filter(ctx: DecisionContext, candidates: tuple[str, ...],
-                     allowed: tuple[str, ...] | None) -> tuple[tuple[str, ...], Step]:
-    if allowed is None:
-        return candidates, Step("filter", "residency", candidates,
-                                note="no residency rule covers this client")
-    location = ctx.client.location
-    if location is None or not location.found:
-        why = "client location unknown: only regions every rule allows (unknown-location)"
-    else:
-        why = "not allowed by residency " + ", ".join(r.name for r in ctx.rules)
-    kept = tuple(r for r in candidates if r in allowed)
-    dropped = {r: why for r in candidates if r not in allowed}
-    rules = ", ".join(r.name for r in ctx.rules) or "unknown-location"
-    return kept, Step("filter", "residency", kept, dropped, note=f"rules: {rules}")
+    def keep(self, request: DecisionContext, candidates: Sequence[str]) -> Sequence[str]:
+        allowed = request.allowed_set
+        if allowed is None:
+            return candidates
+        return [c for c in candidates if c in allowed]
+
+    def note(self, request: DecisionContext) -> str:
+        if request.allowed is None:
+            return "no residency rule covers this client"
+        return "rules: " + (", ".join(r.name for r in request.rules) or "unknown-location")

@@ -2,14 +2,17 @@
 
 Reads: the client's coordinates (GeoIP) and each region's ``location``. Score =
 1 - distance / 20,037.5 km (half the Earth's circumference), so the nearest region scores
-highest. Returns None when the client has no coordinates. Parameters: none.
+highest. Returns None when the client has no coordinates. Scope: the client's database
+block. Parameters: none.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from director.engine.context import DecisionContext
+from director.engine.inputs import Input
 from director.engine.scorers import Scores
 
 EARTH_RADIUS_KM = 6371.0088
@@ -24,18 +27,22 @@ def great_circle_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float
     return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
 
 
-def geo_scores(ctx: DecisionContext, candidates: tuple[str, ...]) -> Scores | None:
-    location = ctx.client.location
-    if location is None or not location.has_coordinates:
-        return None
-    values: dict[str, float] = {}
-    parts = []
-    for name in candidates:
-        region = ctx.policy.region(name)
-        km = great_circle_km(location.latitude, location.longitude,  # type: ignore[arg-type]
-                             region.latitude, region.longitude)
-        values[name] = max(0.0, 1.0 - km / HALF_CIRCUMFERENCE_KM)
-        parts.append(f"{name} {km:,.0f}km")
-    where = f"({location.latitude:.2f}, {location.longitude:.2f})"
-    return Scores(values, f"distance from {where}: " + ", ".join(parts),
-                  location.network.prefixlen)
+class GeoScorer:
+    name = "geo"
+    reads = frozenset({Input.COORDINATES})
+
+    def score(self, request: DecisionContext, candidates: Sequence[str]) -> Scores | None:
+        location = request.client.location
+        if location is None or location.latitude is None or location.longitude is None:
+            return None
+        values: list[float] = []
+        parts = []
+        for name in candidates:
+            region = request.policy.region(name)
+            km = great_circle_km(location.latitude, location.longitude,
+                                 region.latitude, region.longitude)
+            values.append(max(0.0, 1.0 - km / HALF_CIRCUMFERENCE_KM))
+            parts.append(f"{name} {km:,.0f}km")
+        where = f"({location.latitude:.2f}, {location.longitude:.2f})"
+        return Scores(values, f"distance from {where}: " + ", ".join(parts),
+                      location.network.prefixlen)
