@@ -8,10 +8,18 @@
 
 A location's network is widened from the database block to the
 widest network whose records all decide alike under the policy (``director.geo_merge``), so
-ECS scopes are as wide as is correct. GeoIP lookups are memoised per /24 (IPv4) or /56
-(IPv6) when that network covers the whole bucket, else per address, so the memo is exact.
-A widening cut short by its work budget is not memoised: the next query of the bucket widens
-further (answers already cached keep their scope until the next snapshot).
+ECS scopes are as wide as is correct. Two memos keep a new client subnet from paying for a
+database lookup and a widening again:
+
+- per /24 (IPv4) or /56 (IPv6), when the widened network covers the whole bucket;
+- per widened network: any later address inside a network already widened gets its
+  location (same class, so the same decisions; the network is the scope) from a dictionary
+  per prefix length, without touching the database. Random client subnets then cost a
+  widening once per area, not once per /24.
+
+Both are exact for decisions: every address of a widened network classifies alike. A
+widening cut short by its work budget is memoised in neither: the next query of the area
+widens further (answers already cached keep their scope until the next snapshot).
 """
 
 from __future__ import annotations
@@ -36,25 +44,61 @@ class ClientLocator:
         self.geo = geo
         self.merged = merged
         self._memo: dict[bytes, object] = {}
+        # (IP version, prefix length) -> network number -> location; and the prefix
+        # lengths present per version, to try in turn
+        self._networks: dict[tuple[int, int], dict[int, Location]] = {}
+        self._prefixes: dict[int, list[int]] = {4: [], 6: []}
+        self._networks_held = 0
 
     def locate(self, address: IPAddress) -> Location:
-        """The location of ``address``, memoised per /24 or /56 where that is exact."""
+        """The location of ``address``, memoised per /24 or /56 where that is exact, and
+        per widened network."""
         packed = address.packed
         bucket_bits = 24 if address.version == 4 else 56
         key = packed[: bucket_bits // 8] + (b"4" if address.version == 4 else b"6")
         hit = self._memo.get(key)
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
-        location = self.geo.locate(address)
-        network, final = self.merged.widen(address)
-        if network.prefixlen < location.network.prefixlen:
-            location = dataclasses.replace(location, network=network)
+        location = self.widened(address)
+        final = location is not None
+        if location is None:
+            location = self.geo.locate(address)
+            network, final = self.merged.widen(address)
+            if network.prefixlen < location.network.prefixlen:
+                location = dataclasses.replace(location, network=network)
+            if final:
+                self._remember_network(address, location)
         if hit is None and final:
             if len(self._memo) >= _MEMO_LIMIT:
                 self._memo.clear()
             covers = location.network.prefixlen <= bucket_bits
             self._memo[key] = location if covers else _SPLIT
         return location
+
+    def widened(self, address: IPAddress) -> Location | None:
+        """The location memoised for the widened network holding ``address``, if any
+        (final widenings never nest: each is the widest uniform network around it)."""
+        version, bits, value = address.version, address.max_prefixlen, int(address)
+        networks = self._networks
+        for prefix in self._prefixes[version]:
+            found = networks[(version, prefix)].get(value >> (bits - prefix))
+            if found is not None:
+                return found
+        return None
+
+    def _remember_network(self, address: IPAddress, location: Location) -> None:
+        if self._networks_held >= _MEMO_LIMIT:
+            self._networks.clear()
+            self._prefixes = {4: [], 6: []}
+            self._networks_held = 0
+        network = location.network
+        prefix = network.prefixlen
+        table = self._networks.get((address.version, prefix))
+        if table is None:
+            table = self._networks[(address.version, prefix)] = {}
+            self._prefixes[address.version] = sorted([*self._prefixes[address.version], prefix])
+        table[int(network.network_address) >> (address.max_prefixlen - prefix)] = location
+        self._networks_held += 1
 
     def client(self, service: Service, ecs: EcsSubnet | None, host: str) -> Client:
         """The client of one query for ``service``: from ECS, or from the resolver ``host``."""
