@@ -1,7 +1,8 @@
 """Engine decisions for DNS answers, memoised by exactly what the decision depends on.
 
 ``Engine.decide`` costs a few hundred microseconds; a DNS answer must cost a few. Two memos,
-both dropped whenever the snapshot object changes (every state swap bumps its version):
+both dropped when a new snapshot changes what answers read (``answer_inputs``: health,
+drains, a spillover threshold crossed, RTTs under latency steering), kept otherwise:
 
 - per client: (service, ECS subnet as sent | resolver address) -> (decision, ECS scope);
 - per decision inputs: (service, the client's location class (``location_class``: the
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from director.dns.answer_inputs import AnswerInputs
 from director.dns.locate import ClientLocator
 from director.dns.scope import answer_scope
 from director.dns.snapshot_source import SnapshotSource
@@ -44,6 +46,8 @@ class Answered:
 
     decision: Decision
     scope: int
+    settled: bool = True  # False: the client's network was widened only part way (its
+    # budget ran out): memoised until the next snapshot, then asked again, it widens further
 
 
 class Decisions:
@@ -58,6 +62,11 @@ class Decisions:
         self.snapshots = snapshots
         self.observe = observe  # called with the seconds each engine decision took
         self._snapshot: Snapshot | None = None
+        self._answer_inputs = AnswerInputs(
+            engine.policy, {s.name: engine.reads(s) for s in engine.policy.services})
+        self._inputs: object = None  # what answers read of the snapshot the memos are for
+        self.generation = 0  # bumped each time the memos are dropped
+        self._unsettled: list[tuple] = []  # memo keys of unsettled answers
         self._by_client: dict[tuple, Answered] = {}
         self._by_inputs: dict[tuple, Decision] = {}
         self._hashing: dict[str, bool] = {}
@@ -72,11 +81,15 @@ class Decisions:
             return hit
         client = self.locator.client(service, ecs, host)
         decision = self._decide(service, client, snapshot)
-        answered = Answered(decision, self._scope(decision, client, service, snapshot))
+        settled = self.locator.settled(client)
+        answered = Answered(decision, self._scope(decision, client, service, snapshot),
+                            settled)
         if self._cacheable(service):
             if len(self._by_client) >= _MEMO_LIMIT:
                 self._by_client.clear()
             self._by_client[key] = answered
+            if not settled:
+                self._unsettled.append(key)
         return answered
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
@@ -98,16 +111,31 @@ class Decisions:
     def clear(self) -> None:
         """Forget every memoised decision (the next query recomputes)."""
         self._snapshot = None
+        self._inputs = None
+
+    def current(self) -> tuple[Snapshot, int]:
+        """The snapshot answers are made under and the memos' generation: a new generation
+        means answers may have changed (caches of answers built on these must go)."""
+        return self._current(), self.generation
 
     def _current(self) -> Snapshot:
         snapshot = self.snapshots.current
         if snapshot is not self._snapshot:
             self._snapshot = snapshot
-            self._by_client = {}
-            self._by_inputs = {}
-            self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
-                             for s in self.engine.policy.services}
-            self._latency = _latency_networks(snapshot)
+            inputs = self._answer_inputs.of(snapshot)
+            if inputs != self._inputs or self._inputs is None:
+                self._inputs = inputs
+                self.generation += 1
+                self._by_client = {}
+                self._by_inputs = {}
+                self._unsettled = []
+                self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
+                                 for s in self.engine.policy.services}
+                self._latency = _latency_networks(snapshot)
+            else:  # answers stand, but those widened part way are asked again
+                for key in self._unsettled:
+                    self._by_client.pop(key, None)
+                self._unsettled = []
         return snapshot
 
     def _cacheable(self, service: Service) -> bool:

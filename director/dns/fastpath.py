@@ -1,7 +1,10 @@
 """The hot path: finished wire answers from caches, no dnspython objects on a hit.
 
-Two caches in front of the full path (``Responder``), both dropped when the snapshot object
-changes (every state swap) or the policy is replaced (a new ``FastPath``):
+Two caches in front of the full path (``Responder``), both dropped when a new snapshot
+changes what answers read (the decisions' generation: ``answer_inputs``) or the policy is
+replaced (a new ``FastPath``); a snapshot that changes no answer keeps them, except the
+answers whose client network was widened only part way (``Answered.settled``), which are
+asked again and widen further:
 
 1. **memo**: the query bytes after the 2-byte ID -> the response bytes after the ID. The
    response is ``query id + cached bytes``. Answers that depend on the resolver's address
@@ -63,6 +66,8 @@ class FastPath:
         self.stats = stats
         self._counts = stats.counts
         self._snapshot: object = None
+        self._generation = -1  # the decisions' generation the caches were filled under
+        self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
         # query (less its ID) -> (answer, label id), or a dict of those per resolver address
         self._udp: dict[bytes, Any] = {}
         self._tcp: dict[bytes, object] = {}
@@ -123,11 +128,19 @@ class FastPath:
         return memo if self.snapshots.current is snapshot else None
 
     def _reset(self) -> None:
+        """A new snapshot: drop the caches if it changed what answers read (the decisions'
+        generation), else keep them for it."""
         # The snapshot last: a reader on another thread that sees it sees the new memo too.
-        snapshot = self.snapshots.current
-        self._udp = {}
-        self._tcp = {}
-        self._templates = {}
+        snapshot, generation = self.decisions.current()
+        if generation != self._generation:
+            self._udp = {}
+            self._tcp = {}
+            self._templates = {}
+            self._generation = generation
+        else:
+            for memo, query in self._unsettled:
+                memo.pop(query, None)
+        self._unsettled = []
         self._snapshot = snapshot
 
     def _slow(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
@@ -136,6 +149,7 @@ class FastPath:
             return self._uncached(data, host, tcp)
         node = self.zone.wire_nodes.get(parsed.qname)
         by_host = False
+        settled = True
         decision_class: tuple | None = None
         if node is not None and node.kind is NodeKind.EXPLAIN:
             return self._uncached(data, host, tcp)
@@ -148,6 +162,7 @@ class FastPath:
             decision = answered.decision
             decision_class = (decision.regions, decision.ttl, answered.scope, decision.reason)
             by_host = parsed.ecs is None
+            settled = answered.settled
         ecs = parsed.ecs
         key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
                _payload_bucket(parsed, tcp), parsed.do,
@@ -174,6 +189,8 @@ class FastPath:
                         + template.tail + (ecs.address if ecs is not None else b""))
         if len(memo) >= MEMO_LIMIT:
             memo.clear()
+        if not settled:  # forgotten at the next snapshot: then it widens further
+            self._unsettled.append((memo, data[2:]))
         entry = (response[2:], template.slot)
         if by_host:
             per_host = memo.get(data[2:])

@@ -75,6 +75,11 @@ class ClientLocator:
             self._memo[key] = location if covers else _SPLIT
         return location
 
+    def settled(self, client: Client) -> bool:
+        """Whether ``client``'s location is final: not located, or located in a network
+        widened to the end (not cut short by the budget)."""
+        return client.location is None or self.widened(client.address) is not None
+
     def widened(self, address: IPAddress) -> Location | None:
         """The location memoised for the widened network holding ``address``, if any
         (final widenings never nest: each is the widest uniform network around it)."""
