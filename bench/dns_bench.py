@@ -1,13 +1,24 @@
 """Run dnsperf against gdnsd and the director's DNS server side by side; print a table.
 
-For each server configuration and each query mix (plain A without EDNS; ECS from one /24;
-ECS from 30,000 distinct /24s) it warms the server up, runs dnsperf for ``--seconds``
-(<= 10 s) and reports queries per second, dnsperf's average latency, and the server's CPU
-microseconds per answered query from /proc/<pid>/stat (utime + stime, all threads and
-worker processes), then the ratios ours / gdnsd. gdnsd and ``--workers 1`` run pinned
-with taskset to CPU 0 and dnsperf to CPU 1 ("pinned"); gdnsd and ``--workers 2`` also run
-unpinned ("shared": the server's processes and dnsperf share the two cores), where a second
-process can help.
+For each server configuration and each query mix it warms the server up (where the mix
+says so), runs dnsperf for ``--seconds`` (<= 10 s) and reports queries per second,
+dnsperf's average latency, the server's CPU microseconds per answered query from
+/proc/<pid>/stat (utime + stime, all threads and worker processes) and its resident memory
+after the run, then the ratios ours / gdnsd. The mixes (``--mixes`` picks some):
+
+- ``plain A``: no EDNS; ``ECS one /24``: every query from one subnet;
+- ``ECS 30k /24s``: 30,000 distinct /24s located a third each in Europe, the Americas and
+  Asia, repeated (after warm-up passes, the steady state of a popular name's cache);
+- ``ECS new /24s``: ``--fresh`` (1,500,000) distinct /24s from all of the routable IPv4
+  space, none repeated: each round asks its own third, never seen before, without warm-up
+  (what an authoritative sees from public resolvers that forward ECS);
+- ``ECS 30k + state 1/s``: the 30k mix while a writer changes every region's load in a real
+  Valkey through the state store once a second (loads under the spillover threshold, as in
+  normal operation); ours follows that store (``--redis``), gdnsd has no state.
+
+gdnsd and ``--workers 1`` run pinned with taskset to CPU 0 and dnsperf to CPU 1
+("pinned"); gdnsd and ``--workers 2`` also run unpinned ("shared": the server's processes
+and dnsperf share the two cores), where a second process can help.
 
 Side by side: both servers of a placement run at once (on their own ports; the idle one
 costs nothing), and each of ``--repeats`` rounds measures both back to back, gdnsd first in
@@ -17,6 +28,7 @@ machine's speed weighs on both servers alike instead of on whichever ran later.
 
     python bench/dns_bench.py [--seconds 8] [--repeats 3] [--workdir DIR]   # ~10 min
     python bench/dns_bench.py --placements shared --repeats 7    # --workers 2 only
+    python bench/dns_bench.py --mixes "ECS new /24s,ECS 30k + state 1/s" --placements pinned
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ class Result:
     latency_ms: float
     cpu_us: float
     lost: float
+    rss_mb: float = 0.0
 
 
 def wait_udp(port: int, timeout: float = 20.0) -> None:
@@ -87,10 +100,23 @@ def server_pids(proc: subprocess.Popen) -> list[int]:
     return pids
 
 
-def dnsperf(port: int, mix: dict, seconds: float, pin: bool, rate: int | None = None) -> dict:
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            continue
+        total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+    return total / 1024
+
+
+def dnsperf(port: int, mix: dict, seconds: float, pin: bool, rate: int | None = None,
+            round_: int = 0) -> dict:
+    args = mix["args"](round_) if callable(mix["args"]) else mix["args"]
     cmd = (["taskset", "-c", "1"] if pin else []) + [
         "dnsperf", "-s", "127.0.0.1", "-p", str(port), "-c", "10", "-q", "100",
-        "-l", str(seconds), "-t", "2", *mix["args"]]
+        "-l", str(seconds), "-t", "2", *args]
     if rate:
         cmd += ["-Q", str(rate)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30).stdout
@@ -102,9 +128,9 @@ def dnsperf(port: int, mix: dict, seconds: float, pin: bool, rate: int | None = 
 
 
 def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: bool,
-            warm: bool = True) -> Result:
+            warm: bool = True, round_: int = 0) -> Result:
     rate = mix.get("warmup_rate")
-    for attempt in range(mix.get("warmup_passes", 1) if warm else 0):
+    for attempt in range(mix.get("warmup_passes", 1) if warm and mix["warmup"] else 0):
         run = dnsperf(port, mix, mix["warmup"], pin, rate=rate)
         if mix.get("warmup_passes", 1) > 1:
             print(f"    warm-up pass {attempt + 1}: {run['qps']:,.0f} qps, "
@@ -115,10 +141,10 @@ def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: b
                 break
     pids = server_pids(proc)
     before = cpu_ticks(pids)
-    run = dnsperf(port, mix, seconds, pin)
+    run = dnsperf(port, mix, seconds, pin, round_=round_)
     used = (cpu_ticks(pids) - before) / CLK_TCK
     return Result(run["qps"], run["latency"], used / max(1.0, run["completed"]) * 1e6,
-                  run["lost"])
+                  run["lost"], rss_mb(pids))
 
 
 def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
@@ -131,14 +157,54 @@ def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
     return proc
 
 
-def start_ours(workers: int, pin: bool) -> subprocess.Popen:
+def start_ours(workers: int, pin: bool, port: int = OURS_PORT,
+               redis_url: str | None = None) -> subprocess.Popen:
     cmd = (["taskset", "-c", "0"] if pin else []) + [
         PYTHON, "-m", "director.dns", "--policy", str(ROOT / "policies/examples/global.dp"),
-        "--listen", f"127.0.0.1:{OURS_PORT}", "--workers", str(workers)]
+        "--listen", f"127.0.0.1:{port}", "--workers", str(workers)]
+    if redis_url:
+        cmd += ["--redis", redis_url]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    wait_udp(OURS_PORT)
+    wait_udp(port)
     return proc
+
+
+class LoadWriter:
+    """Writes every region's load through the state store once a second (a thread)."""
+
+    def __init__(self, url: str, regions: list[str]) -> None:
+        import threading
+
+        from state import StateStore
+
+        self.store = StateStore.from_url(url)
+        self.regions = regions
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import random
+
+        from state.records import RegionLoad
+
+        rng = random.Random(1)
+        while not self._stop.is_set():
+            for region in self.regions:
+                utilization = rng.uniform(0.3, 0.8)
+                self.store.write_region_load(region, RegionLoad(
+                    queue_depth=0.0, in_flight=10.0 * utilization,
+                    outstanding_seconds=5.0 * utilization, capacity=100.0,
+                    utilization=utilization, timestamp=time.time()))
+            self.writes += 1
+            self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.store.close()
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -171,6 +237,10 @@ def main() -> int:
                         help="rounds per mix, each running dnsperf against both servers")
     parser.add_argument("--placements", default="pinned,shared",
                         help="which of pinned (--workers 1) and shared (--workers 2) to run")
+    parser.add_argument("--mixes", default=",".join(MIXES),
+                        help=f"comma-separated, of: {', '.join(MIXES)}")
+    parser.add_argument("--fresh", type=int, default=1_500_000,
+                        help="distinct /24s of the new-subnets mix, split over the rounds")
     args = parser.parse_args()
     seconds = min(args.seconds, 10.0)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-bench-"))
@@ -180,14 +250,26 @@ def main() -> int:
     mix_file = workdir / "ecs-mix.bin"
     if not mix_file.exists():
         subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", mix_file], check=True)
-    mixes = {
+    fresh = workdir / f"fresh-{args.fresh}.bin"
+    chosen_mixes = args.mixes.split(",")
+    if "ECS new /24s" in chosen_mixes and not Path(f"{fresh}.0").exists():
+        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
+                        str(args.fresh), "--parts", str(args.repeats)], check=True)
+    # 30,000 distinct subnets: passes at a bounded rate fill every cache (of every
+    # worker) first, so the run measures the steady state; the passes are printed.
+    warm_30k = {"args": ["-B", "-d", str(mix_file)], "warmup": 10, "warmup_rate": 4000,
+                "warmup_passes": 12}
+    every = {
         "plain A": {"args": ["-d", str(plain)], "warmup": 2},
         "ECS one /24": {"args": ["-d", str(plain), "-E", ECS_FIXED], "warmup": 2},
-        # 30,000 distinct subnets: passes at a bounded rate fill every cache (of every
-        # worker) first, so the run measures the steady state; the passes are printed.
-        "ECS 30k /24s": {"args": ["-B", "-d", str(mix_file)], "warmup": 10,
-                         "warmup_rate": 4000, "warmup_passes": 12},
+        "ECS 30k /24s": warm_30k,
+        "ECS new /24s": {"args": lambda r: ["-B", "-d", f"{fresh}.{r}"], "warmup": 0},
+        "ECS 30k + state 1/s": {**warm_30k, "state": True},
     }
+    unknown = set(chosen_mixes) - set(every)
+    if unknown:
+        parser.error(f"unknown mixes {sorted(unknown)}; known: {', '.join(every)}")
+    mixes = {name: every[name] for name in chosen_mixes}
     # --workers 2 is measured on the shared cores only: two workers pinned to one core just
     # take turns on it.
     chosen = args.placements.split(",")
@@ -201,7 +283,11 @@ def main() -> int:
         ours_name = ours_label(workers)
         servers = [("gdnsd", GDNSD_PORT), (ours_name, OURS_PORT)]
         procs = {"gdnsd": start_gdnsd(workdir, pin), ours_name: start_ours(workers, pin)}
+        state = None
         try:
+            if any(mix.get("state") for mix in mixes.values()):
+                state = StatefulOurs(workers, pin)
+                procs[STATEFUL] = state.proc
             for name, port in servers:
                 print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
             for mix_name, mix in mixes.items():
@@ -209,17 +295,47 @@ def main() -> int:
                     # side by side: each round runs both, the first one alternating, so a
                     # drift of the shared machine weighs on both alike
                     for name, port in servers if repeat % 2 == 0 else servers[::-1]:
-                        r = measure(procs[name], port, mix, seconds, pin, warm=repeat == 0)
+                        target, port = ((STATEFUL, STATEFUL_PORT)
+                                        if mix.get("state") and name != "gdnsd" else (name, port))
+                        r = measure(procs[target], port, mix, seconds, pin, warm=repeat == 0,
+                                    round_=repeat)
                         runs.setdefault((name, placement, mix_name), []).append(r)
                         print(f"  {name} {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
-                              f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%", flush=True)
+                              f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%, RSS {r.rss_mb:.0f} MB",
+                              flush=True)
         finally:
+            if state is not None:
+                print(f"  state writer: {state.writer.writes} rounds of writes", flush=True)
+                state.close()
+                procs.pop(STATEFUL, None)
             for proc in procs.values():
                 stop(proc)
             time.sleep(0.5)
     print_table(runs, mixes, pairs)
     shutil.rmtree(workdir / "gdnsd", ignore_errors=True)
     return 0
+
+
+STATEFUL, STATEFUL_PORT = "ours following the state", 5311
+MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS 30k + state 1/s")
+
+
+class StatefulOurs:
+    """Our server following a real Valkey that a ``LoadWriter`` changes once a second."""
+
+    def __init__(self, workers: int, pin: bool) -> None:
+        from state import EmbeddedValkey
+
+        self.valkey = EmbeddedValkey()
+        self.valkey.start()
+        self.writer = LoadWriter(self.valkey.url, ["us-east", "eu-west", "eu-central",
+                                                   "ap-south"])
+        self.proc = start_ours(workers, pin, STATEFUL_PORT, self.valkey.url)
+
+    def close(self) -> None:
+        stop(self.proc)
+        self.writer.stop()
+        self.valkey.stop()
 
 
 def ours_label(workers: int) -> str:
@@ -230,15 +346,15 @@ def ours_label(workers: int) -> str:
 def median_result(runs: list[Result]) -> Result:
     """Each figure's median over the runs."""
     return Result(*(statistics.median(getattr(r, f) for r in runs)
-                    for f in ("qps", "latency_ms", "cpu_us", "lost")))
+                    for f in ("qps", "latency_ms", "cpu_us", "lost", "rss_mb")))
 
 
 def print_table(runs: dict, mixes: dict, pairs: list) -> None:
     """Medians of each figure, and of the per-round ratios ours / gdnsd."""
     print()
-    print("| server | cores | mix | qps | avg latency ms | server CPU us/query | "
+    print("| server | cores | mix | qps | avg latency ms | server CPU us/query | RSS MB | "
           "qps / gdnsd | CPU / gdnsd |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for placement, workers in pairs:
         for name in ("gdnsd", ours_label(workers)):
             for mix_name in mixes:
@@ -249,8 +365,8 @@ def print_table(runs: dict, mixes: dict, pairs: list) -> None:
                 qps_ratio = statistics.median(a.qps / b.qps for a, b in rounds)
                 cpu_ratio = statistics.median(a.cpu_us / b.cpu_us for a, b in rounds)
                 print(f"| {name} | {placement} | {mix_name} | {r.qps:,.0f} | "
-                      f"{r.latency_ms:.3f} | {r.cpu_us:.1f} | {qps_ratio:.2f} | "
-                      f"{cpu_ratio:.2f} |")
+                      f"{r.latency_ms:.3f} | {r.cpu_us:.1f} | {r.rss_mb:.0f} | "
+                      f"{qps_ratio:.2f} | {cpu_ratio:.2f} |")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,13 @@
 from a distinct /24, a third each located (GeoLite2 City 2018) in Europe, the Americas and
 Asia/Oceania; RD clear, as a resolver asks an authoritative server. Deterministic (seeded).
 
+``--fresh N --parts K``: N distinct /24s drawn uniformly from the routable IPv4 space (no
+database sampling: every network a public resolver may forward), written as K files
+``OUT.0`` .. ``OUT.K-1`` of N / K queries each, so each measured round asks subnets no
+earlier round asked. Built by splicing each address into one query's bytes.
+
     python bench/dns_gen_queries.py OUT.bin [--count 30000] [--seed 7]
+    python bench/dns_gen_queries.py OUT.bin --fresh 1500000 --parts 3
 """
 
 from __future__ import annotations
@@ -55,12 +61,45 @@ def query_wire(subnet: str, qname: str = "chat.infer.example.com") -> bytes:
     return query.to_wire()
 
 
+def fresh_subnets(count: int, seed: int) -> list[int]:
+    """``count`` distinct /24 network numbers (address >> 8) of routable unicast IPv4."""
+    rng = random.Random(seed)
+    chosen: set[int] = set()
+    while len(chosen) < count:
+        prefix = rng.randrange(1 << 16, 224 << 16)
+        if (prefix >> 16) not in (10, 127):
+            chosen.add(prefix)
+    out = list(chosen)
+    rng.shuffle(out)
+    return out
+
+
+def write_fresh(out: str, count: int, parts: int, seed: int) -> None:
+    template = query_wire("1.2.3.0/24")
+    at = len(template) - 3  # an ECS /24 option ends with the address's first three octets
+    assert template[at:] == bytes((1, 2, 3))
+    subnets = fresh_subnets(count, seed)
+    size = count // parts
+    for part in range(parts):
+        with open(f"{out}.{part}", "wb") as handle:
+            for prefix in subnets[part * size:(part + 1) * size]:
+                wire = template[:at] + prefix.to_bytes(3, "big")
+                handle.write(struct.pack("!H", len(wire)) + wire)
+    print(f"{parts} x {size} queries from distinct /24s -> {out}.0 .. {out}.{parts - 1}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out")
     parser.add_argument("--count", type=int, default=30_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--fresh", type=int, metavar="N",
+                        help="N distinct /24s from all of the routable space instead")
+    parser.add_argument("--parts", type=int, default=1)
     args = parser.parse_args()
+    if args.fresh:
+        write_fresh(args.out, args.fresh, args.parts, args.seed)
+        return 0
     subnets = sample_subnets(args.count, args.seed)
     with open(args.out, "wb") as out:
         for subnet in subnets:

@@ -38,6 +38,10 @@ from director.geo import Location
 from policies.model import Affinity, Service
 
 _MEMO_LIMIT = 200_000
+# answers widened part way that a new snapshot sends back to be asked again, oldest first:
+# each costs a widening (up to a millisecond), so a swap a second costs at most a few
+# percent of a core however many there are
+RETRY_PER_SNAPSHOT = 64
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ class Answered:
     decision: Decision
     scope: int
     settled: bool = True  # False: the client's network was widened only part way (its
-    # budget ran out): memoised until the next snapshot, then asked again, it widens further
+    # budget ran out): memoised, and asked again after a later snapshot (at most
+    # RETRY_PER_SNAPSHOT of them per snapshot), it widens further
 
 
 class Decisions:
@@ -132,10 +137,10 @@ class Decisions:
                 self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
                                  for s in self.engine.policy.services}
                 self._latency = _latency_networks(snapshot)
-            else:  # answers stand, but those widened part way are asked again
-                for key in self._unsettled:
+            else:  # answers stand; the oldest of those widened part way are asked again
+                for key in self._unsettled[:RETRY_PER_SNAPSHOT]:
                     self._by_client.pop(key, None)
-                self._unsettled = []
+                del self._unsettled[:RETRY_PER_SNAPSHOT]
         return snapshot
 
     def _cacheable(self, service: Service) -> bool:

@@ -3,8 +3,8 @@
 Two caches in front of the full path (``Responder``), both dropped when a new snapshot
 changes what answers read (the decisions' generation: ``answer_inputs``) or the policy is
 replaced (a new ``FastPath``); a snapshot that changes no answer keeps them, except the
-answers whose client network was widened only part way (``Answered.settled``), which are
-asked again and widen further:
+answers whose client network was widened only part way (``Answered.settled``), the oldest
+of which are asked again and widen further:
 
 1. **memo**: the query bytes after the 2-byte ID -> the response bytes after the ID. The
    response is ``query id + cached bytes``. Answers that depend on the resolver's address
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, cast
 import dns.rcode
 import dns.rdatatype
 
-from director.dns.decisions import Decisions
+from director.dns.decisions import RETRY_PER_SNAPSHOT, Decisions
 from director.dns.metrics import DnsStats
 from director.dns.responder import Reply, Responder
 from director.dns.snapshot_source import SnapshotSource
@@ -137,10 +137,11 @@ class FastPath:
             self._tcp = {}
             self._templates = {}
             self._generation = generation
-        else:
-            for memo, query in self._unsettled:
+            self._unsettled = []
+        else:  # the answers the decisions send back to be asked again
+            for memo, query in self._unsettled[:RETRY_PER_SNAPSHOT]:
                 memo.pop(query, None)
-        self._unsettled = []
+            del self._unsettled[:RETRY_PER_SNAPSHOT]
         self._snapshot = snapshot
 
     def _slow(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
