@@ -28,6 +28,7 @@ import mmap
 from collections.abc import Callable, Hashable
 
 from director.geo import GeoLocator, IPAddress, IPNetwork, Location, RecordFields
+from director.geo_map import NetworkMap
 
 _NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
 DEFAULT_BUDGET = 200  # work units per widening: a tree node 1, classifying a new record:
@@ -103,6 +104,54 @@ class MergedNetworks:
             self._remember(parent, target)
             depth -= 1
         return ipaddress.ip_network((address, depth), strict=False), final
+
+    def compile_ipv4(self) -> NetworkMap:
+        """Every maximal uniform network of the IPv4 space, walked once (``geo_map``);
+        independent of the widening memos, safe to run in another thread."""
+        ids: dict[Hashable, int] = {}
+        fields_of: list[RecordFields] = []
+        record_ids: dict[int, int] = {}
+        field_ids: dict[RecordFields, int] = {}
+        ranges: list[tuple[int, int, int]] = []
+        nodes, children, fields_at = self._nodes, self._children, self._geo.fields
+
+        def leaf(record: int, value: int) -> int:
+            index = record_ids.get(record)
+            if index is None:
+                fields = (fields_at(ipaddress.IPv4Address(value)) if record > nodes
+                          else None) or _NO_RECORD
+                index = field_ids.get(fields)
+                if index is None:
+                    cls = self._classify(fields)
+                    index = ids.get(cls)
+                    if index is None:
+                        index = ids[cls] = len(ids)
+                        fields_of.append(fields)
+                    field_ids[fields] = index
+                record_ids[record] = index
+            return index
+
+        def walk(node: int, value: int, depth: int) -> int:  # the class index, or -1: mixed
+            if node >= nodes:
+                return leaf(node, value)
+            left, right = children(node)
+            half = 1 << (31 - depth)
+            a = walk(left, value, depth + 1)
+            b = walk(right, value | half, depth + 1)
+            if a == b and a >= 0:
+                return a
+            if a >= 0:
+                ranges.append((value, depth + 1, a))
+            if b >= 0:
+                ranges.append((value | half, depth + 1, b))
+            return -1
+
+        top = walk(self._ipv4_start, 0, 0)
+        if top >= 0:
+            ranges.append((0, 0, top))
+        ranges.sort()
+        classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
+        return NetworkMap(ranges, classes, fields_of)
 
     def class_of(self, location: Location) -> Hashable:
         """The class of a located address (memoised by its fields, like the walk's)."""

@@ -8,8 +8,11 @@ flight finish on the old one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -38,12 +41,14 @@ class DnsApp:
     def __init__(self, policy: Policy, geo: GeoLocator, snapshots: SnapshotSource, *,
                  rrl_mode: RrlMode = RrlMode.OFF, rrl_rate: float = 20.0, rrl_slip: int = 2,
                  stats: DnsStats | None = None, rng: random.Random | None = None,
-                 merge_budget: int = DEFAULT_BUDGET) -> None:
+                 merge_budget: int = DEFAULT_BUDGET, precompile: bool = False) -> None:
         self.geo = geo
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
         self.rng = rng or random.Random()
         self.merge_budget = merge_budget  # work per GeoIP widening (director.geo_merge)
+        self.precompile = precompile  # merge the IPv4 space ahead of time (director.geo_map)
+        self.map_ready: threading.Event | None = None  # set once the map answers
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
@@ -54,6 +59,8 @@ class DnsApp:
         zone = ZoneData(policy)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         self.locator = ClientLocator(geo=self.geo, merged=merged)
+        if self.precompile:
+            self._compile_in_background(self.locator, merged)
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
         decisions = Decisions(engine, self.locator, self.snapshots,
                               merged.class_of, observe=self.stats.observe_decision)
@@ -63,6 +70,28 @@ class DnsApp:
         self.handler = handler
         self.responder = responder
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
+
+    def _compile_in_background(self, locator: ClientLocator, merged: MergedNetworks) -> None:
+        """Build the IPv4 network map on a low-priority thread; answers use the lazy
+        widening until it is there (and for a policy replaced meanwhile, never)."""
+        self.map_ready = threading.Event()
+
+        def build(ready: threading.Event) -> None:
+            with contextlib.suppress(OSError):  # low priority: it uses spare CPU first
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            start = time.monotonic()
+            try:
+                network_map = merged.compile_ipv4()
+            except Exception:
+                log.exception("GeoIP network map: build failed; widening on demand")
+                return
+            locator.network_map = network_map
+            ready.set()
+            log.info("GeoIP network map: %d IPv4 networks in %d classes, built in %.1f s",
+                     len(network_map), len(network_map.classes), time.monotonic() - start)
+
+        threading.Thread(target=build, args=(self.map_ready,), name="geoip-map",
+                         daemon=True).start()
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to send for the raw query ``data`` from ``host``, or None."""

@@ -84,6 +84,10 @@ class Decisions:
         hit = self._by_client.get(key)
         if hit is not None:
             return hit
+        if ecs is not None and ecs.family == 1 and ecs.source and self.locator.network_map:
+            mapped = self._mapped(service, ecs, snapshot)
+            if mapped is not None:
+                return mapped
         client = self.locator.client(service, ecs, host)
         decision = self._decide(service, client, snapshot)
         settled = self.locator.settled(client)
@@ -96,6 +100,33 @@ class Decisions:
             if not settled:
                 self._unsettled.append(key)
         return answered
+
+    def _mapped(self, service: Service, ecs: EcsSubnet, snapshot: Snapshot) -> Answered | None:
+        """An IPv4 client subnet's answer from the precompiled network map and the decision
+        memo alone, without building a client: the same key as ``_inputs_key`` computed
+        from the address's integer (None when the decision is not memoised yet, or the
+        answer reads the measured-RTT network: the full way then)."""
+        reads = self.engine.reads(service)
+        if not self._cacheable(service) or (Input.RTT_NETWORK in reads and snapshot.latency):
+            return None
+        network_map = self.locator.network_map
+        assert network_map is not None
+        value = int.from_bytes(ecs.packed(), "big")
+        index = network_map.find(value)
+        prefix = network_map.prefixes[index]
+        bucket: object = None
+        if service.spillover is not None or Input.CLIENT_HASH in reads:
+            bits = min(24, ecs.source)
+            bucket = (bits, (value >> (32 - bits) << (32 - bits)).to_bytes(4, "big")
+                      if self._hashing.get(service.name, True) else None)
+        key = (service.name, 4, (network_map.class_of(index), prefix), bucket, None)
+        decision = self._by_inputs.get(key)
+        if decision is None:
+            return None
+        scope = decision.scope_prefix
+        if service.residency or Input.COORDINATES in reads:
+            scope = max(scope, prefix)
+        return Answered(decision, scope)
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """A fresh decision with its full explain chain (never memoised)."""

@@ -12,6 +12,8 @@ ECS scopes are as wide as is correct. Two memos keep a new client subnet from pa
 database lookup and a widening again:
 
 - per /24 (IPv4) or /56 (IPv6), when the widened network covers the whole bucket;
+- the precompiled map (``director.geo_map``), once built: every IPv4 address's merged
+  network by binary search, never cut short;
 - per widened network: any later address inside a network already widened gets its
   location (same class, so the same decisions; the network is the scope) from a dictionary
   per prefix length, without touching the database. Random client subnets then cost a
@@ -30,6 +32,7 @@ import ipaddress
 from director.dns.types import EcsSubnet
 from director.engine.types import Client, ClientSource
 from director.geo import GeoLocator, IPAddress, Location
+from director.geo_map import NetworkMap
 from director.geo_merge import MergedNetworks
 from policies.model import NoEcs, Service
 
@@ -49,6 +52,7 @@ class ClientLocator:
         self._networks: dict[tuple[int, int], dict[int, Location]] = {}
         self._prefixes: dict[int, list[int]] = {4: [], 6: []}
         self._networks_held = 0
+        self.network_map: NetworkMap | None = None  # the IPv4 space merged ahead of time
 
     def locate(self, address: IPAddress) -> Location:
         """The location of ``address``, memoised per /24 or /56 where that is exact, and
@@ -59,7 +63,11 @@ class ClientLocator:
         hit = self._memo.get(key)
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
-        location = self.widened(address)
+        network_map = self.network_map
+        if network_map is not None and address.version == 4:
+            location: Location | None = network_map.locate(address)
+        else:
+            location = self.widened(address)
         final = location is not None
         if location is None:
             location = self.geo.locate(address)
@@ -76,9 +84,13 @@ class ClientLocator:
         return location
 
     def settled(self, client: Client) -> bool:
-        """Whether ``client``'s location is final: not located, or located in a network
-        widened to the end (not cut short by the budget)."""
-        return client.location is None or self.widened(client.address) is not None
+        """Whether ``client``'s location is final: not located, located through the
+        precompiled map, or in a network widened to the end (not cut short by the budget)."""
+        if client.location is None:
+            return True
+        if self.network_map is not None and client.address.version == 4:
+            return True
+        return self.widened(client.address) is not None
 
     def widened(self, address: IPAddress) -> Location | None:
         """The location memoised for the widened network holding ``address``, if any

@@ -1,0 +1,99 @@
+"""The IPv4 space merged ahead of time (``director.geo_map``): a partition of the space into
+networks of one class each, the same networks an unbudgeted widening finds, and answers
+through it byte for byte those of the full path."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+import maxminddb
+import pytest
+from dns_helpers import make_query
+
+from director.dns.app import DnsApp
+from director.dns.snapshot_source import StaticSnapshotSource
+from director.engine import RegionState
+from director.engine.location_class import location_classifier
+from director.geo import GeoLocator, record_fields
+from director.geo_map import NetworkMap
+from director.geo_merge import MergedNetworks
+
+UNBOUNDED = 10**9
+
+
+def assert_partition(network_map: NetworkMap) -> None:
+    expected = 0
+    for index in range(len(network_map)):
+        network = network_map.network(index)
+        assert int(network.network_address) == expected, network
+        expected += network.num_addresses
+    assert expected == 1 << 32
+
+
+def test_the_test_database_compiles_to_the_widened_networks(example_policy,
+                                                            maxmind_test_city) -> None:
+    classify = location_classifier(example_policy)
+    geo = GeoLocator(str(maxmind_test_city))
+    network_map = MergedNetworks(geo, classify).compile_ipv4()
+    assert_partition(network_map)
+    widen = MergedNetworks(geo, classify, budget=UNBOUNDED)
+    with maxminddb.open_database(str(maxmind_test_city)) as reader:
+        held = [(n, r) for n, r in reader if n.version == 4]
+    assert held
+    for network, record in held:
+        for address in (network.network_address, network.broadcast_address):
+            index = network_map.find(int(address))
+            assert network_map.class_of(index) == classify(record_fields(record)), network
+            assert network_map.network(index) == widen.widest(address), network
+
+
+@pytest.fixture(scope="module")
+def geolite2_map(example_policy, geolite2) -> NetworkMap:
+    """GeoLite2 City merged under the example policy (about ten seconds, once)."""
+    return MergedNetworks(geolite2, location_classifier(example_policy)).compile_ipv4()
+
+
+def test_geolite2_compiles_to_the_widened_networks(example_policy, geolite2,
+                                                    geolite2_map) -> None:
+    assert_partition(geolite2_map)
+    classify = location_classifier(example_policy)
+    widen = MergedNetworks(geolite2, classify, budget=UNBOUNDED)
+    rng = random.Random(2)
+    for _ in range(300):
+        address = ipaddress.IPv4Address(rng.randrange(1 << 24, 224 << 24))
+        index = geolite2_map.find(int(address))
+        fields = geolite2.fields(address)
+        assert geolite2_map.network(index) == widen.widest(address), address
+        if fields is not None:
+            assert geolite2_map.class_of(index) == classify(fields), address
+
+
+@pytest.mark.parametrize("state", ["calm", "us-hot", "eu-west-down"])
+def test_answers_through_the_map_equal_the_full_path(example_policy, geolite2, geolite2_map,
+                                                     state) -> None:
+    regions = {"calm": {}, "us-hot": {"us-east": RegionState(healthy=True, utilization=1.1)},
+               "eu-west-down": {"eu-west": RegionState(healthy=False)}}[state]
+    mapped_state, full_state = StaticSnapshotSource(), StaticSnapshotSource()
+    mapped_state.update(regions)
+    full_state.update(regions)
+    mapped = DnsApp(example_policy, geolite2, mapped_state)
+    mapped.locator.network_map = geolite2_map
+    full = DnsApp(example_policy, geolite2, full_state, merge_budget=UNBOUNDED)
+    rng = random.Random(4)
+    for _ in range(400):
+        address = ipaddress.IPv4Address(rng.randrange(1 << 24, 224 << 24))
+        subnet = str(ipaddress.ip_network((address, rng.choice([24, 24, 20, 32])), strict=False))
+        for name in ("chat.infer.example.com", "embed.infer.example.com",
+                     "sovereign.infer.example.com"):
+            wire = make_query(name, ecs=subnet, qid=rng.randrange(65536)).to_wire()
+            got = mapped.respond(wire, "127.0.0.1")
+            full.handler.decisions.clear()
+            assert got == full.respond_full(wire, "127.0.0.1"), (state, name, subnet)
+
+
+def test_a_server_builds_its_map_in_the_background(example_policy, maxmind_test_city) -> None:
+    app = DnsApp(example_policy, GeoLocator(str(maxmind_test_city)), StaticSnapshotSource(),
+                 precompile=True)
+    assert app.map_ready is not None and app.map_ready.wait(30)
+    assert app.locator.network_map is not None and len(app.locator.network_map) > 1
