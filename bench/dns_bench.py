@@ -164,10 +164,26 @@ def start_ours(workers: int, pin: bool, port: int = OURS_PORT,
         "--listen", f"127.0.0.1:{port}", "--workers", str(workers)]
     if redis_url:
         cmd += ["--redis", redis_url]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    handle, log = tempfile.mkstemp(prefix="dns-bench-ours-", suffix=".log")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    os.close(handle)
     wait_udp(port)
+    wait_for_maps(Path(log), workers)
     return proc
+
+
+def wait_for_maps(log: Path, workers: int, timeout: float = 120.0) -> None:
+    """Wait until every worker has merged the GeoIP database ahead of time, as gdnsd does
+    before it answers (the log says so); the build time is printed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [line for line in log.read_text().splitlines() if "GeoIP network map:" in line]
+        if len(lines) >= workers:
+            print(f"  ours: {lines[-1].split('GeoIP network map: ', 1)[1]}", flush=True)
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"no GeoIP network map after {timeout:.0f} s (see {log})")
 
 
 class LoadWriter:
