@@ -32,6 +32,10 @@ def serve(
     follow_policy: Annotated[bool, typer.Option(help="Follow the policy stored in Redis (set "
                                                 "by `director up` or PUT /api/v1/policy) "
                                                 "instead of only the file.")] = False,
+    precompile: Annotated[bool, typer.Option(help="Merge the GeoIP database's IPv4 space "
+                                             "ahead of time (about 10 s per worker in a "
+                                             "low-priority child process at start), so never-seen "
+                                             "client subnets cost a binary search.")] = True,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
     from director.dns.cli import redis_snapshots
@@ -46,7 +50,8 @@ def serve(
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
                            metrics, rrl, snapshot_factory=factory,
-                           follow_policy=redis_url if follow_policy else None)
+                           follow_policy=redis_url if follow_policy else None,
+                           precompile=precompile)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

@@ -92,8 +92,13 @@ def test_answers_through_the_map_equal_the_full_path(example_policy, geolite2, g
             assert got == full.respond_full(wire, "127.0.0.1"), (state, name, subnet)
 
 
-def test_a_server_builds_its_map_in_the_background(example_policy, maxmind_test_city) -> None:
-    app = DnsApp(example_policy, GeoLocator(str(maxmind_test_city)), StaticSnapshotSource(),
-                 precompile=True)
+def test_a_server_builds_its_map_in_a_child_process(example_policy, maxmind_test_city) -> None:
+    geo = GeoLocator(str(maxmind_test_city))
+    app = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True)
     assert app.map_ready is not None and app.map_ready.wait(30)
-    assert app.locator.network_map is not None and len(app.locator.network_map) > 1
+    built = app.locator.network_map
+    direct = MergedNetworks(geo, location_classifier(example_policy)).compile_ipv4()
+    assert built is not None and len(built) == len(direct) > 1
+    assert (built.starts, built.prefixes, built.class_index) == (
+        direct.starts, direct.prefixes, direct.class_index)
+    assert built.classes == direct.classes and built.fields == direct.fields
