@@ -33,8 +33,8 @@ def serve(
                                                 "by `director up` or PUT /api/v1/policy) "
                                                 "instead of only the file.")] = False,
     precompile: Annotated[bool, typer.Option(help="Merge the GeoIP database's IPv4 space "
-                                             "ahead of time (about 10 s per worker in a "
-                                             "low-priority child process at start), so never-seen "
+                                             "ahead of time (about 10 s per worker on a "
+                                             "low-priority thread at start), so never-seen "
                                              "client subnets cost a binary search.")] = True,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""

@@ -8,7 +8,9 @@ flight finish on the old one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import random
 import threading
 import time
@@ -19,7 +21,6 @@ from director.dns.decisions import Decisions
 from director.dns.fastpath import FastPath
 from director.dns.handler import Handler
 from director.dns.locate import ClientLocator
-from director.dns.map_build import compile_in_child
 from director.dns.metrics import DnsStats
 from director.dns.ratelimit import ResponseRateLimiter, RrlMode
 from director.dns.responder import Responder
@@ -71,15 +72,16 @@ class DnsApp:
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
 
     def _compile_in_background(self, locator: ClientLocator, merged: MergedNetworks) -> None:
-        """Build the IPv4 network map in a low-priority child process (``map_build``),
-        waited for on a thread; answers use the lazy widening until it is there (and for a
-        policy replaced meanwhile, never)."""
+        """Build the IPv4 network map on a low-priority thread; answers use the lazy
+        widening until it is there (and for a policy replaced meanwhile, never)."""
         self.map_ready = threading.Event()
 
         def build(ready: threading.Event) -> None:
+            with contextlib.suppress(OSError):  # low priority: it uses spare CPU first
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             start = time.monotonic()
             try:
-                network_map = compile_in_child(merged)
+                network_map = merged.compile_ipv4()
             except Exception:
                 log.exception("GeoIP network map: build failed; widening on demand")
                 return

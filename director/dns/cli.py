@@ -50,9 +50,9 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     ``follow_policy``: a Redis URL whose stored policy each worker follows (a new version is
     proven and swapped in; one that fails to load is logged and the last good one serves).
     SIGHUP reloads the policy file the same way. ``precompile``: each worker merges the
-    GeoIP database's IPv4 space ahead of time in a low-priority child process
-    (``director.geo_map``, ``map_build``; about ten seconds), after which a client subnet
-    never seen before costs a binary search.
+    GeoIP database's IPv4 space ahead of time on a low-priority thread
+    (``director.geo_map``; about ten seconds), after which a client subnet never seen
+    before costs a binary search.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     policy = policy_gate.load(policy_path)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="follow the shared state in this Redis")
     parser.add_argument("--no-precompile", action="store_true",
                         help="do not merge the GeoIP database's IPv4 space ahead of time "
-                             "(about 10 s of a low-priority child process per worker at start)")
+                             "(about 10 s of a low-priority thread per worker at start)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

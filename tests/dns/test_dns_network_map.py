@@ -92,7 +92,7 @@ def test_answers_through_the_map_equal_the_full_path(example_policy, geolite2, g
             assert got == full.respond_full(wire, "127.0.0.1"), (state, name, subnet)
 
 
-def test_a_server_builds_its_map_in_a_child_process(example_policy, maxmind_test_city) -> None:
+def test_a_server_builds_its_map_in_the_background(example_policy, maxmind_test_city) -> None:
     geo = GeoLocator(str(maxmind_test_city))
     app = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True)
     assert app.map_ready is not None and app.map_ready.wait(30)
