@@ -25,13 +25,14 @@ from director.geo import Location, RecordFields
 class NetworkMap:
     """Merged IPv4 networks in address order, each with its class."""
 
-    def __init__(self, ranges: Sequence[tuple[int, int, int]],
-                 classes: Sequence[Hashable], fields: Sequence[RecordFields]) -> None:
-        """``ranges``: (first address, prefix length, class index), sorted, covering the
-        space; ``classes[i]`` and ``fields[i]``: class ``i`` and a record's fields of it."""
-        self.starts = array("L", (start for start, _, _ in ranges))
-        self.prefixes = bytes(prefix for _, prefix, _ in ranges)
-        self.class_index = array("H", (index for _, _, index in ranges))
+    def __init__(self, ranges: Sequence[int], classes: Sequence[Hashable],
+                 fields: Sequence[RecordFields]) -> None:
+        """``ranges``: ``first address << 22 | prefix length << 16 | class index``, sorted,
+        covering the space; ``classes[i]`` and ``fields[i]``: class ``i`` and a record's
+        fields of it."""
+        self.starts = array("L", (packed >> 22 for packed in ranges))
+        self.prefixes = bytes((packed >> 16) & 0x3F for packed in ranges)
+        self.class_index = array("H", (packed & 0xFFFF for packed in ranges))
         self.classes = tuple(classes)
         self.fields = tuple(fields)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import mmap
+from array import array
 from collections.abc import Callable, Hashable
 
 from director.geo import GeoLocator, IPAddress, IPNetwork, Location, RecordFields
@@ -107,13 +108,29 @@ class MergedNetworks:
 
     def compile_ipv4(self) -> NetworkMap:
         """Every maximal uniform network of the IPv4 space, walked once (``geo_map``);
-        independent of the widening memos, safe to run in another thread."""
+        independent of the widening memos, safe to run in another thread. The walk reads
+        the database through mappings of its own, unmapped at the end, so the pages it
+        touched do not stay in the server's memory; the networks are kept as packed
+        integers (start << 22 | prefix << 16 | class), not tuples."""
+        with open(self._geo.path, "rb") as handle:
+            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        reader = GeoLocator(self._geo.path, cache_size=0)
+        try:
+            return self._compile_ipv4(buffer, reader)
+        finally:
+            reader.close()
+            buffer.close()
+
+    def _compile_ipv4(self, buffer: mmap.mmap, reader: GeoLocator) -> NetworkMap:
         ids: dict[Hashable, int] = {}
         fields_of: list[RecordFields] = []
         record_ids: dict[int, int] = {}
         field_ids: dict[RecordFields, int] = {}
-        ranges: list[tuple[int, int, int]] = []
-        nodes, children, fields_at = self._nodes, self._children, self._geo.fields
+        ranges = array("Q")
+        nodes, fields_at = self._nodes, reader.fields
+
+        def children(node: int) -> tuple[int, int]:
+            return self._children(node, buffer)
 
         def leaf(record: int, value: int) -> int:
             index = record_ids.get(record)
@@ -125,6 +142,8 @@ class MergedNetworks:
                     cls = self._classify(fields)
                     index = ids.get(cls)
                     if index is None:
+                        if len(ids) >= 0xFFFF:  # the map packs a class index in 16 bits
+                            raise ValueError("more than 65,535 location classes")
                         index = ids[cls] = len(ids)
                         fields_of.append(fields)
                     field_ids[fields] = index
@@ -141,17 +160,17 @@ class MergedNetworks:
             if a == b and a >= 0:
                 return a
             if a >= 0:
-                ranges.append((value, depth + 1, a))
+                ranges.append(value << 22 | (depth + 1) << 16 | a)
             if b >= 0:
-                ranges.append((value | half, depth + 1, b))
+                ranges.append((value | half) << 22 | (depth + 1) << 16 | b)
             return -1
 
         top = walk(self._ipv4_start, 0, 0)
         if top >= 0:
-            ranges.append((0, 0, top))
-        ranges.sort()
+            ranges.append(top)
+        packed = array("Q", sorted(ranges))
         classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
-        return NetworkMap(ranges, classes, fields_of)
+        return NetworkMap(packed, classes, fields_of)
 
     def class_of(self, location: Location) -> Hashable:
         """The class of a located address (memoised by its fields, like the walk's)."""
@@ -221,9 +240,9 @@ class MergedNetworks:
             node = self._children(node)[0]
         return node
 
-    def _children(self, node: int) -> tuple[int, int]:
+    def _children(self, node: int, buffer: mmap.mmap | None = None) -> tuple[int, int]:
         offset = node * self._node_bytes
-        raw = self._buffer[offset:offset + self._node_bytes]
+        raw = (buffer or self._buffer)[offset:offset + self._node_bytes]
         size = self._record_size
         if size == 24:
             return int.from_bytes(raw[:3], "big"), int.from_bytes(raw[3:], "big")
