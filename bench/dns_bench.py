@@ -11,7 +11,8 @@ after the run, then the ratios ours / gdnsd. The mixes (``--mixes`` picks some):
   Asia, repeated (after warm-up passes, the steady state of a popular name's cache);
 - ``ECS new /24s``: ``--fresh`` (1,500,000) distinct /24s from all of the routable IPv4
   space, none repeated: each round asks its own third, never seen before, without warm-up
-  (what an authoritative sees from public resolvers that forward ECS);
+  (what an authoritative sees from public resolvers that forward ECS); ``ECS new /56s``:
+  the same with IPv6 /56s from 2000::/3 (the ahead-of-time map covers IPv4 only);
 - ``ECS 30k + state 1/s``: the 30k mix while a writer changes every region's load in a real
   Valkey through the state store once a second (loads under the spillover threshold, as in
   normal operation); ours follows that store (``--redis``), gdnsd has no state.
@@ -268,9 +269,11 @@ def main() -> int:
         subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", mix_file], check=True)
     fresh = workdir / f"fresh-{args.fresh}.bin"
     chosen_mixes = args.mixes.split(",")
-    if "ECS new /24s" in chosen_mixes and not Path(f"{fresh}.0").exists():
-        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
-                        str(args.fresh), "--parts", str(args.repeats)], check=True)
+    fresh6 = workdir / f"fresh6-{args.fresh}.bin"
+    for name, path, extra in (("ECS new /24s", fresh, []), ("ECS new /56s", fresh6, ["--ipv6"])):
+        if name in chosen_mixes and not Path(f"{path}.0").exists():
+            subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", path, "--fresh",
+                            str(args.fresh), "--parts", str(args.repeats), *extra], check=True)
     # 30,000 distinct subnets: passes at a bounded rate fill every cache (of every
     # worker) first, so the run measures the steady state; the passes are printed.
     warm_30k = {"args": ["-B", "-d", str(mix_file)], "warmup": 10, "warmup_rate": 4000,
@@ -280,6 +283,7 @@ def main() -> int:
         "ECS one /24": {"args": ["-d", str(plain), "-E", ECS_FIXED], "warmup": 2},
         "ECS 30k /24s": warm_30k,
         "ECS new /24s": {"args": lambda r: ["-B", "-d", f"{fresh}.{r}"], "warmup": 0},
+        "ECS new /56s": {"args": lambda r: ["-B", "-d", f"{fresh6}.{r}"], "warmup": 0},
         "ECS 30k + state 1/s": {**warm_30k, "state": True},
     }
     unknown = set(chosen_mixes) - set(every)
@@ -333,7 +337,8 @@ def main() -> int:
 
 
 STATEFUL, STATEFUL_PORT = "ours following the state", 5311
-MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS 30k + state 1/s")
+MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS new /56s",
+         "ECS 30k + state 1/s")
 
 
 class StatefulOurs:

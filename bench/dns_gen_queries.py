@@ -7,7 +7,8 @@ Asia/Oceania; RD clear, as a resolver asks an authoritative server. Deterministi
 ``--fresh N --parts K``: N distinct /24s drawn uniformly from the routable IPv4 space (no
 database sampling: every network a public resolver may forward), written as K files
 ``OUT.0`` .. ``OUT.K-1`` of N / K queries each, so each measured round asks subnets no
-earlier round asked. Built by splicing each address into one query's bytes.
+earlier round asked. Built by splicing each address into one query's bytes. ``--ipv6``:
+distinct /56s of global unicast IPv6 (2000::/3) instead.
 
     python bench/dns_gen_queries.py OUT.bin [--count 30000] [--seed 7]
     python bench/dns_gen_queries.py OUT.bin --fresh 1500000 --parts 3
@@ -74,18 +75,32 @@ def fresh_subnets(count: int, seed: int) -> list[int]:
     return out
 
 
-def write_fresh(out: str, count: int, parts: int, seed: int) -> None:
-    template = query_wire("1.2.3.0/24")
-    at = len(template) - 3  # an ECS /24 option ends with the address's first three octets
-    assert template[at:] == bytes((1, 2, 3))
-    subnets = fresh_subnets(count, seed)
+def fresh_ipv6_subnets(count: int, seed: int) -> list[int]:
+    """``count`` distinct /56 network numbers (address >> 72) in 2000::/3."""
+    rng = random.Random(seed)
+    chosen: set[int] = set()
+    while len(chosen) < count:
+        chosen.add((0b001 << 53) | rng.getrandbits(53))
+    out = list(chosen)
+    rng.shuffle(out)
+    return out
+
+
+def write_fresh(out: str, count: int, parts: int, seed: int, ipv6: bool = False) -> None:
+    width = 7 if ipv6 else 3  # octets of a /56 or a /24 in the ECS option
+    sample = bytes(range(1, width + 1))
+    template = query_wire("0102:0304:0506:0700::/56" if ipv6 else "1.2.3.0/24")
+    at = len(template) - width  # the option ends with the address's leading octets
+    assert template[at:] == sample
+    subnets = fresh_ipv6_subnets(count, seed) if ipv6 else fresh_subnets(count, seed)
     size = count // parts
     for part in range(parts):
         with open(f"{out}.{part}", "wb") as handle:
             for prefix in subnets[part * size:(part + 1) * size]:
-                wire = template[:at] + prefix.to_bytes(3, "big")
+                wire = template[:at] + prefix.to_bytes(width, "big")
                 handle.write(struct.pack("!H", len(wire)) + wire)
-    print(f"{parts} x {size} queries from distinct /24s -> {out}.0 .. {out}.{parts - 1}")
+    print(f"{parts} x {size} queries from distinct {'/56s' if ipv6 else '/24s'} -> {out}.0 .. "
+          f"{out}.{parts - 1}")
 
 
 def main() -> int:
@@ -96,9 +111,10 @@ def main() -> int:
     parser.add_argument("--fresh", type=int, metavar="N",
                         help="N distinct /24s from all of the routable space instead")
     parser.add_argument("--parts", type=int, default=1)
+    parser.add_argument("--ipv6", action="store_true", help="with --fresh: /56s of IPv6")
     args = parser.parse_args()
     if args.fresh:
-        write_fresh(args.out, args.fresh, args.parts, args.seed)
+        write_fresh(args.out, args.fresh, args.parts, args.seed, args.ipv6)
         return 0
     subnets = sample_subnets(args.count, args.seed)
     with open(args.out, "wb") as out:
