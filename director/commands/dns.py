@@ -36,6 +36,9 @@ def serve(
                                              "ahead of time (about 10 s per worker on a "
                                              "low-priority thread at start), so never-seen "
                                              "client subnets cost a binary search.")] = True,
+    udp_reader_threads: Annotated[bool, typer.Option(help="Read UDP on a thread per socket: "
+                                                     "faster cache hits, half the rate on "
+                                                     "never-seen client subnets.")] = False,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
     from director.dns.cli import redis_snapshots
@@ -51,7 +54,7 @@ def serve(
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
                            metrics, rrl, snapshot_factory=factory,
                            follow_policy=redis_url if follow_policy else None,
-                           precompile=precompile)
+                           precompile=precompile, udp_reader_threads=udp_reader_threads)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

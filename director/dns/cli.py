@@ -37,7 +37,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "off", *,
           rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
           snapshot_factory: SnapshotFactory | None = None,
-          follow_policy: str | None = None, precompile: bool = True) -> int:
+          follow_policy: str | None = None, precompile: bool = True,
+          udp_reader_threads: bool = False) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -52,13 +53,16 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     SIGHUP reloads the policy file the same way. ``precompile``: each worker merges the
     GeoIP database's IPv4 space ahead of time on a low-priority thread
     (``director.geo_map``; about ten seconds), after which a client subnet never seen
-    before costs a binary search.
+    before costs a binary search. ``udp_reader_threads``: read each UDP socket on a thread
+    of its own (``udp_reader``): memo hits 5-10% faster, never-seen client subnets at half
+    the rate (every miss crosses to the event loop), so off by default.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     policy = policy_gate.load(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
     mode = RrlMode(rrl_mode)
     config = ServerConfig(listen=parse_listen(listen), tcp_idle_timeout=tcp_idle_timeout,
+                          udp_threads=udp_reader_threads,
                           tcp_max_frame=tcp_max_frame, reuse_port=workers > 1)
     factory = snapshot_factory or (lambda _policy: StaticSnapshotSource())
 
@@ -171,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
     parser.add_argument("--redis", default=None, metavar="URL",
                         help="follow the shared state in this Redis")
+    parser.add_argument("--udp-reader-threads", action="store_true",
+                        help="read UDP on a thread per socket: faster cache hits, half the "
+                             "rate on never-seen client subnets")
     parser.add_argument("--no-precompile", action="store_true",
                         help="do not merge the GeoIP database's IPv4 space ahead of time "
                              "(about 10 s of a low-priority thread per worker at start)")
@@ -180,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
                  rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout,
                  snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
-                 precompile=not args.no_precompile)
+                 precompile=not args.no_precompile,
+                 udp_reader_threads=args.udp_reader_threads)
 
 
 def redis_snapshots(redis_url: str) -> SnapshotFactory:

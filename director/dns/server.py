@@ -52,7 +52,9 @@ class ServerConfig:
     udp_batch: int = 64
     reuse_port: bool = False
     udp_mmsg: bool = True  # batched recvmmsg/sendmmsg where libc has them (Linux)
-    udp_threads: bool = True  # with udp_mmsg: a reader thread per socket when RRL is off
+    # with udp_mmsg: a reader thread per socket when RRL is off; opt-in: it answers memo
+    # hits faster but hands every miss to the loop (udp_reader)
+    udp_threads: bool = False
 
 
 @dataclass

@@ -38,7 +38,7 @@ def app(example_policy, geolite2, snapshots):
 
 @pytest.fixture
 def server(app):
-    with ServerThread(app, ServerConfig(listen=LISTEN)) as running:
+    with ServerThread(app, ServerConfig(listen=LISTEN, udp_threads=True)) as running:
         yield running
 
 
@@ -50,7 +50,7 @@ def test_the_default_transport_reads_each_socket_in_a_thread(server):
 
 def test_rate_limiting_keeps_every_datagram_on_the_event_loop(example_policy, geolite2):
     app = DnsApp(example_policy, geolite2, StaticSnapshotSource(), rrl_mode=RrlMode.LOG_ONLY)
-    with ServerThread(app, ServerConfig(listen=LISTEN)) as running:
+    with ServerThread(app, ServerConfig(listen=LISTEN, udp_threads=True)) as running:
         assert running.server.udp_readers == []
         assert ask(running.addresses[0], make_query("chat.infer.example.com")).answer
 
@@ -137,7 +137,7 @@ def test_stop_wakes_the_threads_then_closes_the_sockets(app, monkeypatch):
     """A blocked read is woken by the shutdown, not by its receive timeout (set here far
     longer than any stop may take)."""
     monkeypatch.setattr(udp_reader, "WAKE_INTERVAL", 60.0)
-    running = ServerThread(app, ServerConfig(listen=LISTEN)).start()
+    running = ServerThread(app, ServerConfig(listen=LISTEN, udp_threads=True)).start()
     readers = list(running.server.udp_readers)
     address = running.addresses[0]
     assert ask_wire(address, make_query("chat.infer.example.com").to_wire())
