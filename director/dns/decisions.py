@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from director.dns.answer_inputs import AnswerInputs
 from director.dns.locate import ClientLocator
-from director.dns.scope import answer_scope
+from director.dns.scope import answer_scope, scope_of
 from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import EcsSubnet
 from director.engine import Engine
 from director.engine.registry import Input
 from director.engine.snapshot import Snapshot
-from director.engine.types import Client, Decision
+from director.engine.types import BUCKET_PREFIX, Client, Decision
 from director.geo import Location
 from policies.model import Affinity, Service
 
@@ -114,19 +114,13 @@ class Decisions:
         value = int.from_bytes(ecs.packed(), "big")
         index = network_map.find(value)
         prefix = network_map.prefixes[index]
-        bucket: object = None
-        if service.spillover is not None or Input.CLIENT_HASH in reads:
-            bits = min(24, ecs.source)
-            bucket = (bits, (value >> (32 - bits) << (32 - bits)).to_bytes(4, "big")
-                      if self._hashing.get(service.name, True) else None)
-        key = (service.name, 4, (network_map.class_of(index), prefix), bucket, None)
+        key = (service.name, 4, (network_map.class_of(index), prefix),
+               self._bucket(service, reads, 4, value, ecs.source), None)
         decision = self._by_inputs.get(key)
         if decision is None:
             return None
-        scope = decision.scope_prefix
-        if service.residency or Input.COORDINATES in reads:
-            scope = max(scope, prefix)
-        return Answered(decision, scope)
+        return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
+                                           reads))
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """A fresh decision with its full explain chain (never memoised)."""
@@ -202,17 +196,28 @@ class Decisions:
         if location is not None:
             where = (self.location_class(location), location.network.prefixlen)
         reads = self.engine.reads(service)
-        bucket: object = None
-        if service.spillover is not None or Input.CLIENT_HASH in reads:
-            net = client.bucket
-            bucket = (net.prefixlen, net.network_address.packed
-                      if self._hashing.get(service.name, True) else None)
+        address = client.address
+        bucket = self._bucket(service, reads, address.version, int(address),
+                              client.network.prefixlen)
         rtt: object = None
         if Input.RTT_NETWORK in reads and self._latency:
             rtt = next((cidr for net, cidr in self._latency
                         if net.version == client.address.version and client.address in net),
                        None)
         return (service.name, client.address.version, where, bucket, rtt)
+
+    def _bucket(self, service: Service, reads: frozenset[Input], version: int, value: int,
+                source: int) -> tuple[int, bytes | None] | None:
+        """The client's hashing bucket (``Client.bucket``) as the memo key holds it: its
+        prefix length and, while the service hashes clients, its network address; None
+        when no plugin of the service can hash."""
+        if service.spillover is None and Input.CLIENT_HASH not in reads:
+            return None
+        width = 32 if version == 4 else 128
+        bits = min(BUCKET_PREFIX[version], source)
+        if not self._hashing.get(service.name, True):
+            return bits, None
+        return bits, (value >> (width - bits) << (width - bits)).to_bytes(width // 8, "big")
 
 
 def _hashes_clients(service: Service, snapshot: Snapshot, reads: frozenset[Input]) -> bool:

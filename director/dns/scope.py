@@ -27,12 +27,20 @@ def answer_scope(decision: Decision, client: Client, service: Service,
                  snapshot: Snapshot, reads: frozenset[Input]) -> int:
     """The scope prefix to echo in the ECS option of an answer for ``client``; ``reads``:
     what ``service``'s steering methods read (``Engine.reads``)."""
-    scope = decision.scope_prefix
     location = client.location
-    if location is None:
+    return scope_of(decision, location.network.prefixlen if location is not None else None,
+                    client.network.prefixlen, service, snapshot, reads)
+
+
+def scope_of(decision: Decision, located_prefix: int | None, source_prefix: int,
+             service: Service, snapshot: Snapshot, reads: frozenset[Input]) -> int:
+    """``answer_scope`` from prefix lengths: the client's location network's (None: not
+    located) and its source network's."""
+    scope = decision.scope_prefix
+    if located_prefix is None:
         return scope
     if service.residency or Input.COORDINATES in reads:
-        scope = max(scope, location.network.prefixlen)
+        scope = max(scope, located_prefix)
     if Input.RTT_NETWORK in reads and snapshot.latency:
-        scope = max(scope, client.network.prefixlen)
+        scope = max(scope, source_prefix)
     return scope

@@ -14,6 +14,9 @@ class ClientSource:
     GIVEN = "given"  # an address given directly (explain, HTTP tier)
 
 
+BUCKET_PREFIX = {4: 24, 6: 56}  # by IP version: the networks whose clients hash alike
+
+
 @dataclass(frozen=True)
 class Client:
     """Who asks: the address that locates them, how we got it, and where it is."""
@@ -26,8 +29,7 @@ class Client:
     @property
     def bucket(self) -> IPNetwork:
         """The network whose clients share hashing decisions: /24 for IPv4, /56 for IPv6."""
-        prefix = 24 if self.address.version == 4 else 56
-        prefix = min(prefix, self.network.prefixlen)
+        prefix = min(BUCKET_PREFIX[self.address.version], self.network.prefixlen)
         return ipaddress.ip_network((self.address, prefix), strict=False)
 
 
