@@ -166,15 +166,7 @@ class Profile(Generic[R, C]):
             observe("filter", name, perf_counter() - start)
             if not candidates:
                 return Outcome((), name)
-        columns: list[Column] = []
-        for ws in self.scorers:
-            start = perf_counter()
-            columns.append((ws.scorer.score(request, candidates), ws.weight))
-            observe("scorer", ws.scorer.name, perf_counter() - start)
-        start = perf_counter()
-        order = self.picker.order(candidates, columns)
-        observe("picker", self.picker.name, perf_counter() - start)
-        return Outcome(tuple([candidates[i] for i in order]), None, ())
+        return Outcome(self._ordered(candidates, request, None, observe), None, ())
 
     def _explained_timed(self, candidates: Sequence[C], request: R) -> Outcome[C]:
         timings = self.timings
