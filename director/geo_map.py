@@ -33,6 +33,8 @@ class NetworkMap:
         self.starts = array("L", (packed >> 22 for packed in ranges))
         self.prefixes = bytes((packed >> 16) & 0x3F for packed in ranges)
         self.class_index = array("H", (packed & 0xFFFF for packed in ranges))
+        # what an answer depends on of the network: prefix length << 16 | class index
+        self.keys = array("I", (packed & 0x3FFFFF for packed in ranges))
         self.classes = tuple(classes)
         self.fields = tuple(fields)
 

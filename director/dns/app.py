@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from director.dns import wire
 from director.dns.decisions import Decisions
-from director.dns.fastpath import FastPath
+from director.dns.fastpath import FastPath, LaneLookup
 from director.dns.handler import Handler
 from director.dns.locate import ClientLocator
 from director.dns.metrics import DnsStats
@@ -122,7 +122,7 @@ class DnsApp:
 
         return limited
 
-    def udp_memo(self) -> tuple[dict[bytes, object], list[int]] | None:
+    def udp_memo(self) -> tuple[dict[bytes, object], list[int], LaneLookup] | None:
         """``FastPath.udp_memo`` for a transport that answers memo hits itself, or None when
         every response must come through ``udp_responder`` (rate limiting is on, or the
         fast path cannot prepare)."""

@@ -53,6 +53,8 @@ class Answered:
     settled: bool = True  # False: the client's network was widened only part way (its
     # budget ran out): memoised, and asked again after a later snapshot (at most
     # RETRY_PER_SNAPSHOT of them per snapshot), it widens further
+    lane: int | None = None  # the answer depends on the client only through the network
+    # map's network holding it, whose ``NetworkMap.keys`` value this is (``lanes``)
 
 
 class Decisions:
@@ -114,13 +116,15 @@ class Decisions:
         value = int.from_bytes(ecs.packed(), "big")
         index = network_map.find(value)
         prefix = network_map.prefixes[index]
-        key = (service.name, 4, (network_map.class_of(index), prefix),
-               self._bucket(service, reads, 4, value, ecs.source), None)
+        bucket = self._bucket(service, reads, 4, value, ecs.source)
+        key = (service.name, 4, (network_map.class_of(index), prefix), bucket, None)
         decision = self._by_inputs.get(key)
         if decision is None:
             return None
+        by_network = bucket is None or bucket[1] is None  # not hashed by the address
         return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
-                                           reads))
+                                           reads),
+                        lane=network_map.keys[index] if by_network else None)
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """A fresh decision with its full explain chain (never memoised)."""

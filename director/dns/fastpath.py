@@ -1,6 +1,6 @@
 """The hot path: finished wire answers from caches, no dnspython objects on a hit.
 
-Two caches in front of the full path (``Responder``), both dropped when a new snapshot
+Three caches in front of the full path (``Responder``), both dropped when a new snapshot
 changes what answers read (the decisions' generation: ``answer_inputs``) or the policy is
 replaced (a new ``FastPath``); a snapshot that changes no answer keeps them, except the
 answers whose client network was widened only part way (``Answered.settled``), the oldest
@@ -10,7 +10,10 @@ of which are asked again and widen further:
    response is ``query id + cached bytes``. Answers that depend on the resolver's address
    (service A/AAAA without ECS) are kept per resolver address. Exact, because the full path
    is a function of the query bytes, the resolver address and the snapshot.
-2. **templates**: the query parsed by hand (``wire.parse_query``) keyed by (lower-cased
+2. **lanes** (``lanes``), UDP only: ECS queries from IPv4 subnets never seen before, answered
+   by query shape and network-map network alone when the decisions made the answer from the
+   map (``Answered.lane``); they are not added to the memo, which they would only churn.
+3. **templates**: the query parsed by hand (``wire.parse_query``) keyed by (lower-cased
    qname, qtype, qclass, RD/CD, EDNS payload bucket and DO, ECS family and source prefix,
    transport, and for service A/AAAA the decision class: regions, TTL, ECS scope, reason)
    -> the response header and the bytes after the question. The response is ``id + header +
@@ -31,6 +34,7 @@ import dns.rcode
 import dns.rdatatype
 
 from director.dns.decisions import RETRY_PER_SNAPSHOT, Decisions
+from director.dns.lanes import SubnetLanes, lane_layout
 from director.dns.metrics import DnsStats
 from director.dns.responder import Reply, Responder
 from director.dns.snapshot_source import SnapshotSource
@@ -39,6 +43,7 @@ from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
 
 MEMO_LIMIT = 250_000
+SEEN_LIMIT = 200_000  # hashes of queries answered once from a lane
 TEMPLATE_LIMIT = 100_000
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
@@ -46,6 +51,7 @@ _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAM
                              "IXFR"))
 
 Labels = tuple[str, str, str, str, str]
+LaneLookup = Callable[[bytes], "tuple[bytes, int] | None"]
 
 
 class Template(NamedTuple):
@@ -72,6 +78,8 @@ class FastPath:
         self._udp: dict[bytes, Any] = {}
         self._tcp: dict[bytes, object] = {}
         self._templates: dict[tuple, Template] = {}
+        self._lanes: SubnetLanes | None = None
+        self._seen: set[int] = set()
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to the raw query ``data`` from ``host``, or None to send nothing."""
@@ -87,33 +95,55 @@ class FastPath:
         snapshot swap, made by another task of the same loop, cannot happen inside it)."""
         if self.snapshots.current is not self._snapshot:
             self._reset()
-        memo, counts, slow = self._udp, self._counts, self._slow
+        answer, memo = self._answer, self._udp
 
         def respond_udp(data: bytes, addr: tuple) -> bytes | None:
-            entry = memo.get(data[2:])
-            if entry is not None:
-                if entry.__class__ is dict:
-                    entry = entry.get(addr[0])
-                if entry is not None:
-                    counts[entry[1]] += 1
-                    return data[:2] + entry[0]
-            return slow(data, addr[0], False, memo)
+            return answer(data, addr[0], False, memo)
 
         return respond_udp
 
-    def udp_memo(self) -> tuple[dict[bytes, object], list[int]]:
+    def udp_memo(self) -> tuple[dict[bytes, object], list[int], LaneLookup]:
         """The UDP memo (query bytes after the ID -> (response bytes after the ID, metric
-        slot), or a dict of those by resolver address) and the metric counters, for a
-        transport that answers memo hits itself; call once per batch, like ``udp_responder``."""
+        slot), or a dict of those by resolver address), the metric counters and the lane
+        lookup (``lane_answer``), for a transport that answers memo hits itself; call once
+        per batch, like ``udp_responder``."""
         if self.snapshots.current is not self._snapshot:
             self._reset()
-        return self._udp, self._counts
+        return self._udp, self._counts, self.lane_answer
+
+    def lane_answer(self, query: bytes) -> tuple[bytes, int] | None:
+        """(response less its ID, metrics slot) from the lanes for a UDP query less its ID
+        that missed the memo, or None (see ``lanes``). A query answered this way a second
+        time enters the memo (the first time, only its hash is kept): repeated queries are
+        answered from there, and one-offs never churn it."""
+        lanes = self._lanes
+        if lanes is None:
+            return None
+        entry = lanes.answer(query)
+        if entry is not None:
+            seen = self._seen
+            digest = hash(query)  # cached in the bytes object by the memo lookup
+            if digest in seen:
+                memo = self._udp
+                if len(memo) >= MEMO_LIMIT:
+                    memo.clear()
+                memo[query] = entry
+            else:
+                if len(seen) >= SEEN_LIMIT:
+                    seen.clear()
+                seen.add(digest)
+        return entry
 
     def _answer(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
         entry = memo.get(data[2:])
         if entry is not None:
             if entry.__class__ is dict:
                 entry = entry.get(host)
+            if entry is not None:
+                self._counts[entry[1]] += 1
+                return data[:2] + entry[0]
+        elif not tcp and self._lanes is not None:
+            entry = self.lane_answer(data[2:])
             if entry is not None:
                 self._counts[entry[1]] += 1
                 return data[:2] + entry[0]
@@ -136,6 +166,8 @@ class FastPath:
             self._udp = {}
             self._tcp = {}
             self._templates = {}
+            self._lanes = None
+            self._seen = set()
             self._generation = generation
             self._unsettled = []
         else:  # the answers the decisions send back to be asked again
@@ -152,6 +184,7 @@ class FastPath:
         by_host = False
         settled = True
         decision_class: tuple | None = None
+        lane: int | None = None
         if node is not None and node.kind is NodeKind.EXPLAIN:
             return self._uncached(data, host, tcp)
         if (node is not None and node.kind is NodeKind.SERVICE and parsed.qclass == 1
@@ -164,6 +197,7 @@ class FastPath:
             decision_class = (decision.regions, decision.ttl, answered.scope, decision.reason)
             by_host = parsed.ecs is None
             settled = answered.settled
+            lane = answered.lane
         ecs = parsed.ecs
         key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
                _payload_bucket(parsed, tcp), parsed.do,
@@ -188,6 +222,11 @@ class FastPath:
         else:
             response = (data[:2] + template.header + data[12:parsed.question_end]
                         + template.tail + (ecs.address if ecs is not None else b""))
+        if lane is not None and not tcp and ecs is not None and lane_layout(
+                data, parsed.question_end, len(ecs.address)):
+            self._lane_add(data, ecs.source, lane, response, template.slot)
+            self._counts[template.slot] += 1
+            return response
         if len(memo) >= MEMO_LIMIT:
             memo.clear()
         if not settled:  # forgotten at the next snapshot: then it widens further
@@ -202,6 +241,16 @@ class FastPath:
             memo[data[2:]] = entry
         self._counts[template.slot] += 1
         return response
+
+    def _lane_add(self, data: bytes, source: int, lane: int, response: bytes,
+                  slot: int) -> None:
+        lanes = self._lanes
+        if lanes is None:
+            network_map = self.decisions.locator.network_map
+            if network_map is None:
+                return
+            lanes = self._lanes = SubnetLanes(network_map)
+        lanes.add(data[2:], source, lane, response[2:], slot)
 
     def _uncached(self, data: bytes, host: str, tcp: bool) -> bytes | None:
         reply = self.responder.respond(data, host, tcp)

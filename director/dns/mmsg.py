@@ -33,6 +33,8 @@ MSG_WAITFORONE = 0x10000  # block for the first datagram only, then take what is
 _HOST_MEMO_LIMIT = 100_000
 
 Respond = Callable[[bytes, tuple], "bytes | None"]
+# the memo, the metric counters, and a lookup answering a query less its ID (or None)
+Cached = tuple[dict, list[int], "Callable[[bytes], tuple[bytes, int] | None] | None"]
 
 
 class _IoVec(ctypes.Structure):
@@ -79,9 +81,9 @@ def available() -> bool:
 class MmsgEndpoint:
     """Reads, answers and writes batches of datagrams on one non-blocking UDP socket.
 
-    ``memo()`` gives the fast path's UDP memo for the batch (or None): a hit is answered
-    here, the cached bytes written after the query's ID in its own slot; anything else goes
-    through ``responder()(data, (host, port))``.
+    ``memo()`` gives the fast path's UDP memo, counters and lane lookup for the batch (or
+    None): a hit in either is answered here, the cached bytes written after the query's ID
+    in its own slot; anything else goes through ``responder()(data, (host, port))``.
 
     Two ways to drive it: ``readable()`` from an event loop on a non-blocking socket, or
     ``wait_batch()`` in a loop of its own thread on a blocking one (``director.dns.udp_reader``).
@@ -89,7 +91,7 @@ class MmsgEndpoint:
 
     def __init__(self, sock: socket.socket, responder: Callable[[], Respond],
                  failed: Callable[[bytes, str], bytes | None],
-                 memo: Callable[[], tuple[dict, list[int]] | None] = lambda: None) -> None:
+                 memo: Callable[[], Cached | None] = lambda: None) -> None:
         libc = _libc()
         if libc is None:
             raise OSError(errno.ENOSYS, "recvmmsg/sendmmsg not available")
@@ -166,6 +168,7 @@ class MmsgEndpoint:
         cached = self.memo()
         memo_get = cached[0].get if cached is not None else None
         counts: list[int] = cached[1] if cached is not None else []
+        lane = cached[2] if cached is not None else None
         respond: Respond | None = None
         words, iov, buffers = self._recv_words, self._send_iov_words, self._buffer_view
         names, hosts = self._names.raw, self._hosts
@@ -177,8 +180,12 @@ class MmsgEndpoint:
                 continue  # longer than a slot: no DNS query over UDP is; drop it
             length = words[length_at]
             if memo_get is not None:
-                entry = memo_get(slot[2:length])
-                if entry is not None and entry.__class__ is dict:  # answers per resolver
+                query = slot[2:length]
+                entry = memo_get(query)
+                if entry is None:
+                    if lane is not None:
+                        entry = lane(query)
+                elif entry.__class__ is dict:  # answers per resolver
                     raw = names[address_at:address_end]
                     host = hosts.get(raw)
                     entry = entry.get(host if host is not None else self._host(raw))

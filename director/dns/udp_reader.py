@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 
 from director.dns.app import DnsApp
-from director.dns.mmsg import MmsgEndpoint
+from director.dns.mmsg import Cached, MmsgEndpoint
 from director.dns.udp_answer import answer_all
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,9 @@ class UdpReaderThread:
             self.sock.shutdown(socket.SHUT_RD)
         await asyncio.to_thread(self._thread.join, WAKE_INTERVAL * 4)
 
-    def _memo(self) -> tuple[dict, list[int]] | None:
+    def _memo(self) -> Cached | None:
         memo = self.app.reader_memo()
-        return (memo, self.counters.counts) if memo is not None else None
+        return (memo, self.counters.counts, None) if memo is not None else None
 
     def _handover_responder(self) -> Callable[[bytes, tuple], None]:
         return self._hand_over

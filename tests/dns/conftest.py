@@ -11,7 +11,10 @@ import pytest
 from director.dns.app import DnsApp
 from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
+from director.engine.location_class import location_classifier
 from director.geo import GeoLocator
+from director.geo_map import NetworkMap
+from director.geo_merge import MergedNetworks
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -21,6 +24,12 @@ def _quick_thread_switches() -> Iterator[None]:
     sys.setswitchinterval(0.0002)
     yield
     sys.setswitchinterval(old)
+
+
+@pytest.fixture(scope="session")
+def geolite2_map(example_policy, geolite2: GeoLocator) -> NetworkMap:
+    """GeoLite2 City merged under the example policy (about ten seconds, once)."""
+    return MergedNetworks(geolite2, location_classifier(example_policy)).compile_ipv4()
 
 
 @pytest.fixture

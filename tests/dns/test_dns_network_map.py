@@ -48,12 +48,6 @@ def test_the_test_database_compiles_to_the_widened_networks(example_policy,
             assert network_map.network(index) == widen.widest(address), network
 
 
-@pytest.fixture(scope="module")
-def geolite2_map(example_policy, geolite2) -> NetworkMap:
-    """GeoLite2 City merged under the example policy (about ten seconds, once)."""
-    return MergedNetworks(geolite2, location_classifier(example_policy)).compile_ipv4()
-
-
 def test_geolite2_compiles_to_the_widened_networks(example_policy, geolite2,
                                                     geolite2_map) -> None:
     assert_partition(geolite2_map)

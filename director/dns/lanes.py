@@ -1,0 +1,115 @@
+"""Answers for client subnets never seen before, without parsing the query.
+
+A resolver forwarding ECS for millions of client networks sends queries that differ only
+in the last bytes, the ECS address, and (with 0x20 case randomisation) in the case of the
+name's letters. Everything else, the *shape*, decides what is asked: name, type, class,
+flags, EDNS payload and DO, ECS family and source prefix. Under the IPv4 network map
+(``director.geo_map``) the answer's decision and scope depend on the client only through
+the map network holding its address: its class and prefix length (``NetworkMap.keys``).
+
+So a lane is, per shape with the name lower-cased, a table of map key -> the response's
+header and the bytes after the question (the template of ``fastpath``); answering is a
+binary search in the map, a dictionary lookup and a splice of the question and the ECS
+address as sent:
+
+    response = id + header + question as sent + tail + ECS address as sent
+
+Only the layout the fast path fills lanes from is read: one question, an OPT record whose
+only option is ECS, the address last (``lane_layout``). A lane key is computed from a
+query's bytes as if it had that layout; it equals the key of a query that had it only if
+the query is that query with other letter case in the name and another address (the
+name's label-length bytes are below 64, where lower-casing changes nothing), so a query of
+another layout finds no lane. The address must have zero bits past the source prefix, as
+the full path requires. Lanes are filled by ``FastPath`` with answers the decisions made
+from the map alone (``Answered.lane``) and dropped with the fast path's caches.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import NamedTuple
+
+from director.geo_map import NetworkMap
+
+# From the end of the question's name to the ECS address: type, class (4), the OPT record
+# (root owner 1, type 2, payload 2, extended rcode/version/flags 4, rdata length 2) and
+# the ECS option's code, length, family, source and scope (8).
+_AFTER_NAME = 4 + 11 + 8
+_AFTER_QUESTION = 11 + 8
+SHAPE_LIMIT = 20_000  # distinct shapes kept (each a name, type and EDNS variant)
+
+
+class LaneAnswer(NamedTuple):
+    header: bytes  # response bytes 2..12: flags and counts
+    tail: bytes  # after the question, up to the ECS address
+    slot: int  # its metrics counter (DnsStats.label_id)
+
+
+class Lane(NamedTuple):
+    answers: dict[int, LaneAnswer]  # NetworkMap.keys value -> answer
+    mask: int  # address bits past the source prefix: must be zero
+    shift: int  # to the 32-bit address from the address bytes as an integer
+
+
+def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
+    """Whether a parsed query with an ECS address of ``address_size`` bytes has the layout
+    lanes read: nothing between the question and the address but an OPT record holding
+    the ECS option alone."""
+    return len(data) - question_end == _AFTER_QUESTION + address_size
+
+
+class SubnetLanes:
+    """The lanes of one generation of answers under one network map."""
+
+    def __init__(self, network_map: NetworkMap) -> None:
+        self.network_map = network_map
+        self._starts, self._keys = network_map.starts, network_map.keys
+        self._bisect = bisect.bisect_right
+        self._lanes: dict[bytes, Lane] = {}
+        self._sizes: list[int] = []  # the address sizes of the lanes, for the lookup
+
+    def __len__(self) -> int:
+        return sum(len(lane.answers) for lane in self._lanes.values())
+
+    def answer(self, query: bytes) -> tuple[bytes, int] | None:
+        """(response less its ID, metrics slot) for ``query`` (a query less its ID), or
+        None when no lane holds its shape and map network yet."""
+        n = len(query)
+        for size in self._sizes:
+            cut = n - size
+            name_end = cut - _AFTER_NAME
+            if name_end <= 10:
+                continue
+            lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
+            if lane is None:
+                continue
+            answers, mask, shift = lane
+            raw = int.from_bytes(query[cut:], "big")
+            if raw & mask:
+                return None
+            found = answers.get(self._keys[self._bisect(self._starts, raw << shift) - 1])
+            if found is None:
+                return None
+            header, tail, slot = found
+            return header + query[10:cut - _AFTER_QUESTION] + tail + query[cut:], slot
+        return None
+
+    def add(self, query: bytes, source: int, key: int, response: bytes, slot: int) -> None:
+        """Remember ``response`` (less its ID; it ends with the ECS address) to ``query``
+        (less its ID; parsed, with ``lane_layout``) for its shape and map key ``key``."""
+        size = (source + 7) // 8
+        cut = len(query) - size
+        name_end = cut - _AFTER_NAME
+        shape = query[:name_end].lower() + query[name_end:cut]
+        lane = self._lanes.get(shape)
+        if lane is None:
+            if len(self._lanes) >= SHAPE_LIMIT:
+                self._lanes.clear()
+            bits = 8 * size
+            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits)
+            self._lanes[shape] = lane
+            if size not in self._sizes:
+                self._sizes.append(size)
+        question = cut - _AFTER_QUESTION - 10
+        tail = response[10 + question:len(response) - size]
+        lane.answers[key] = LaneAnswer(response[:10], tail, slot)
