@@ -180,7 +180,7 @@ class MmsgEndpoint:
                 continue  # longer than a slot: no DNS query over UDP is; drop it
             length = words[length_at]
             if memo_get is not None:
-                query = cast(bytes, slot[2:length])  # a c_char array's slice is bytes
+                query: bytes = slot[2:length]  # type: ignore[assignment]  # c_char slice: bytes
                 entry = memo_get(query)
                 if entry is None:
                     if lane is not None:
