@@ -25,7 +25,7 @@ def serve(
     metrics: Annotated[str | None, typer.Option(help="ADDR:PORT for Prometheus "
                                                 "metrics.")] = None,
     rrl: Annotated[str, typer.Option(help="Response rate limiting: off, log-only or "
-                                     "enforce.")] = "off",
+                                     "enforce (see docs/dns-rate-limiting.md).")] = "log-only",
     redis_url: Annotated[str | None, typer.Option("--redis", help="Shared state (health, "
                                                   "load, latency) in Redis; without it every "
                                                   "region counts as healthy.")] = None,

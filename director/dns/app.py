@@ -1,7 +1,8 @@
 """The DNS application: one object the transports call with raw queries.
 
-``DnsApp.respond(data, host, tcp)`` runs the fast path (which falls back to the full path),
-then response rate limiting for UDP. It never raises: an internal error answers SERVFAIL.
+``DnsApp.respond(data, host, tcp)`` runs response rate limiting for UDP (log-only by
+default), then the fast path (which falls back to the full path). It never raises: an
+internal error answers SERVFAIL.
 ``set_policy`` swaps in a new policy (a new zone, engine and caches) atomically; queries in
 flight finish on the old one.
 """
@@ -14,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from director.dns import wire
 from director.dns.decisions import Decisions
@@ -39,7 +40,7 @@ class DnsApp:
     """Policy, GeoIP, snapshot source, caches, rate limiter and stats of one server process."""
 
     def __init__(self, policy: Policy, geo: GeoLocator, snapshots: SnapshotSource, *,
-                 rrl_mode: RrlMode = RrlMode.OFF, rrl_rate: float = 20.0, rrl_slip: int = 2,
+                 rrl_mode: RrlMode = RrlMode.LOG_ONLY, rrl_rate: float = 20.0, rrl_slip: int = 2,
                  stats: DnsStats | None = None, rng: random.Random | None = None,
                  merge_budget: int = DEFAULT_BUDGET, precompile: bool = False) -> None:
         self.geo = geo
@@ -95,39 +96,43 @@ class DnsApp:
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to send for the raw query ``data`` from ``host``, or None."""
+        if not tcp and self.rrl is not None:
+            allowed, instead = self.rrl.check(host, data)
+            if not allowed:
+                return instead
         try:
-            response = self.fast.respond(data, host, tcp)
+            return self.fast.respond(data, host, tcp)
         except Exception:
             return self.failed(data, host)
-        if response is not None and not tcp and self.rrl is not None:
-            return self.rrl.filter(host, response)
-        return response
 
-    def udp_responder(self) -> Callable[[bytes, tuple], bytes | None]:
+    def udp_responder(self, limited: bool = True) -> Callable[[bytes, tuple], bytes | None]:
         """The fastest correct UDP responder for one batch of datagrams, called with the
         datagram and its socket address (see ``FastPath.udp_responder``); it may raise, so
-        callers catch and call ``failed``."""
+        callers catch and call ``failed``. ``limited=False``: without rate limiting, for a
+        transport that applies ``rate_limit`` itself."""
         try:
             respond = self.fast.udp_responder()
         except Exception:  # e.g. the snapshot source failing: answer SERVFAIL meanwhile
             self._log_error("internal error preparing to answer")
             return self._servfail
         rrl = self.rrl
-        if rrl is None:
+        if rrl is None or not limited:
             return respond
 
-        def limited(data: bytes, addr: tuple) -> bytes | None:
-            response = respond(data, addr)
-            return rrl.filter(addr[0], response) if response is not None else None
+        def rate_limited(data: bytes, addr: tuple) -> bytes | None:
+            allowed, instead = rrl.check(addr[0], data)
+            return respond(data, addr) if allowed else instead
 
-        return limited
+        return rate_limited
+
+    def rate_limit(self) -> Callable[[Hashable, float], int] | None:
+        """``ResponseRateLimiter.limit`` for a transport that rate-limits its datagrams
+        itself (keyed by raw address bytes cut to /24 or /56), or None when RRL is off."""
+        return self.rrl.limit if self.rrl is not None else None
 
     def udp_memo(self) -> tuple[dict[bytes, object], list[int], LaneLookup] | None:
         """``FastPath.udp_memo`` for a transport that answers memo hits itself, or None when
-        every response must come through ``udp_responder`` (rate limiting is on, or the
-        fast path cannot prepare)."""
-        if self.rrl is not None:
-            return None
+        every response must come through ``udp_responder`` (the fast path cannot prepare)."""
         try:
             return self.fast.udp_memo()
         except Exception:
@@ -166,7 +171,7 @@ class DnsApp:
 
 
 def build_app(policy: Policy, *, geoip: str | None = None,
-              snapshots: SnapshotSource | None = None, rrl_mode: str = "off",
+              snapshots: SnapshotSource | None = None, rrl_mode: str = "log-only",
               rrl_rate: float = 20.0, rng: random.Random | None = None) -> DnsApp:
     """A ``DnsApp`` for ``policy`` with the GeoIP database at ``geoip`` (default: the
     bundled GeoLite2 City) and ``snapshots`` (default: an empty in-process snapshot)."""

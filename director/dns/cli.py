@@ -34,7 +34,7 @@ SnapshotFactory = Callable[[Policy], SnapshotSource]
 
 
 def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
-          workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "off", *,
+          workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "log-only", *,
           rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
@@ -44,7 +44,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
     ``geoip``: a MaxMind City/Country .mmdb (default: the bundled GeoLite2 City 2018).
     ``workers``: processes sharing the port with SO_REUSEPORT. ``metrics_listen``:
-    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only | enforce.
+    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only (default) | enforce.
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geoip", default=None)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
-    parser.add_argument("--rrl", default="off", choices=[m.value for m in RrlMode])
+    parser.add_argument("--rrl", default="log-only", choices=[m.value for m in RrlMode])
     parser.add_argument("--rrl-rate", type=float, default=20.0)
     parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
     parser.add_argument("--redis", default=None, metavar="URL",

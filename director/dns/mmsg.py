@@ -21,8 +21,11 @@ import ctypes.util
 import errno
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import cast
+
+from director.dns.ratelimit import SLIP, slipped
 
 SLOTS = 64
 SLOT_SIZE = 4096
@@ -35,6 +38,8 @@ _HOST_MEMO_LIMIT = 100_000
 Respond = Callable[[bytes, tuple], "bytes | None"]
 # the memo, the metric counters, and a lookup answering a query less its ID (or None)
 Cached = tuple[dict, list[int], "Callable[[bytes], tuple[bytes, int] | None] | None"]
+# response rate limiting (ratelimit.ResponseRateLimiter.limit): network bytes, now -> verdict
+Limit = Callable[[bytes, float], int]
 
 
 class _IoVec(ctypes.Structure):
@@ -91,7 +96,8 @@ class MmsgEndpoint:
 
     def __init__(self, sock: socket.socket, responder: Callable[[], Respond],
                  failed: Callable[[bytes, str], bytes | None],
-                 memo: Callable[[], Cached | None] = lambda: None) -> None:
+                 memo: Callable[[], Cached | None] = lambda: None,
+                 limiter: Callable[[], Limit | None] = lambda: None) -> None:
         libc = _libc()
         if libc is None:
             raise OSError(errno.ENOSYS, "recvmmsg/sendmmsg not available")
@@ -100,6 +106,7 @@ class MmsgEndpoint:
         self.responder = responder
         self.failed = failed
         self.memo = memo
+        self.limiter = limiter
         self._recvmmsg = libc.recvmmsg
         self._sendmmsg = libc.sendmmsg
         self._buffers = (ctypes.c_char * (SLOTS * SLOT_SIZE))()
@@ -143,9 +150,11 @@ class MmsgEndpoint:
                        for i in range(SLOTS)]
         address_at = 4 if sock.family == socket.AF_INET else 8
         address_end = 8 if sock.family == socket.AF_INET else 28  # v6: address and scope id
+        network_size = 3 if sock.family == socket.AF_INET else 7  # the RRL's /24 or /56
         self._slots = [(i, i * stride + _MsgHdr.msg_flags.offset // 4,
                         i * stride + _MMsgHdr.msg_len.offset // 4, i * SLOT_SIZE,
-                        slot_arrays[i], i * NAME_SIZE + address_at, i * NAME_SIZE + address_end)
+                        slot_arrays[i], i * NAME_SIZE + address_at, i * NAME_SIZE + address_end,
+                        i * NAME_SIZE + address_at + network_size)
                        for i in range(SLOTS)]
 
     def readable(self) -> None:
@@ -169,49 +178,55 @@ class MmsgEndpoint:
         memo_get = cached[0].get if cached is not None else None
         counts: list[int] = cached[1] if cached is not None else []
         lane = cached[2] if cached is not None else None
+        limit = self.limiter()
+        now = time.monotonic() if limit is not None else 0.0
         respond: Respond | None = None
         words, iov, buffers = self._recv_words, self._send_iov_words, self._buffer_view
         names, hosts = self._names.raw, self._hosts
         answers = 0
         moved = False  # whether some answer is not in the send header of its own slot
-        for i, flags_at, length_at, start, slot, address_at, address_end in self._slots[:count]:
+        for (i, flags_at, length_at, start, slot, address_at, address_end,
+             network_end) in self._slots[:count]:
             if words[flags_at] & MSG_TRUNC:
                 moved = True
                 continue  # longer than a slot: no DNS query over UDP is; drop it
             length = words[length_at]
-            if memo_get is not None:
-                query: bytes = slot[2:length]  # type: ignore[assignment]  # c_char slice: bytes
-                entry = memo_get(query)
-                if entry is None:
-                    if lane is not None:
-                        entry = lane(query)
-                elif entry.__class__ is dict:  # answers per resolver
-                    raw = names[address_at:address_end]
-                    host = hosts.get(raw)
-                    entry = entry.get(host if host is not None else self._host(raw))
-                if entry is not None:
-                    body, counter = entry
-                    try:
-                        counts[counter] += 1
-                    except IndexError:  # a counter list of the transport's own, still short
-                        counts.extend([0] * (counter + 1 - len(counts)))
-                        counts[counter] += 1
-                    size = len(body)
-                    buffers[start + 2:start + 2 + size] = body
-                    if moved:
-                        self._point(answers, i)
-                    iov[answers * 2 + 1] = size + 2
-                    answers += 1
-                    continue
-            if respond is None:
-                respond = self.responder()
-            data = cast(bytes, slot[:length])  # a c_char array's slice is bytes
-            host = self._host(names[address_at:address_end])
-            port = int.from_bytes(names[i * NAME_SIZE + 2:i * NAME_SIZE + 4], "big")
-            try:
-                response = respond(data, (host, port))
-            except Exception:
-                response = self.failed(data, host)
+            if limit is not None and (verdict := limit(names[address_at:network_end], now)):
+                response = slipped(cast(bytes, slot[:length])) if verdict == SLIP else None
+            else:
+                if memo_get is not None:
+                    query: bytes = slot[2:length]  # type: ignore[assignment]  # c_char: bytes
+                    entry = memo_get(query)
+                    if entry is None:
+                        if lane is not None:
+                            entry = lane(query)
+                    elif entry.__class__ is dict:  # answers per resolver
+                        raw = names[address_at:address_end]
+                        host = hosts.get(raw)
+                        entry = entry.get(host if host is not None else self._host(raw))
+                    if entry is not None:
+                        body, counter = entry
+                        try:
+                            counts[counter] += 1
+                        except IndexError:  # a counter list of the transport's own, short
+                            counts.extend([0] * (counter + 1 - len(counts)))
+                            counts[counter] += 1
+                        size = len(body)
+                        buffers[start + 2:start + 2 + size] = body
+                        if moved:
+                            self._point(answers, i)
+                        iov[answers * 2 + 1] = size + 2
+                        answers += 1
+                        continue
+                if respond is None:
+                    respond = self.responder()
+                data = cast(bytes, slot[:length])  # a c_char array's slice is bytes
+                host = self._host(names[address_at:address_end])
+                port = int.from_bytes(names[i * NAME_SIZE + 2:i * NAME_SIZE + 4], "big")
+                try:
+                    response = respond(data, (host, port))
+                except Exception:
+                    response = self.failed(data, host)
             if response is None or len(response) > SLOT_SIZE:
                 moved = True
                 continue

@@ -1,16 +1,18 @@
 """Response rate limiting (RRL) per client network: /24 for IPv4, /56 for IPv6.
 
-A token bucket per network: ``rate`` responses per second, bursts up to ``burst``. A response
-beyond the bucket is *limited*:
+A token bucket per network: ``rate`` responses per second, bursts up to ``burst``. A query
+beyond the bucket is *limited*, decided before its answer is computed (so a flood of
+never-seen subnets costs a dictionary lookup per query, not an answer):
 
 - ``off``: nothing is limited (the limiter is not even consulted);
-- ``log-only``: counted and logged (at most once a second), still sent;
-- ``enforce``: every ``slip``-th limited response of a network is sent truncated (TC=1,
-  header and question only) so a real client retries over TCP, the others are dropped
+- ``log-only`` (the default): counted in ``director_dns_rrl_total{action="would-limit"}``
+  and logged (at most once a second), still answered;
+- ``enforce``: every ``slip``-th limited query of a network gets a truncated reply (TC=1,
+  header and question only) so a real client retries over TCP, the others nothing
   (``slip`` 2 by default; 1 truncates all, 0 drops all).
 
-Only UDP answers are limited (TCP sources cannot be spoofed). Parameters: rate 20/s,
-burst = rate, slip 2; the clock is injectable for tests.
+Only UDP is limited (TCP sources cannot be spoofed). Parameters: rate 20/s, burst = rate,
+slip 2; the clock is injectable for tests. See docs/dns-rate-limiting.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import enum
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from director.dns.metrics import DnsStats
 from director.dns.wire import truncated
@@ -35,8 +37,11 @@ class RrlMode(enum.Enum):
     ENFORCE = "enforce"
 
 
+ALLOW, SLIP, DROP = 0, 1, 2  # what ``limit`` says of one query
+
+
 class ResponseRateLimiter:
-    """Token buckets per client network; ``filter`` decides what one response becomes."""
+    """Token buckets per client network; ``limit`` decides what one query gets."""
 
     def __init__(self, mode: RrlMode, stats: DnsStats, *, rate: float = 20.0,
                  burst: float | None = None, slip: int = 2,
@@ -47,43 +52,72 @@ class ResponseRateLimiter:
         self.burst = burst if burst is not None else max(1.0, rate)
         self.slip = slip
         self.clock = clock
-        self._buckets: dict[str, list[float]] = {}  # network -> [tokens, last, limited]
+        self._enforce = mode is RrlMode.ENFORCE
+        self._buckets: dict[Hashable, list[float]] = {}  # network -> [tokens, last, limited]
         self._last_log = 0.0
 
-    def filter(self, host: str, response: bytes) -> bytes | None:
-        """``response`` as it should be sent to ``host``: unchanged, truncated, or None."""
-        now = self.clock()
-        key = network_key(host)
-        bucket = self._buckets.get(key)
+    def limit(self, network: Hashable, now: float) -> int:
+        """Charge one response to ``network`` (``network_key``, or raw address bytes cut
+        to the same prefix) at clock time ``now``: ``ALLOW`` to answer it; over the rate
+        in enforce mode ``SLIP`` (answer ``slipped(query)``) or ``DROP`` (answer nothing),
+        decided before the answer is computed, so a flood costs no answers."""
+        bucket = self._buckets.get(network)
         if bucket is None:
             if len(self._buckets) >= TABLE_LIMIT:
                 self._prune(now)
-            self._buckets[key] = [self.burst - 1.0, now, 0.0]
-            return response
-        tokens = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+            self._buckets[network] = [self.burst - 1.0, now, 0.0]
+            return ALLOW
+        tokens = bucket[0] + (now - bucket[1]) * self.rate
+        if tokens > self.burst:
+            tokens = self.burst
         bucket[1] = now
         if tokens >= 1.0:
             bucket[0] = tokens - 1.0
-            return response
+            return ALLOW
         bucket[0] = tokens
         bucket[2] += 1
-        if self.mode is RrlMode.LOG_ONLY:
+        if not self._enforce:
             self.stats.rrl["would-limit"] += 1
             if now - self._last_log >= 1.0:
                 self._last_log = now
-                log.warning("rate limit (log-only): %s over %.0f responses/s", key, self.rate)
-            return response
+                log.warning("rate limit (log-only): %s over %.0f responses/s",
+                            _printable(network), self.rate)
+            return ALLOW
         if self.slip and int(bucket[2]) % self.slip == 0:
             self.stats.rrl["slipped"] += 1
-            return truncated(response)
+            return SLIP
         self.stats.rrl["dropped"] += 1
-        return None
+        return DROP
+
+    def check(self, host: str, query: bytes) -> tuple[bool, bytes | None]:
+        """For a query from ``host`` now: (True, None) to answer it, or (False, what to send
+        instead: the slip reply or None)."""
+        verdict = self.limit(network_key(host), self.clock())
+        if verdict == ALLOW:
+            return True, None
+        return False, slipped(query) if verdict == SLIP else None
 
     def _prune(self, now: float) -> None:
         idle = self.burst / self.rate if self.rate > 0 else 0.0
         self._buckets = {k: b for k, b in self._buckets.items() if now - b[1] < idle}
         if len(self._buckets) >= TABLE_LIMIT:
             self._buckets.clear()
+
+
+def slipped(query: bytes) -> bytes | None:
+    """The reply a slipped query gets: header and question with TC set, so a real client
+    retries over TCP (None for what is not a query)."""
+    if len(query) < 12 or query[2] & 0x80:
+        return None
+    return truncated(query)
+
+
+def _printable(network: Hashable) -> str:
+    if isinstance(network, bytes):
+        if len(network) == 3:
+            return ".".join(str(b) for b in network) + ".0/24"
+        return network.hex() + "/56"
+    return str(network)
 
 
 def network_key(host: str) -> str:

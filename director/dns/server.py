@@ -29,6 +29,7 @@ import errno
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from director.dns import mmsg
@@ -250,8 +251,8 @@ class DnsServer:
                 self.udp_endpoints.append(reader.endpoint)
                 reader.start()
             else:
-                endpoint = (MmsgEndpoint(bound.udp, self.app.udp_responder, self.app.failed,
-                                         self.app.udp_memo) if batched
+                endpoint = (MmsgEndpoint(bound.udp, self._unlimited_responder, self.app.failed,
+                                         self.app.udp_memo, self.app.rate_limit) if batched
                             else _UdpEndpoint(bound.udp, self.app, self.config.udp_batch))
                 self.udp_endpoints.append(endpoint)
                 self.loop.add_reader(bound.udp.fileno(), endpoint.readable)
@@ -259,6 +260,9 @@ class DnsServer:
             self._servers.append(server)
         log.info("DNS server listening on %s (UDP and TCP)",
                  ", ".join(f"{h}:{p}" for h, p in self.addresses))
+
+    def _unlimited_responder(self) -> Callable[[bytes, tuple], bytes | None]:
+        return self.app.udp_responder(limited=False)  # the batched endpoint rate-limits
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""

@@ -2,10 +2,10 @@
 that waits for the first datagram and takes whatever else is queued by then, the answers to
 memo hits sent in one ``sendmmsg``, and back to waiting.
 
-Opt-in (``--udp-reader-threads``): on ``bench/dns.sh`` it answers cached mixes 5-10% faster
-than reading from the loop, but never-seen client subnets at half the rate (0.11x gdnsd
-against 0.23x with one worker, 0.21x against 0.33x with two), since every miss crosses from
-this thread to the loop's; results in ``bench/results/``.
+Opt-in (``--udp-reader-threads``, used only with ``--rrl off``): on ``bench/dns.sh`` it
+answers cached mixes 5-10% faster than reading from the loop, but never-seen client subnets
+at half the rate (0.11x gdnsd against 0.23x with one worker, 0.21x against 0.33x with two),
+since every miss crosses from this thread to the loop's; results in ``bench/results/``.
 
 Read from the event loop instead, every batch costs an ``epoll_wait`` before it and an
 empty non-blocking ``recvmmsg`` after it, about 1.3 us each, paid again for every batch. With

@@ -157,9 +157,10 @@ def question_length(response: bytes) -> int | None:
     return None if (q := _raw_question(response)) is None else len(q)
 
 
-def truncated(response: bytes) -> bytes:
-    """``response`` cut to header and question with TC set (the RRL 'slip' answer)."""
-    question = _raw_question(response) or b""
+def truncated(message: bytes) -> bytes:
+    """The reply to a query (or a response) cut to header and question with QR and TC set:
+    the query's ID, opcode, RD and CD (the RRL 'slip' answer)."""
+    question = _raw_question(message) or b""
     counts = b"\x00\x01" if question else b"\x00\x00"
-    return (response[:2] + bytes((response[2] | 0x02, response[3])) + counts + b"\x00" * 6
-            + question)
+    return (message[:2] + bytes((0x82 | (message[2] & 0x79), message[3] & 0x10)) + counts
+            + b"\x00" * 6 + question)

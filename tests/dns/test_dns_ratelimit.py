@@ -6,10 +6,10 @@ import pytest
 from dns_helpers import ServerProcess, bulk_udp, make_query
 
 from director.dns.metrics import DnsStats
-from director.dns.ratelimit import ResponseRateLimiter, RrlMode, network_key
+from director.dns.ratelimit import ALLOW, SLIP, ResponseRateLimiter, RrlMode, network_key
 from director.dns.wire import truncated
 
-RESPONSE = make_query("chat.infer.example.com").to_wire()  # stands in for any response
+QUERY = make_query("chat.infer.example.com").to_wire()
 
 
 class Clock:
@@ -33,22 +33,33 @@ def test_networks_are_slash_24_and_slash_56(host, key):
     assert network_key(host) == key
 
 
-def test_enforce_passes_the_burst_then_slips_every_second_limited_response():
+ANSWER = (True, None)
+
+
+def test_enforce_passes_the_burst_then_slips_every_second_limited_query():
     limiter, clock, stats = _limiter(RrlMode.ENFORCE, rate=5, burst=5)
-    out = [limiter.filter("192.0.2.1", RESPONSE) for _ in range(15)]
-    assert out[:5] == [RESPONSE] * 5
+    out = [limiter.check("192.0.2.1", QUERY) for _ in range(15)]
+    assert out[:5] == [ANSWER] * 5
     limited = out[5:]
-    assert limited == [None, truncated(RESPONSE)] * 5
+    assert limited == [(False, None), (False, truncated(QUERY))] * 5
     assert stats.rrl == {"dropped": 5, "slipped": 5}
-    assert truncated(RESPONSE)[2] & 0x02  # TC
+    slip = truncated(QUERY)
+    assert slip[2] & 0x82 == 0x82 and slip[:2] == QUERY[:2]  # QR and TC, the query's ID
+    assert slip[4:6] == b"\x00\x01" and slip[12:] == QUERY[12:12 + len(slip) - 12]
     clock.now += 1.0  # a second later: 5 more tokens
-    assert [limiter.filter("192.0.2.77", RESPONSE) for _ in range(5)] == [RESPONSE] * 5
-    assert limiter.filter("198.51.100.1", RESPONSE) == RESPONSE  # another network
+    assert [limiter.check("192.0.2.77", QUERY) for _ in range(5)] == [ANSWER] * 5
+    assert limiter.check("198.51.100.1", QUERY) == ANSWER  # another network
 
 
-def test_log_only_counts_but_sends():
+def test_raw_network_bytes_share_the_buckets_rules():
+    limiter, _clock, stats = _limiter(RrlMode.ENFORCE, rate=2, burst=2, slip=1)
+    verdicts = [limiter.limit(bytes((192, 0, 2)), 100.0) for _ in range(4)]
+    assert verdicts == [ALLOW, ALLOW, SLIP, SLIP] and stats.rrl == {"slipped": 2}
+
+
+def test_log_only_counts_but_answers():
     limiter, _clock, stats = _limiter(RrlMode.LOG_ONLY, rate=2, burst=2)
-    assert all(limiter.filter("192.0.2.1", RESPONSE) == RESPONSE for _ in range(10))
+    assert all(limiter.check("192.0.2.1", QUERY) == ANSWER for _ in range(10))
     assert stats.rrl == {"would-limit": 8}
 
 
@@ -75,7 +86,7 @@ def test_two_workers_limit_a_network_once_not_once_each():
 
 
 def test_off_answers_everything():
-    with ServerProcess() as server:
+    with ServerProcess("--rrl", "off") as server:
         queries = [make_query("chat.infer.example.com", qid=i).to_wire() for i in range(100)]
         replies = bulk_udp(server.address, queries, window=100, timeout=2)
         assert len(replies) == 100 and not any(r[2] & 0x02 for r in replies.values())

@@ -33,7 +33,7 @@ def snapshots():
 
 @pytest.fixture
 def app(example_policy, geolite2, snapshots):
-    return DnsApp(example_policy, geolite2, snapshots)
+    return DnsApp(example_policy, geolite2, snapshots, rrl_mode=RrlMode.OFF)  # readers need it
 
 
 @pytest.fixture
