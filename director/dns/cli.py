@@ -35,7 +35,8 @@ SnapshotFactory = Callable[[Policy], SnapshotSource]
 
 def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
           workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "log-only", *,
-          rrl_rate: float = 20.0, tcp_idle_timeout: float = 10.0, tcp_max_frame: int = 16384,
+          rrl_rate: float = 20.0, rrl_slip: int = 2, tcp_idle_timeout: float = 10.0,
+          tcp_max_frame: int = 16384,
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
           udp_reader_threads: bool = False) -> int:
@@ -44,7 +45,9 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
     ``geoip``: a MaxMind City/Country .mmdb (default: the bundled GeoLite2 City 2018).
     ``workers``: processes sharing the port with SO_REUSEPORT. ``metrics_listen``:
-    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only (default) | enforce.
+    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only (default) | enforce,
+    with ``rrl_rate`` responses a second per /24 or /56 and ``rrl_slip``
+    (docs/dns-rate-limiting.md).
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
@@ -68,7 +71,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
     def make_app(snapshots: SnapshotSource) -> DnsApp:
         return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode, rrl_rate=rrl_rate,
-                      precompile=precompile)
+                      rrl_slip=rrl_slip, precompile=precompile)
 
     def worker_main(sockets: list[BoundSockets] | None,
                     report: Callable[[DnsStats], Awaitable[None]] | None) -> int:
@@ -171,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
     parser.add_argument("--rrl", default="log-only", choices=[m.value for m in RrlMode])
-    parser.add_argument("--rrl-rate", type=float, default=20.0)
+    parser.add_argument("--rrl-rate", type=float, default=20.0,
+                        help="responses per second per client /24 or /56")
+    parser.add_argument("--rrl-slip", type=int, default=2,
+                        help="every Nth limited query gets a truncated reply (0: none)")
     parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
     parser.add_argument("--redis", default=None, metavar="URL",
                         help="follow the shared state in this Redis")
@@ -185,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
-                 rrl_rate=args.rrl_rate, tcp_idle_timeout=args.tcp_idle_timeout,
+                 rrl_rate=args.rrl_rate, rrl_slip=args.rrl_slip,
+                 tcp_idle_timeout=args.tcp_idle_timeout,
                  snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
                  precompile=not args.no_precompile,
                  udp_reader_threads=args.udp_reader_threads)
