@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, cast
 import dns.rcode
 import dns.rdatatype
 
+from director.dns.answer_cache import AnswerCache
 from director.dns.decisions import RETRY_PER_SNAPSHOT, Decisions
 from director.dns.lanes import SubnetLanes, lane_layout
 from director.dns.metrics import DnsStats
@@ -42,9 +43,7 @@ from director.dns.types import OUR_PAYLOAD, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
 
-MEMO_LIMIT = 250_000
 SEEN_LIMIT = 200_000  # hashes of queries answered once from a lane
-TEMPLATE_LIMIT = 100_000
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
                              "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
@@ -74,10 +73,11 @@ class FastPath:
         self._snapshot: object = None
         self._generation = -1  # the decisions' generation the caches were filled under
         self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
+        self.cache = AnswerCache()
         # query (less its ID) -> (answer, label id), or a dict of those per resolver address
-        self._udp: dict[bytes, Any] = {}
-        self._tcp: dict[bytes, object] = {}
-        self._templates: dict[tuple, Template] = {}
+        self._udp: dict[bytes, Any] = self.cache.udp
+        self._tcp: dict[bytes, Any] = self.cache.tcp
+        self._templates: dict[tuple, Template] = self.cache.templates
         self._lanes: SubnetLanes | None = None
         self._seen: set[int] = set()
 
@@ -124,10 +124,7 @@ class FastPath:
             seen = self._seen
             digest = hash(query)  # cached in the bytes object by the memo lookup
             if digest in seen:
-                memo = self._udp
-                if len(memo) >= MEMO_LIMIT:
-                    memo.clear()
-                memo[query] = entry
+                self.cache.put(self._udp, query, entry)
             else:
                 if len(seen) >= SEEN_LIMIT:
                     seen.clear()
@@ -163,16 +160,17 @@ class FastPath:
         # The snapshot last: a reader on another thread that sees it sees the new memo too.
         snapshot, generation = self.decisions.current()
         if generation != self._generation:
-            self._udp = {}
-            self._tcp = {}
-            self._templates = {}
+            self.cache = AnswerCache(self.cache.max_entries, self.cache.max_bytes)
+            self._udp = self.cache.udp
+            self._tcp = self.cache.tcp
+            self._templates = self.cache.templates
             self._lanes = None
             self._seen = set()
             self._generation = generation
             self._unsettled = []
         else:  # the answers the decisions send back to be asked again
             for memo, query in self._unsettled[:RETRY_PER_SNAPSHOT]:
-                memo.pop(query, None)
+                self.cache.forget(memo, query)
             del self._unsettled[:RETRY_PER_SNAPSHOT]
         self._snapshot = snapshot
 
@@ -215,9 +213,7 @@ class FastPath:
                 self.stats.uncached += 1
                 self._count(reply)
                 return response
-            if len(self._templates) >= TEMPLATE_LIMIT:
-                self._templates.clear()
-            self._templates[key] = template
+            self.cache.put_template(key, template)
             self.stats.cache_misses += 1
         else:
             response = (data[:2] + template.header + data[12:parsed.question_end]
@@ -227,18 +223,9 @@ class FastPath:
             self._lane_add(data, ecs.source, lane, response, template.slot)
             self._counts[template.slot] += 1
             return response
-        if len(memo) >= MEMO_LIMIT:
-            memo.clear()
         if not settled:  # forgotten at the next snapshot: then it widens further
             self._unsettled.append((memo, data[2:]))
-        entry = (response[2:], template.slot)
-        if by_host:
-            per_host = memo.get(data[2:])
-            if per_host is None:
-                memo[data[2:]] = per_host = {}
-            per_host[host] = entry
-        else:
-            memo[data[2:]] = entry
+        self.cache.put(memo, data[2:], (response[2:], template.slot), host if by_host else None)
         self._counts[template.slot] += 1
         return response
 
