@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import mmap
+import threading
 from array import array
 from collections.abc import Callable, Hashable
 
@@ -34,10 +35,15 @@ from director.geo_map import NetworkMap
 _NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
 DEFAULT_BUDGET = 200  # work units per widening: a tree node 1, classifying a new record:
 RECORD_COST = 20
+_CHECK_DEPTH = 12  # the compile looks at its cancel flag at the 4,096 nodes of this depth
 MEMO_LIMIT = 1_000_000  # memoised nodes (or records) before the memo starts over
 
 
 Classifier = Callable[[RecordFields], Hashable]
+
+
+class CompileCancelled(Exception):
+    """``compile_ipv4`` was asked to stop."""
 
 
 class _OverBudget(Exception):
@@ -106,22 +112,24 @@ class MergedNetworks:
             depth -= 1
         return ipaddress.ip_network((address, depth), strict=False), final
 
-    def compile_ipv4(self) -> NetworkMap:
+    def compile_ipv4(self, cancelled: threading.Event | None = None) -> NetworkMap:
         """Every maximal uniform network of the IPv4 space, walked once (``geo_map``);
         independent of the widening memos, safe to run in another thread. The walk reads
         the database through mappings of its own, unmapped at the end, so the pages it
         touched do not stay in the server's memory; the networks are kept as packed
-        integers (start << 22 | prefix << 16 | class), not tuples."""
+        integers (start << 22 | prefix << 16 | class), not tuples. ``cancelled``: raises
+        ``CompileCancelled`` soon after it is set."""
         with open(self._geo.path, "rb") as handle:
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         reader = GeoLocator(self._geo.path, cache_size=0)
         try:
-            return self._compile_ipv4(buffer, reader)
+            return self._compile_ipv4(buffer, reader, cancelled)
         finally:
             reader.close()
             buffer.close()
 
-    def _compile_ipv4(self, buffer: mmap.mmap, reader: GeoLocator) -> NetworkMap:
+    def _compile_ipv4(self, buffer: mmap.mmap, reader: GeoLocator,
+                      cancelled: threading.Event | None) -> NetworkMap:
         ids: dict[Hashable, int] = {}
         fields_of: list[RecordFields] = []
         record_ids: dict[int, int] = {}
@@ -153,6 +161,8 @@ class MergedNetworks:
         def walk(node: int, value: int, depth: int) -> int:  # the class index, or -1: mixed
             if node >= nodes:
                 return leaf(node, value)
+            if depth == _CHECK_DEPTH and cancelled is not None and cancelled.is_set():
+                raise CompileCancelled
             left, right = children(node)
             half = 1 << (31 - depth)
             a = walk(left, value, depth + 1)

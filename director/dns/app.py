@@ -28,9 +28,10 @@ from director.dns.responder import Responder
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.zone import ZoneData
 from director.engine import Engine
-from director.engine.location_class import location_classifier
+from director.engine.location_class import classifier_key, location_classifier
 from director.geo import GeoLocator
-from director.geo_merge import DEFAULT_BUDGET, MergedNetworks
+from director.geo_map import NetworkMap
+from director.geo_merge import DEFAULT_BUDGET, CompileCancelled, MergedNetworks
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -50,20 +51,33 @@ class DnsApp:
         self.merge_budget = merge_budget  # work per GeoIP widening (director.geo_merge)
         self.precompile = precompile  # merge the IPv4 space ahead of time (director.geo_map)
         self.map_ready: threading.Event | None = None  # set once the map answers
+        self._map_key: Hashable = None  # the location classes the map is (being) built for
+        self._network_map: NetworkMap | None = None
+        self._map_cancel = threading.Event()
+        self._map_lock = threading.Lock()
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
         self.set_policy(policy)
 
     def set_policy(self, policy: Policy) -> None:
-        """Answer from ``policy`` from now on (new zone, engine and caches)."""
+        """Answer from ``policy`` from now on (new zone, engine and caches). The network map
+        is kept when the new policy classifies locations alike (``classifier_key``), else
+        rebuilt in the background (a build for a replaced policy is cancelled)."""
         zone = ZoneData(policy)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
-        self.locator = ClientLocator(geo=self.geo, merged=merged)
-        if self.precompile:
-            self._compile_in_background(self.locator, merged)
+        locator = ClientLocator(geo=self.geo, merged=merged)
+        with self._map_lock:  # a build finishing now gives its map to this locator
+            if self.precompile:
+                key = classifier_key(policy)
+                if key == self._map_key:
+                    locator.network_map = self._network_map  # None while still being built
+                else:
+                    self._map_key, self._network_map = key, None
+                    self._compile_in_background(key, merged)
+            self.locator = locator
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
-        decisions = Decisions(engine, self.locator, self.snapshots,
+        decisions = Decisions(engine, locator, self.snapshots,
                               merged.class_of, observe=self.stats.observe_decision)
         handler = Handler(zone, decisions)
         responder = Responder(handler)
@@ -72,27 +86,35 @@ class DnsApp:
         self.responder = responder
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
 
-    def _compile_in_background(self, locator: ClientLocator, merged: MergedNetworks) -> None:
+    def _compile_in_background(self, key: Hashable, merged: MergedNetworks) -> None:
         """Build the IPv4 network map on a low-priority thread; answers use the lazy
-        widening until it is there (and for a policy replaced meanwhile, never)."""
-        self.map_ready = threading.Event()
+        widening until it is there. A build under way for other classes is cancelled."""
+        self._map_cancel.set()
+        cancel = self._map_cancel = threading.Event()
+        self.map_ready = ready = threading.Event()
 
-        def build(ready: threading.Event) -> None:
+        def build() -> None:
             with contextlib.suppress(OSError):  # low priority: it uses spare CPU first
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             start = time.monotonic()
             try:
-                network_map = merged.compile_ipv4()
+                network_map = merged.compile_ipv4(cancel)
+            except CompileCancelled:
+                log.info("GeoIP network map: build cancelled (the policy's classes changed)")
+                return
             except Exception:
                 log.exception("GeoIP network map: build failed; widening on demand")
                 return
-            locator.network_map = network_map
+            with self._map_lock:
+                if self._map_key != key:
+                    return
+                self._network_map = network_map
+                self.locator.network_map = network_map
             ready.set()
             log.info("GeoIP network map: %d IPv4 networks in %d classes, built in %.1f s",
                      len(network_map), len(network_map.classes), time.monotonic() - start)
 
-        threading.Thread(target=build, args=(self.map_ready,), name="geoip-map",
-                         daemon=True).start()
+        threading.Thread(target=build, name="geoip-map", daemon=True).start()
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to send for the raw query ``data`` from ``host``, or None."""

@@ -77,6 +77,25 @@ def location_classifier(
     return classify
 
 
+def classifier_key(policy: Policy,
+                   methods: Mapping[str, SteeringMethod] | None = None) -> Hashable:
+    """What ``location_classifier(policy, methods)`` depends on of the policy: two policies
+    with equal keys classify every record alike (so a network map built for one serves
+    the other)."""
+    methods = methods if methods is not None else register_builtin_plugins()
+    reading = {name for name, m in methods.items() if Input.COORDINATES in m.reads}
+    geo_regions = sorted({name for service in policy.services if GEO in service.steer
+                          for name in service.regions})
+    exact = any(set(service.steer) & (reading - {GEO}) for service in policy.services)
+    places = tuple((name, policy.region(name).latitude, policy.region(name).longitude)
+                   for name in geo_regions)
+    ruled = tuple((service.residency, tuple(
+        policy.jurisdiction(name) for rule in service.residency
+        for name in rule.clients.jurisdictions)) for service in policy.services
+        if service.residency)
+    return places, exact, ruled
+
+
 def _ranking(latitude: float, longitude: float,
              places: list[tuple[str, float, float]]) -> tuple[tuple[str, ...], ...]:
     """Region names grouped by equal geo score, best group first (the scorer's formula)."""

@@ -4,8 +4,10 @@ through it byte for byte those of the full path."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import random
+import threading
 
 import maxminddb
 import pytest
@@ -17,7 +19,7 @@ from director.engine import RegionState
 from director.engine.location_class import location_classifier
 from director.geo import GeoLocator, record_fields
 from director.geo_map import NetworkMap
-from director.geo_merge import MergedNetworks
+from director.geo_merge import CompileCancelled, MergedNetworks
 
 UNBOUNDED = 10**9
 
@@ -96,3 +98,29 @@ def test_a_server_builds_its_map_in_the_background(example_policy, maxmind_test_
     assert (built.starts, built.prefixes, built.class_index) == (
         direct.starts, direct.prefixes, direct.class_index)
     assert built.classes == direct.classes and built.fields == direct.fields
+
+
+def test_a_policy_change_keeps_the_map_when_classes_do_not_change(example_policy,
+                                                                  maxmind_test_city) -> None:
+    geo = GeoLocator(str(maxmind_test_city))
+    app = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True)
+    assert app.map_ready is not None and app.map_ready.wait(30)
+    built = app.locator.network_map
+    ttl_only = dataclasses.replace(example_policy, services=tuple(
+        dataclasses.replace(s, ttl=s.ttl + 1) for s in example_policy.services))
+    app.set_policy(ttl_only)
+    assert app.locator.network_map is built  # no rebuild for a TTL change
+    moved = dataclasses.replace(example_policy, regions=tuple(
+        dataclasses.replace(r, latitude=-r.latitude) for r in example_policy.regions))
+    app.set_policy(moved)
+    assert app.locator.network_map is None  # other classes: rebuilt in the background
+    assert app.map_ready.wait(30) and app.locator.network_map is not built
+    assert app.locator.network_map is not None
+
+
+def test_a_build_for_a_replaced_policy_is_cancelled(example_policy, geolite2) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    merged = MergedNetworks(geolite2, location_classifier(example_policy))
+    with pytest.raises(CompileCancelled):  # raised on the way, never after the end
+        merged.compile_ipv4(cancel)
