@@ -1,15 +1,18 @@
 """Follow the active policy stored in Redis: every instance answers from the same version.
 
-``PolicyFollower`` polls the policy record's version (one small HGET a second); when it
-changes it loads the new text with ``load`` (the policy gate, ``director.policy_gate.
-load_record``, which the composition point passes in), off the event loop, and hands the
-policy to ``on_policy``. A version that fails to load is logged and remembered, so it is not
-retried, and the last good policy keeps serving; so does an unreachable Redis.
+``PolicyFollower`` reads the policy record's version when the change channel says the
+policy was written (``StateStore.set_policy`` publishes it), and once a second in any case
+(messages are lost while disconnected); when it changes it loads the new text with ``load``
+(the policy gate, ``director.policy_gate.load_record``, which the composition point passes
+in), off the event loop, and hands the policy to ``on_policy``. A version that fails to
+load is logged and remembered, so it is not retried, and the last good policy keeps
+serving; so does an unreachable Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -25,6 +28,7 @@ from state.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 1.0
+_RECONNECT_MIN, _RECONNECT_MAX = 0.1, 5.0  # seconds between attempts to resubscribe
 
 
 RecordLoader = Callable[[PolicyRecord], Policy]  # raises PolicyError when it does not load
@@ -75,7 +79,8 @@ class PolicyFollower:
         self.on_policy = on_policy
         self.interval = interval
         self.versions = StoredVersions(load, version)
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
 
     @property
     def version(self) -> int | None:
@@ -109,11 +114,40 @@ class PolicyFollower:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()
             await self.check()
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+
+    async def _listen(self) -> None:
+        """Wake ``_run`` whenever the change channel names the policy key."""
+        delay = _RECONNECT_MIN
+        policy_key = self.store.keys.policy
+        while True:
+            pubsub = self.store.subscribe()
+            try:
+                await pubsub.subscribe(self.store.keys.changes)
+                self._wake.set()  # what was written while we were away
+                delay = _RECONNECT_MIN
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None and message.get("type") == "message":
+                        data = message["data"]
+                        if (data.decode() if isinstance(data, bytes) else data) == policy_key:
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure: the poll goes on; resubscribe later
+                log.debug("policy follower: change channel unavailable: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RECONNECT_MAX)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
 
     async def __aenter__(self) -> PolicyFollower:
-        self._task = asyncio.create_task(self._run(), name="policy-follower")
+        self._tasks = [asyncio.create_task(self._run(), name="policy-follower"),
+                       asyncio.create_task(self._listen(), name="policy-follower-listen")]
         return self
 
     async def __aexit__(
@@ -122,4 +156,4 @@ class PolicyFollower:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await cancel_and_wait([self._task])
+        await cancel_and_wait(self._tasks)

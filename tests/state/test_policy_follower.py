@@ -48,6 +48,36 @@ def test_new_versions_swap_in_and_broken_ones_are_rejected(
     asyncio.run(scenario())
 
 
+def test_a_published_policy_is_followed_without_waiting_for_the_poll(
+    valkey: EmbeddedValkey, store: StateStore
+) -> None:
+    """The poll is an hour apart here: only the change channel can bring version 2."""
+    sources = read_sources(str(EXAMPLE))
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        aio = AsyncStateStore.from_url(valkey.url, prefix=store.keys.prefix)
+        store.set_policy(sources.text, name=sources.name, files=sources.files)
+        follower = PolicyFollower(aio, lambda _p, version: seen.append(version),
+                                  load=policy_gate.load_record, interval=3600)
+        async with follower:
+            for _ in range(250):  # the first check and the subscription
+                if seen == [1]:
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # subscribed by now (it checks again once it is)
+            store.set_policy(sources.text.replace("ttl 30s", "ttl 31s", 1), name=sources.name,
+                             files=sources.files)
+            for _ in range(250):
+                if seen == [1, 2]:
+                    break
+                await asyncio.sleep(0.02)
+        assert seen == [1, 2]
+        await aio.close()
+
+    asyncio.run(scenario())
+
+
 def test_stored_sources_load_like_the_file() -> None:
     sources = read_sources(str(EXAMPLE))
     assert sources.name == "global.dp"
