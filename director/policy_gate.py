@@ -13,8 +13,9 @@ workers and the demo. ``tests/test_policy_gate.py`` checks that no other path lo
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from director.engine.engine_proof import EngineProof, run_engine_proof
 from policies import CheckResult, Diagnostic, Policy, PolicyError, check_policy
@@ -26,9 +27,14 @@ from policies.loader import (
     read_file,
     sources_of,
 )
+from policies.model import Soa, Zone
 from state.records import PolicyRecord
 
 MAX_REPORTED_VIOLATIONS = 20
+PROOFS_KEPT = 16
+_PROOFS: dict[tuple, EngineProof] = {}
+_PROOFS_LOCK = threading.Lock()
+_ZONE = Zone("", 0.0, Soa("", "", None, 0.0, 0.0, 0.0, 0.0), (), ())  # in every proof key
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,31 @@ def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False)
     result = check_policy(path, reader=reader)
     engine = None
     if result.policy is not None and not proof_disabled():
-        engine = run_engine_proof(result.policy)
+        engine = engine_proof(result.policy)
     return Acceptance(path, result, engine, strict)
+
+
+def engine_proof(policy: Policy) -> EngineProof:
+    """``run_engine_proof(policy)``, remembered for the policies that differ from one
+    proven before only in what no decision reads (``proof_key``): a TTL or SOA edit is
+    adopted in milliseconds, not after another run of thousands of decisions."""
+    key = (run_engine_proof, proof_key(policy))  # per proof implementation, too
+    with _PROOFS_LOCK:
+        proof = _PROOFS.get(key)
+    if proof is None:
+        proof = run_engine_proof(policy)
+        with _PROOFS_LOCK:
+            if len(_PROOFS) >= PROOFS_KEPT:
+                del _PROOFS[next(iter(_PROOFS))]
+            _PROOFS[key] = proof
+    return proof
+
+
+def proof_key(policy: Policy) -> Policy:
+    """``policy`` without what the engine only copies into answers (the zone's SOA, name
+    servers and TTL, the services' TTLs): equal keys, equal engine proofs."""
+    return replace(policy, zone=_ZONE, services=tuple(
+        replace(service, ttl=0.0, degraded_ttl=0.0) for service in policy.services))
 
 
 def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,

@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
     parser.add_argument("--redis", default=None, metavar="URL",
                         help="follow the shared state in this Redis")
+    parser.add_argument("--follow-policy", action="store_true",
+                        help="answer from the policy stored in the --redis state (new "
+                             "versions swap in as they are written)")
     parser.add_argument("--udp-reader-threads", action="store_true",
                         help="read UDP on a thread per socket: faster cache hits, half the "
                              "rate on never-seen client subnets")
@@ -188,12 +191,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not merge the GeoIP database's IPv4 space ahead of time "
                              "(about 10 s of a low-priority thread per worker at start)")
     args = parser.parse_args(argv)
+    if args.follow_policy and not args.redis:
+        parser.error("--follow-policy needs --redis")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
                  rrl_rate=args.rrl_rate, rrl_slip=args.rrl_slip,
                  tcp_idle_timeout=args.tcp_idle_timeout,
                  snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
+                 follow_policy=args.redis if args.follow_policy else None,
                  precompile=not args.no_precompile,
                  udp_reader_threads=args.udp_reader_threads)
 

@@ -118,3 +118,18 @@ def test_no_path_loads_a_policy_around_the_gate() -> None:
             bypass += [f"{path.relative_to(ROOT)}:{line}: {name}" for name, line in _calls(path)]
     assert bypass == []
     assert _calls(ROOT / "director" / "policy_gate.py")  # the scan sees calls where they are
+
+
+def test_a_ttl_edit_reuses_the_engine_proof_and_a_routing_edit_does_not() -> None:
+    sources = read_sources(str(EXAMPLE))
+    base = policy_gate.load_text(sources.text, sources.name, sources.files)
+    ttl = policy_gate.load_text(sources.text.replace("    ttl 5s  #", "    ttl 9s  #"),
+                                sources.name, sources.files)
+    steer = policy_gate.load_text(sources.text.replace("steer latency geo", "steer geo", 1),
+                                  sources.name, sources.files)
+    assert ttl.service("chat.infer.example.com").ttl == 9
+    assert policy_gate.proof_key(ttl) == policy_gate.proof_key(base)
+    assert policy_gate.proof_key(steer) != policy_gate.proof_key(base)
+    assert policy_gate.engine_proof(ttl) is policy_gate.engine_proof(base)
+    assert policy_gate.engine_proof(steer) is not policy_gate.engine_proof(base)
+

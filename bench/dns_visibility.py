@@ -1,0 +1,161 @@
+"""How long a state change or a policy change takes to show in DNS answers, from outside.
+
+A real Valkey (embedded) holds the state and the policy; our server follows both
+(``--redis URL --follow-policy``), one worker pinned to CPU 0, while dnsperf keeps it busy
+with the 30,000-subnet mix at ``--load`` queries per second (CPU 1; 0 for none). A poller
+asks for chat.infer.example.com from 81.2.69.0/24 (a client near eu-west) about every
+half millisecond:
+
+- **state**: a probe result marks eu-west down (rise = fall = 1, through the state store's
+  hysteresis, as a probe worker writes it), then up again; the answer moves to another
+  region and back;
+- **policy**: a new version of the policy with the chat service's TTL changed (5 s <-> 6 s)
+  is stored, as the admin API stores it; the answer's TTL changes.
+
+Each delay runs from just before the write to the first answer showing the change; the
+table gives p50, p99 and max over ``--changes`` of each kind (the issue's bound: 100 ms p99).
+
+    python bench/dns_visibility.py [--changes 100] [--load 150000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dns.edns
+import dns.message
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dns_bench import OURS_PORT, PYTHON, ROOT, stop, wait_for_maps, wait_udp
+
+from policies import read_sources
+from state import EmbeddedValkey, StateStore
+
+POLICY = ROOT / "policies/examples/global.dp"
+CHAT_TTL = "    ttl 5s  #"
+
+
+def query() -> bytes:
+    message = dns.message.make_query("chat.infer.example.com", "A", use_edns=0,
+                                     options=[dns.edns.ECSOption.from_text("81.2.69.0/24")])
+    return message.to_wire()
+
+
+def answer(sock: socket.socket, wire: bytes) -> tuple[str, int] | None:
+    """(first address, TTL) of the answer, or None when none came within 50 ms."""
+    sock.send(wire)
+    try:
+        reply = dns.message.from_wire(sock.recv(4096))
+    except (TimeoutError, dns.exception.DNSException):
+        return None
+    for rrset in reply.answer:
+        return rrset[0].address, rrset.ttl
+    return None
+
+
+def wait_change(sock: socket.socket, wire: bytes, changed, started: float,
+                timeout: float = 5.0) -> float:
+    """Milliseconds from ``started`` until ``changed(answer)``."""
+    while time.perf_counter() - started < timeout:
+        got = answer(sock, wire)
+        if got is not None and changed(got):
+            return (time.perf_counter() - started) * 1000
+        time.sleep(0.0005)
+    raise RuntimeError("the change never showed in the answers")
+
+
+def start_server(url: str) -> subprocess.Popen:
+    handle, log = tempfile.mkstemp(prefix="dns-visibility-", suffix=".log")
+    proc = subprocess.Popen(
+        ["taskset", "-c", "0", PYTHON, "-m", "director.dns", "--policy", str(POLICY),
+         "--listen", f"127.0.0.1:{OURS_PORT}", "--redis", url, "--follow-policy"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    os.close(handle)
+    wait_udp(OURS_PORT)
+    wait_for_maps(Path(log), 1)
+    return proc
+
+
+def start_load(rate: int, seconds: float, workdir: Path) -> subprocess.Popen | None:
+    if not rate:
+        return None
+    mix = workdir / "ecs-mix.bin"
+    subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", mix], check=True,
+                   stdout=subprocess.DEVNULL)
+    return subprocess.Popen(
+        ["taskset", "-c", "1", "dnsperf", "-s", "127.0.0.1", "-p", str(OURS_PORT), "-B", "-d",
+         str(mix), "-c", "10", "-q", "200", "-Q", str(rate), "-l", str(int(seconds))],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def percentiles(delays: list[float]) -> str:
+    delays = sorted(delays)
+    p = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
+    return f"{p(0.5):.1f} | {p(0.99):.1f} | {delays[-1]:.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--load", type=int, default=150_000)
+    args = parser.parse_args()
+    sources = read_sources(str(POLICY))
+    assert CHAT_TTL in sources.text
+    workdir = Path(tempfile.mkdtemp(prefix="dns-visibility-"))
+    with EmbeddedValkey() as valkey:
+        store = StateStore.from_url(valkey.url)
+        store.set_policy(sources.text, name=sources.name, files=sources.files)
+        for region in ("us-east", "eu-west", "eu-central", "ap-south"):
+            store.record_probe(region, None, ok=True, rise=1, fall=1)
+        proc = start_server(valkey.url)
+        load = start_load(args.load, args.changes * 0.25 + 30, workdir)
+        state_delays: list[float] = []
+        policy_delays: list[float] = []
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.connect(("127.0.0.1", OURS_PORT))
+            sock.settimeout(0.05)
+            wire = query()
+            time.sleep(1.0)
+            home = answer(sock, wire)
+            assert home is not None, "no answer"
+            for n in range(args.changes):
+                up = n % 2 == 1
+                started = time.perf_counter()
+                store.record_probe("eu-west", None, ok=up, rise=1, fall=1)
+                state_delays.append(wait_change(
+                    sock, wire, lambda got, up=up: (got[0] == home[0]) is up, started))
+                time.sleep(0.02)
+            for n in range(args.changes):
+                ttl = 6 if n % 2 == 0 else 5
+                text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #")
+                started = time.perf_counter()
+                store.set_policy(text, name=sources.name, files=sources.files)
+                policy_delays.append(wait_change(
+                    sock, wire, lambda got, ttl=ttl: got[1] == ttl, started))
+                time.sleep(0.05)
+        finally:
+            if load is not None:
+                load.kill()
+                load.wait()
+            stop(proc)
+            store.close()
+    print(f"\nOur server following a Valkey, {args.load:,} qps of the 30k mix beside the "
+          f"poller; {args.changes} changes of each kind.\n")
+    print("| change | p50 ms | p99 ms | max ms |")
+    print("|---|---|---|---|")
+    print(f"| eu-west down / up (probe result) | {percentiles(state_delays)} |")
+    print(f"| chat TTL 5 s <-> 6 s (stored policy) | {percentiles(policy_delays)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
