@@ -6,9 +6,11 @@ drains, a spillover threshold crossed, RTTs under latency steering), kept otherw
 
 - per client: (service, ECS subnet as sent | resolver address) -> (decision, ECS scope);
 - per decision inputs: (service, the client's location class (``location_class``: the
-  policy's classes, which decide alike by construction) and network prefix, and only when
-  they matter: the client's hashing bucket and bucket prefix, the measured-RTT network
-  holding it) -> decision.
+  policy's classes, which decide alike by construction), and only when they matter: the
+  client's hashing bucket and bucket prefix, the measured-RTT network holding it) ->
+  decision. Clients of one class in networks of other sizes share it: only the ECS scope
+  differs, rebased on their network (``scope.scope_of`` with ``Decision.scope_floor``), so
+  a state change costs one engine decision per class, not per class and prefix length.
 
 A decision depends on the client's bucket only where a plugin hashes it: a steering method
 that declares it reads the client hash (``weighted``), or spillover while some region of
@@ -117,7 +119,7 @@ class Decisions:
         index = network_map.find(value)
         prefix = network_map.prefixes[index]
         bucket = self._bucket(service, reads, 4, value, ecs.source)
-        key = (service.name, 4, (network_map.class_of(index), prefix), bucket, None)
+        key = (service.name, 4, (network_map.class_of(index),), bucket, None)
         decision = self._by_inputs.get(key)
         if decision is None:
             return None
@@ -198,7 +200,7 @@ class Decisions:
         location = client.location
         where: tuple | None = None
         if location is not None:
-            where = (self.location_class(location), location.network.prefixlen)
+            where = (self.location_class(location),)  # the network: only the scope
         reads = self.engine.reads(service)
         address = client.address
         bucket = self._bucket(service, reads, address.version, int(address),

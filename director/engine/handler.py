@@ -46,22 +46,23 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
     # client was classified by it) or a method reading where the client is steers,
     # even when it had no data for this client (a client with data would rank otherwise).
     depends = service.residency or bool(LOCATED & reads)
-    scope = client.location.network.prefixlen if client.location and depends else 0
+    located = client.location.network.prefixlen if client.location and depends else 0
+    floor = 0  # what the scope depends on besides the location network
     if outcome.stopped_at is not None:
         answer, step = all_down(ctx, profile.order(ctx, candidates).order, ctx.allowed is None)
         steps.append(step)
         reason = "all-down" if location is not None else "refused"
-        return _decision(ctx, answer, reason, scope, steps, degraded=True)
+        return _decision(ctx, answer, reason, located, floor, steps, degraded=True)
 
     for s in outcome.steps:
         if isinstance(s, ScoreStep):
             steps.append(score_step(s))
             if isinstance(s.values, Scores):
-                scope = max(scope, s.values.scope_prefix)
+                floor = max(floor, s.values.scope_prefix)
     ranked, step, spilled = spillover(ctx, healthy)
     steps.append(step)
     if service.spillover is not None and snapshot.region(ranked[0]).utilization is not None:
-        scope = max(scope, client.bucket.prefixlen if ctx.key_is_client else 0)
+        floor = max(floor, client.bucket.prefixlen if ctx.key_is_client else 0)
     answer = ranked[: service.answers]
     steps.append(Step("pick", "top-n", answer, note=f"answers {service.answers}"))
     if spilled:
@@ -74,7 +75,7 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
         reason = "primary"
     degraded = reason != "primary" or any(
         snapshot.region(r).degraded or snapshot.region(r).stale for r in answer)
-    return _decision(ctx, answer, reason, scope, steps, degraded)
+    return _decision(ctx, answer, reason, located, floor, steps, degraded)
 
 
 def _preferred_down(ctx: DecisionContext, profile: ServiceProfile,
@@ -84,12 +85,14 @@ def _preferred_down(ctx: DecisionContext, profile: ServiceProfile,
     return bool(ranked_all) and ranked_all[0] not in healthy
 
 
-def _decision(ctx: DecisionContext, answer: tuple[str, ...], reason: str, scope: int,
-              steps: list[Step], degraded: bool) -> Decision:
+def _decision(ctx: DecisionContext, answer: tuple[str, ...], reason: str, located: int,
+              floor: int, steps: list[Step], degraded: bool) -> Decision:
     service = ctx.service
     ttl = service.degraded_ttl if degraded else service.ttl
+    scope = max(located, floor)
     return Decision(
         service=service.name, regions=tuple(answer), reason=reason,
         rules=tuple(rule.name for rule in ctx.rules), allowed=ctx.allowed, ttl=ttl,
         location_dependent=scope > 0, scope_prefix=scope, steps=tuple(steps),
+        scope_floor=floor,
     )

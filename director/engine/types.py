@@ -59,6 +59,10 @@ class Decision:
     location_dependent: bool  # False: any client would get the same answer (ECS scope 0)
     scope_prefix: int  # ECS scope the answer is valid for
     steps: tuple[Step, ...]
+    # the part of scope_prefix that is not the client's location network (a scorer's
+    # network, the hashing bucket): the scope for a client of the same location class
+    # in another network is max(that network's prefix, scope_floor) (director.dns.scope)
+    scope_floor: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {

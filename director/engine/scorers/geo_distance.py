@@ -44,5 +44,6 @@ class GeoScorer:
             values.append(max(0.0, 1.0 - km / HALF_CIRCUMFERENCE_KM))
             parts.append(f"{name} {km:,.0f}km")
         where = f"({location.latitude:.2f}, {location.longitude:.2f})"
-        return Scores(values, f"distance from {where}: " + ", ".join(parts),
-                      location.network.prefixlen)
+        # Scope 0 of its own: it reads coordinates, so the handler scopes the answer to the
+        # client's location network already (and keeps that apart from scope_floor).
+        return Scores(values, f"distance from {where}: " + ", ".join(parts), 0)
