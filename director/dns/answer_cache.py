@@ -12,8 +12,9 @@ Writes go through ``put``, ``put_template`` and ``forget``, which keep ``entries
 tracemalloc, see tests/dns/test_dns_answer_cache.py). Past either bound the oldest quarter
 of each table is dropped (dicts keep insertion order): a quarter of the answers is asked
 again, not all of them at once as when a cache starts over. A new generation of
-answers is a new ``AnswerCache``; a reader on another thread holding the old tables keeps
-reading consistent (if stale, then dropped) answers.
+answers is the cache's ``successor`` (new answer tables, the same templates, which render
+a decision class whatever the state); a reader on another thread holding the old tables
+keeps reading consistent (if stale, then dropped) answers.
 """
 
 from __future__ import annotations
@@ -43,7 +44,17 @@ class AnswerCache:
         self.templates: dict[tuple, Any] = {}
         self.entries = 0
         self.bytes = 0
+        self.template_bytes = 0  # the templates' share of ``bytes``
         self.evicted = 0  # entries dropped to stay within the bounds
+
+    def successor(self) -> AnswerCache:
+        """An empty cache with the same bounds for a new generation of answers, keeping
+        the templates: each renders one decision class, whatever the state."""
+        cache = AnswerCache(self.max_entries, self.max_bytes)
+        cache.templates = self.templates
+        cache.entries = len(self.templates)
+        cache.bytes = cache.template_bytes = self.template_bytes
+        return cache
 
     def put(self, table: dict[bytes, Any], query: bytes, entry: Entry,
             host: str | None = None) -> None:
@@ -86,9 +97,11 @@ class AnswerCache:
         if old is not None:
             self.entries -= 1
             self.bytes -= _template_cost(key, old)
+            self.template_bytes -= _template_cost(key, old)
         self.templates[key] = template
         self.entries += 1
         self.bytes += cost
+        self.template_bytes += cost
 
     def _release(self, query: bytes, value: Any) -> None:
         if value.__class__ is dict:
@@ -108,9 +121,10 @@ class AnswerCache:
                 for query in list(islice(table, len(table) // 4 + 1)):
                     self._release(query, table.pop(query))
             for key in list(islice(self.templates, len(self.templates) // 4 + 1)):
-                template = self.templates.pop(key)
+                cost = _template_cost(key, self.templates.pop(key))
                 self.entries -= 1
-                self.bytes -= _template_cost(key, template)
+                self.bytes -= cost
+                self.template_bytes -= cost
             self.evicted += before - self.entries
 
 

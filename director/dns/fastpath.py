@@ -1,10 +1,11 @@
 """The hot path: finished wire answers from caches, no dnspython objects on a hit.
 
-Three caches in front of the full path (``Responder``), both dropped when a new snapshot
-changes what answers read (the decisions' generation: ``answer_inputs``) or the policy is
-replaced (a new ``FastPath``); a snapshot that changes no answer keeps them, except the
-answers whose client network was widened only part way (``Answered.settled``), the oldest
-of which are asked again and widen further:
+Three caches in front of the full path (``Responder``), in one bounded ``AnswerCache``.
+The memo and the lanes are dropped when a new snapshot changes what answers read (the
+decisions' generation: ``answer_inputs``), the templates only when the policy is replaced
+(a new ``FastPath``): each renders a decision class, whatever the state. A snapshot that
+changes no answer keeps them all, except the answers whose client network was widened only
+part way (``Answered.settled``), the oldest of which are asked again and widen further:
 
 1. **memo**: the query bytes after the 2-byte ID -> the response bytes after the ID. The
    response is ``query id + cached bytes``. Answers that depend on the resolver's address
@@ -18,7 +19,9 @@ of which are asked again and widen further:
    transport, and for service A/AAAA the decision class: regions, TTL, ECS scope, reason)
    -> the response header and the bytes after the question. The response is ``id + header +
    the question as sent + template + the ECS address as sent``; byte-identical to the full
-   path because name compression is case-insensitive and points into the question.
+   path because name compression is case-insensitive and points into the question, and
+   the same under any state, because the state reaches a response only through the
+   decision class.
 
 Anything else (parse_query says no, ``_explain``, services whose answers are random) goes
 to the full path uncached. Every answer is counted by (service, qtype, rcode, regions,
@@ -160,7 +163,7 @@ class FastPath:
         # The snapshot last: a reader on another thread that sees it sees the new memo too.
         snapshot, generation = self.decisions.current()
         if generation != self._generation:
-            self.cache = AnswerCache(self.cache.max_entries, self.cache.max_bytes)
+            self.cache = self.cache.successor()
             self._udp = self.cache.udp
             self._tcp = self.cache.tcp
             self._templates = self.cache.templates

@@ -13,6 +13,7 @@ from dns_helpers import make_query
 
 from director.dns.answer_cache import AnswerCache
 from director.dns.app import DnsApp
+from director.dns.fastpath import Template
 from director.dns.snapshot_source import StaticSnapshotSource
 
 
@@ -70,3 +71,18 @@ def test_answers_through_a_tiny_cache_equal_the_full_path(example_policy, geolit
         assert app.respond(query, host, tcp) == app.respond_full(query, host, tcp)
         cache = app.fast.cache
         assert cache.entries <= 40 and cache.bytes <= 12_000
+
+
+def test_a_successor_keeps_the_templates_and_their_bytes_only() -> None:
+    cache = AnswerCache(max_entries=1_000, max_bytes=10**9)
+    for n in range(50):
+        cache.put_template((n.to_bytes(4, "big"), 1), Template(b"h" * 10, b"t" * 30, 0))
+        cache.put(cache.udp, n.to_bytes(4, "big"), (b"answer", 1))
+    successor = cache.successor()
+    assert successor.templates is cache.templates and not successor.udp and not successor.tcp
+    assert successor.entries == 50
+    assert successor.bytes == successor.template_bytes == cache.template_bytes < cache.bytes
+    for n in range(2_000):  # evictions keep the counts right
+        successor.put(successor.udp, n.to_bytes(8, "big"), (b"x", 2))
+    held = len(successor.udp) + len(successor.templates)
+    assert successor.entries == held <= 1_000
