@@ -163,6 +163,8 @@ class FastPath:
         # The snapshot last: a reader on another thread that sees it sees the new memo too.
         snapshot, generation = self.decisions.current()
         if generation != self._generation:
+            self.stats.invalidated += (self.cache.entries - len(self.cache.templates)
+                                       + (len(self._lanes) if self._lanes is not None else 0))
             self.cache = self.cache.successor()
             self._udp = self.cache.udp
             self._tcp = self.cache.tcp

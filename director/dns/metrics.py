@@ -7,7 +7,8 @@ parent every second and the parent's collector adds them up.
 
 Families: ``director_dns_queries_total{service,qtype,rcode,region,reason}``,
 ``director_dns_cache_hits_total`` / ``director_dns_cache_misses_total`` (the hit ratio is
-hits / (hits + misses)), ``director_dns_uncached_total``, ``director_dns_dropped_total``,
+hits / (hits + misses)), ``director_dns_cache_invalidated_total`` (answers dropped by state
+changes), ``director_dns_uncached_total``, ``director_dns_dropped_total``,
 ``director_dns_rrl_total{action}``, the histogram ``director_dns_decision_seconds`` (engine
 decisions: cache misses only) and the histogram ``director_engine_plugin_seconds{stage,
 plugin}`` (each engine plugin's run time in one decision in ``ENGINE_TIMINGS_EVERY``,
@@ -60,6 +61,7 @@ class DnsStats:
         self.cache_misses = 0
         self.uncached = 0
         self.dropped = 0
+        self.invalidated = 0  # cached answers dropped because the state changed them
         self.rrl: defaultdict[str, int] = defaultdict(int)
         self.decision_counts = [0] * (len(DECISION_BUCKETS) + 1)
         self.decision_sum = 0.0
@@ -98,7 +100,7 @@ class DnsStats:
     def snapshot(self) -> dict:
         """A picklable copy of every counter."""
         return {"responses": self.responses, "cache_misses": self.cache_misses,
-                "uncached": self.uncached,
+                "uncached": self.uncached, "invalidated": self.invalidated,
                 "dropped": self.dropped + sum(reader.dropped for reader in self.readers),
                 "rrl": dict(self.rrl),
                 "decision_counts": list(self.decision_counts),
@@ -118,8 +120,8 @@ def merge(snapshots: Iterable[dict]) -> dict:
             total["responses"][key] = total["responses"].get(key, 0) + value
         for key, value in snap["rrl"].items():
             total["rrl"][key] = total["rrl"].get(key, 0) + value
-        for name in ("cache_misses", "uncached", "dropped", "decision_sum"):
-            total[name] += snap[name]
+        for name in ("cache_misses", "uncached", "invalidated", "dropped", "decision_sum"):
+            total[name] += snap.get(name, 0)
         total["decision_counts"] = [a + b for a, b in
                                     zip(total["decision_counts"], snap["decision_counts"],
                                         strict=True)]
@@ -176,6 +178,9 @@ class DnsCollector(Collector):
         yield CounterMetricFamily("director_dns_uncached",
                                   "answers built by the full path and not cacheable "
                                   "(unusual queries, explain, errors)", value=snap["uncached"])
+        yield CounterMetricFamily("director_dns_cache_invalidated",
+                                  "cached answers (and lane answers) dropped by state changes "
+                                  "that changed what answers read", value=snap["invalidated"])
         yield CounterMetricFamily("director_dns_dropped",
                                   "queries not answered (not a query, or unparseable header)",
                                   value=snap["dropped"])
