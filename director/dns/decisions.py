@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from director.dns.answer_inputs import AnswerInputs
 from director.dns.locate import ClientLocator
+from director.dns.rtt_map import RttMap
 from director.dns.scope import answer_scope, scope_of
 from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import EcsSubnet
@@ -56,7 +57,9 @@ class Answered:
     # budget ran out): memoised, and asked again after a later snapshot (at most
     # RETRY_PER_SNAPSHOT of them per snapshot), it widens further
     lane: int | None = None  # the answer depends on the client only through the network
-    # map's network holding it, whose ``NetworkMap.keys`` value this is (``lanes``)
+    # map's network holding it and the sampled RTT network holding it: ``NetworkMap.keys``
+    # value | the ``RttMap`` number << 22 (``lanes``)
+    lane_rtt: bool = False  # the lane key has an RTT network number
 
 
 class Decisions:
@@ -80,6 +83,12 @@ class Decisions:
         self._by_inputs: dict[tuple, Decision] = {}
         self._hashing: dict[str, bool] = {}
         self._latency: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
+        self._rtt_map: RttMap | None = None  # the IPv4 part of _latency, for a bisect
+
+    @property
+    def rtt_map(self) -> RttMap | None:
+        """The sampled RTT networks of the snapshot the memos are for (IPv4), or None."""
+        return self._rtt_map
 
     def answer(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """The decision for the client of a query (memoised) and its answer's ECS scope."""
@@ -106,12 +115,12 @@ class Decisions:
         return answered
 
     def _mapped(self, service: Service, ecs: EcsSubnet, snapshot: Snapshot) -> Answered | None:
-        """An IPv4 client subnet's answer from the precompiled network map and the decision
-        memo alone, without building a client: the same key as ``_inputs_key`` computed
-        from the address's integer (None when the decision is not memoised yet, or the
-        answer reads the measured-RTT network: the full way then)."""
+        """An IPv4 client subnet's answer from the precompiled network map, the sampled RTT
+        networks (``RttMap``) and the decision memo alone, without building a client: the
+        same key as ``_inputs_key`` computed from the address's integer (None when the
+        decision is not memoised yet: the full way then)."""
         reads = self.engine.reads(service)
-        if not self._cacheable(service) or (Input.RTT_NETWORK in reads and snapshot.latency):
+        if not self._cacheable(service):
             return None
         network_map = self.locator.network_map
         assert network_map is not None
@@ -119,14 +128,19 @@ class Decisions:
         index = network_map.find(value)
         prefix = network_map.prefixes[index]
         bucket = self._bucket(service, reads, 4, value, ecs.source)
-        key = (service.name, 4, (network_map.class_of(index),), bucket, None)
+        rtt = 0
+        if Input.RTT_NETWORK in reads and self._rtt_map is not None:
+            rtt = self._rtt_map.find(value)
+        key = (service.name, 4, (network_map.class_of(index),), bucket,
+               self._rtt_map.cidrs[rtt] if self._rtt_map is not None else None)
         decision = self._by_inputs.get(key)
         if decision is None:
             return None
         by_network = bucket is None or bucket[1] is None  # not hashed by the address
         return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
                                            reads),
-                        lane=network_map.keys[index] if by_network else None)
+                        lane=network_map.keys[index] | rtt << 22 if by_network else None,
+                        lane_rtt=Input.RTT_NETWORK in reads and self._rtt_map is not None)
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """A fresh decision with its full explain chain (never memoised)."""
@@ -168,6 +182,7 @@ class Decisions:
                 self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
                                  for s in self.engine.policy.services}
                 self._latency = _latency_networks(snapshot)
+                self._rtt_map = RttMap(snapshot.latency) if snapshot.latency else None
             else:  # answers stand; the oldest of those widened part way are asked again
                 for key in self._unsettled[:RETRY_PER_SNAPSHOT]:
                     self._by_client.pop(key, None)

@@ -188,6 +188,7 @@ class FastPath:
         settled = True
         decision_class: tuple | None = None
         lane: int | None = None
+        lane_rtt = False
         if node is not None and node.kind is NodeKind.EXPLAIN:
             return self._uncached(data, host, tcp)
         if (node is not None and node.kind is NodeKind.SERVICE and parsed.qclass == 1
@@ -201,6 +202,7 @@ class FastPath:
             by_host = parsed.ecs is None
             settled = answered.settled
             lane = answered.lane
+            lane_rtt = answered.lane_rtt
         ecs = parsed.ecs
         key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
                _payload_bucket(parsed, tcp), parsed.do,
@@ -225,7 +227,7 @@ class FastPath:
                         + template.tail + (ecs.address if ecs is not None else b""))
         if lane is not None and not tcp and ecs is not None and lane_layout(
                 data, parsed.question_end, len(ecs.address)):
-            self._lane_add(data, ecs.source, lane, response, template.slot)
+            self._lane_add(data, ecs.source, lane, response, template.slot, lane_rtt)
             self._counts[template.slot] += 1
             return response
         if not settled:  # forgotten at the next snapshot: then it widens further
@@ -235,14 +237,14 @@ class FastPath:
         return response
 
     def _lane_add(self, data: bytes, source: int, lane: int, response: bytes,
-                  slot: int) -> None:
+                  slot: int, rtt: bool) -> None:
         lanes = self._lanes
         if lanes is None:
             network_map = self.decisions.locator.network_map
             if network_map is None:
                 return
-            lanes = self._lanes = SubnetLanes(network_map)
-        lanes.add(data[2:], source, lane, response[2:], slot)
+            lanes = self._lanes = SubnetLanes(network_map, self.decisions.rtt_map)
+        lanes.add(data[2:], source, lane, response[2:], slot, rtt)
 
     def _uncached(self, data: bytes, host: str, tcp: bool) -> bytes | None:
         reply = self.responder.respond(data, host, tcp)

@@ -5,7 +5,9 @@ in the last bytes, the ECS address, and (with 0x20 case randomisation) in the ca
 name's letters. Everything else, the *shape*, decides what is asked: name, type, class,
 flags, EDNS payload and DO, ECS family and source prefix. Under the IPv4 network map
 (``director.geo_map``) the answer's decision and scope depend on the client only through
-the map network holding its address: its class and prefix length (``NetworkMap.keys``).
+the map network holding its address: its class and prefix length (``NetworkMap.keys``),
+and for services steered by measured latency, the sampled RTT network holding it
+(``RttMap``).
 
 So a lane is, per shape with the name lower-cased, a table of map key -> the response's
 header and the bytes after the question (the template of ``fastpath``); answering is a
@@ -29,6 +31,7 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
+from director.dns.rtt_map import RttMap
 from director.geo_map import NetworkMap
 
 # From the end of the question's name to the ECS address: type, class (4), the OPT record
@@ -46,9 +49,10 @@ class LaneAnswer(NamedTuple):
 
 
 class Lane(NamedTuple):
-    answers: dict[int, LaneAnswer]  # NetworkMap.keys value -> answer
+    answers: dict[int, LaneAnswer]  # NetworkMap.keys value (| RttMap number << 22) -> answer
     mask: int  # address bits past the source prefix: must be zero
     shift: int  # to the 32-bit address from the address bytes as an integer
+    rtt: bool  # the answer depends on the sampled RTT network holding the address too
 
 
 def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
@@ -61,8 +65,9 @@ def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
 class SubnetLanes:
     """The lanes of one generation of answers under one network map."""
 
-    def __init__(self, network_map: NetworkMap) -> None:
+    def __init__(self, network_map: NetworkMap, rtt_map: RttMap | None = None) -> None:
         self.network_map = network_map
+        self.rtt_map = rtt_map  # of the same generation of answers
         self._starts, self._keys = network_map.starts, network_map.keys
         self._bisect = bisect.bisect_right
         self._lanes: dict[bytes, Lane] = {}
@@ -83,20 +88,26 @@ class SubnetLanes:
             lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
             if lane is None:
                 continue
-            answers, mask, shift = lane
+            answers, mask, shift, rtt = lane
             raw = int.from_bytes(query[cut:], "big")
             if raw & mask:
                 return None
-            found = answers.get(self._keys[self._bisect(self._starts, raw << shift) - 1])
+            address = raw << shift
+            key = self._keys[self._bisect(self._starts, address) - 1]
+            if rtt and self.rtt_map is not None:
+                key |= self.rtt_map.find(address) << 22
+            found = answers.get(key)
             if found is None:
                 return None
             header, tail, slot = found
             return header + query[10:cut - _AFTER_QUESTION] + tail + query[cut:], slot
         return None
 
-    def add(self, query: bytes, source: int, key: int, response: bytes, slot: int) -> None:
+    def add(self, query: bytes, source: int, key: int, response: bytes, slot: int,
+            rtt: bool = False) -> None:
         """Remember ``response`` (less its ID; it ends with the ECS address) to ``query``
-        (less its ID; parsed, with ``lane_layout``) for its shape and map key ``key``."""
+        (less its ID; parsed, with ``lane_layout``) for its shape and ``key`` (with an RTT
+        network number when ``rtt``: ``Answered.lane``)."""
         size = (source + 7) // 8
         cut = len(query) - size
         name_end = cut - _AFTER_NAME
@@ -106,7 +117,7 @@ class SubnetLanes:
             if len(self._lanes) >= SHAPE_LIMIT:
                 self._lanes.clear()
             bits = 8 * size
-            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits)
+            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits, rtt)
             self._lanes[shape] = lane
             if size not in self._sizes:
                 self._sizes.append(size)
