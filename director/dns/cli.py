@@ -18,9 +18,10 @@ from director import policy_gate
 from director.dns.app import DnsApp
 from director.dns.metrics import DnsStats, serve_metrics
 from director.dns.ratelimit import RrlMode
-from director.dns.server import BoundSockets, DnsServer, ServerConfig, new_event_loop, parse_listen
+from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
-from director.dns.workers import run_workers
+from director.dns.transports.sockets import BoundSockets, parse_listen
+from director.dns.transports.workers import run_workers
 from director.geo import GeoLocator
 from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError

@@ -70,7 +70,8 @@ class DnsStats:
         self.readers: list[ReaderCounters] = []  # bumped by UDP reader threads, one each
 
     def new_reader(self) -> ReaderCounters:
-        """Counters for one UDP reader thread to bump alone (``director.dns.udp_reader``)."""
+        """Counters for one UDP reader thread to bump alone
+        (``director.dns.transports.udp_reader``)."""
         counters = ReaderCounters()
         self.readers.append(counters)
         return counters

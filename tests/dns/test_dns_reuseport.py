@@ -10,7 +10,7 @@ import dns.edns
 import dns.message
 import pytest
 
-from director.dns.reuseport import NAME_LABELS, assemble, steer_by_subnet
+from director.dns.transports.reuseport import NAME_LABELS, assemble, steer_by_subnet
 
 
 def _group(size: int, family: int = socket.AF_INET) -> list[socket.socket]:

@@ -12,11 +12,11 @@ import pytest
 from dns_helpers import ask_wire, bulk_udp, make_query
 from dns_protocol_cases import CASES
 
-from director.dns import mmsg
 from director.dns.app import DnsApp
-from director.dns.mmsg import MmsgEndpoint
 from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
+from director.dns.transports import mmsg
+from director.dns.transports.mmsg import MmsgEndpoint
 
 pytestmark = pytest.mark.skipif(not mmsg.available(), reason="no recvmmsg in this libc")
 

@@ -14,11 +14,11 @@ import dns.message
 import pytest
 from dns_helpers import a_addresses, ask, ask_wire, bulk_udp, make_query
 
-from director.dns import mmsg, udp_reader
 from director.dns.app import DnsApp
 from director.dns.ratelimit import RrlMode
 from director.dns.server import ServerConfig, ServerThread
 from director.dns.snapshot_source import StaticSnapshotSource
+from director.dns.transports import mmsg, udp_reader
 from director.engine.snapshot import RegionState
 
 pytestmark = pytest.mark.skipif(not mmsg.available(), reason="no recvmmsg in this libc")

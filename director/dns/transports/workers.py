@@ -2,7 +2,7 @@
 one core: each worker has its own SO_REUSEPORT UDP and TCP sockets and the kernel spreads
 queries across them: UDP datagrams by ECS client subnet, so each worker's caches hold its
 own share of the subnets, and by source /24 (/56) without ECS, the rate limiter's key
-(``director.dns.reuseport``); TCP connections by the kernel's hash.
+(``director.dns.transports.reuseport``); TCP connections by the kernel's hash.
 
 The parent binds first (so port 0 resolves to one port for everyone), forks the workers
 (worker 0 takes over the parent's sockets, the others bind their own to the same address),
@@ -25,8 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from director.dns.metrics import DnsStats, StatsHub, serve_metrics
-from director.dns.reuseport import steer_by_subnet
-from director.dns.server import BoundSockets, ServerConfig, bind_sockets
+from director.dns.server import ServerConfig
+from director.dns.transports.reuseport import steer_by_subnet
+from director.dns.transports.sockets import BoundSockets, bind_sockets
 
 log = logging.getLogger(__name__)
 

@@ -91,7 +91,8 @@ class MmsgEndpoint:
     in its own slot; anything else goes through ``responder()(data, (host, port))``.
 
     Two ways to drive it: ``readable()`` from an event loop on a non-blocking socket, or
-    ``wait_batch()`` in a loop of its own thread on a blocking one (``director.dns.udp_reader``).
+    ``wait_batch()`` in a loop of its own thread on a blocking one
+    (``director.dns.transports.udp_reader``).
     """
 
     def __init__(self, sock: socket.socket, responder: Callable[[], Respond],

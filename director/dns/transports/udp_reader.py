@@ -39,8 +39,8 @@ import time
 from collections.abc import Callable
 
 from director.dns.app import DnsApp
-from director.dns.mmsg import Cached, MmsgEndpoint
-from director.dns.udp_answer import answer_all
+from director.dns.transports.mmsg import Cached, MmsgEndpoint
+from director.dns.transports.udp_answer import answer_all
 
 log = logging.getLogger(__name__)
 
