@@ -36,6 +36,7 @@ from director.dns.types import EcsSubnet
 from director.engine import Engine
 from director.engine.registry import Input
 from director.engine.snapshot import Snapshot
+from director.engine.spillover import spill_hash
 from director.engine.types import BUCKET_PREFIX, Client, Decision
 from director.geo import Location
 from policies.model import Affinity, Service
@@ -84,6 +85,8 @@ class Decisions:
         self._hashing: dict[str, bool] = {}
         self._latency: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
         self._rtt_map: RttMap | None = None  # the IPv4 part of _latency, for a bisect
+        # decision key (less the spilled flag) -> Engine.spill_point of its ranking
+        self._spill_points: dict[tuple, tuple[str, float] | None] = {}
 
     @property
     def rtt_map(self) -> RttMap | None:
@@ -133,10 +136,18 @@ class Decisions:
             rtt = self._rtt_map.find(value)
         key = (service.name, 4, (network_map.class_of(index),), bucket,
                self._rtt_map.cidrs[rtt] if self._rtt_map is not None else None)
-        decision = self._by_inputs.get(key)
+        spill = None
+        if self._spill_hashed(service, reads):
+            if key not in self._spill_points:
+                return None
+            point = self._spill_points[key]
+            bits = min(BUCKET_PREFIX[4], ecs.source)
+            network = (value >> (32 - bits) << (32 - bits)).to_bytes(4, "big") + bytes((bits,))
+            spill = _spills(network, service, point)
+        decision = self._by_inputs.get((*key, spill))
         if decision is None:
             return None
-        by_network = bucket is None or bucket[1] is None  # not hashed by the address
+        by_network = (bucket is None or bucket[1] is None) and spill is None
         return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
                                            reads),
                         lane=network_map.keys[index] | rtt << 22 if by_network else None,
@@ -182,6 +193,7 @@ class Decisions:
                 self._hashing = {s.name: _hashes_clients(s, snapshot, self.engine.reads(s))
                                  for s in self.engine.policy.services}
                 self._latency = _latency_networks(snapshot)
+                self._spill_points = {}
                 self._rtt_map = RttMap(snapshot.latency) if snapshot.latency else None
             else:  # answers stand; the oldest of those widened part way are asked again
                 for key in self._unsettled[:RETRY_PER_SNAPSHOT]:
@@ -225,20 +237,47 @@ class Decisions:
             rtt = next((cidr for net, cidr in self._latency
                         if net.version == client.address.version and client.address in net),
                        None)
-        return (service.name, client.address.version, where, bucket, rtt)
+        key = (service.name, client.address.version, where, bucket, rtt)
+        spill = None
+        if self._spill_hashed(service, reads):
+            if key in self._spill_points:
+                point = self._spill_points[key]
+            else:
+                if len(self._spill_points) >= _MEMO_LIMIT:
+                    self._spill_points.clear()
+                point = self._spill_points[key] = self.engine.spill_point(
+                    service, client, snapshot)
+            bucket_network = client.bucket
+            spill = _spills(bucket_network.network_address.packed
+                            + bytes((bucket_network.prefixlen,)), service, point)
+        return (*key, spill)
+
+    def _spill_hashed(self, service: Service, reads: frozenset[Input]) -> bool:
+        """Whether spillover alone hashes this service's clients now: then a client's
+        decision is one of two per ranking, by its spill hash (``Engine.spill_point``)."""
+        return self._hashing.get(service.name, True) and Input.CLIENT_HASH not in reads
 
     def _bucket(self, service: Service, reads: frozenset[Input], version: int, value: int,
                 source: int) -> tuple[int, bytes | None] | None:
         """The client's hashing bucket (``Client.bucket``) as the memo key holds it: its
-        prefix length and, while the service hashes clients, its network address; None
-        when no plugin of the service can hash."""
+        prefix length and, while a steering method hashes clients, its network address
+        (spillover alone adds a spilled flag instead: ``_spill_hashed``); None when no
+        plugin of the service can hash."""
         if service.spillover is None and Input.CLIENT_HASH not in reads:
             return None
         width = 32 if version == 4 else 128
         bits = min(BUCKET_PREFIX[version], source)
-        if not self._hashing.get(service.name, True):
+        if not self._hashing.get(service.name, True) or Input.CLIENT_HASH not in reads:
             return bits, None
         return bits, (value >> (width - bits) << (width - bits)).to_bytes(width // 8, "big")
+
+
+def _spills(network: bytes, service: Service, point: tuple[str, float] | None) -> bool:
+    """Whether the client of bucket ``network`` (address bytes + prefix length: the
+    engine's client key) spills at ``point`` (None: nothing spills)."""
+    if point is None:
+        return False
+    return spill_hash(network, service.name, point[0]) < point[1]
 
 
 def _hashes_clients(service: Service, snapshot: Snapshot, reads: frozenset[Input]) -> bool:

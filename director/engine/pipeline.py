@@ -21,6 +21,7 @@ from director.engine.registry import (
     register_builtin_plugins,
 )
 from director.engine.snapshot import Snapshot
+from director.engine.spillover import spill_point
 from director.engine.types import Client, Decision
 from policies.model import Policy, Service
 from routing import PluginTimings
@@ -54,3 +55,14 @@ class Engine:
         profile = self._profiles[service.name]
         outcome = profile.run(ctx, service.regions, explain=True)
         return decision_of(ctx, profile, outcome, self._reads[service.name])
+
+    def spill_point(self, service: Service, client: Client,
+                    snapshot: Snapshot) -> tuple[str, float] | None:
+        """(hot primary region, spilled share) for ``client``'s ranking under ``snapshot``
+        (``spillover.spill_point``), or None when it does not spill: every client ranked
+        alike gets one of two decisions, by ``spill_hash(client key) < share``."""
+        ctx = decision_context(self.policy, service, client, snapshot, self.rng)
+        outcome = self._profiles[service.name].run(ctx, service.regions)
+        if outcome.stopped_at is not None:
+            return None
+        return spill_point(ctx, outcome.order)

@@ -27,6 +27,25 @@ def spill_share(utilization: float, threshold: float, max_share: float) -> float
     return min(max_share, 1.0 - threshold / utilization)
 
 
+def spill_point(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[str, float] | None:
+    """(the hot primary region, the share of its clients that spills) for a client whose
+    ranking is ``ranked``, or None when nothing spills; a client spills when
+    ``spills(client key, service, point)``."""
+    config = ctx.service.spillover
+    if config is None or not ranked:
+        return None
+    utilization = ctx.snapshot.region(ranked[0]).utilization
+    if utilization is None:
+        return None
+    share = spill_share(utilization, config.threshold, config.max_share)
+    return (ranked[0], share) if share > 0 else None
+
+
+def spill_hash(key: bytes, service: str, primary: str) -> float:
+    """The client's hash that decides whether it spills from ``primary`` (< share)."""
+    return unit_hash(key, service, primary, "spill")
+
+
 def spillover(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[tuple[str, ...], Step, bool]:
     """The ranking after spillover, its explain step, and whether this client spilled."""
     config = ctx.service.spillover
@@ -37,11 +56,12 @@ def spillover(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[tuple[str,
     if utilization is None:
         return ranked, Step("spillover", "spillover", ranked,
                             note=f"{primary}: no live load reported"), False
-    share = spill_share(utilization, config.threshold, config.max_share)
-    if share <= 0:
+    point = spill_point(ctx, ranked)
+    if point is None:
         note = f"{primary} at {utilization:.0%} of capacity, under {config.threshold:.0%}"
         return ranked, Step("spillover", "spillover", ranked, note=note), False
-    h = unit_hash(ctx.client_key, ctx.service.name, primary, "spill")
+    share = point[1]
+    h = spill_hash(ctx.client_key, ctx.service.name, primary)
     head = f"{primary} at {utilization:.0%} > {config.threshold:.0%}: spilling {share:.1%}"
     if h >= share:
         return ranked, Step("spillover", "spillover", ranked,
