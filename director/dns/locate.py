@@ -128,8 +128,12 @@ class ClientLocator:
         return Client(address, network, ClientSource.RESOLVER, self.locate(address))
 
     def ecs_client(self, ecs: EcsSubnet) -> Client:
-        address = ipaddress.ip_address(ecs.packed())
-        network = ipaddress.ip_network((address, ecs.source))
+        packed = ecs.packed()
+        address = ipaddress.ip_address(packed)
+        # from the integer: given an address object, the stdlib formats it and parses the
+        # text again (most of an IPv6 client's cost)
+        kind = ipaddress.IPv4Network if ecs.family == 1 else ipaddress.IPv6Network
+        network = kind((int.from_bytes(packed, "big"), ecs.source))
         if ecs.opted_out:
             return Client(address, network, ClientSource.ECS, None)
         return Client(address, network, ClientSource.ECS, self.locate(address))

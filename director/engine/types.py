@@ -30,7 +30,8 @@ class Client:
     def bucket(self) -> IPNetwork:
         """The network whose clients share hashing decisions: /24 for IPv4, /56 for IPv6."""
         prefix = min(BUCKET_PREFIX[self.address.version], self.network.prefixlen)
-        return ipaddress.ip_network((self.address, prefix), strict=False)
+        kind = ipaddress.IPv4Network if self.address.version == 4 else ipaddress.IPv6Network
+        return kind((int(self.address), prefix), strict=False)  # an int: no text round trip
 
 
 @dataclass(frozen=True)
