@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from director.dns.answer_inputs import AnswerInputs
+from director.dns.lanes import SPILLED
 from director.dns.locate import ClientLocator
 from director.dns.rtt_map import RttMap
 from director.dns.scope import answer_scope, scope_of
@@ -61,6 +62,9 @@ class Answered:
     # map's network holding it and the sampled RTT network holding it: ``NetworkMap.keys``
     # value | the ``RttMap`` number << 22 (``lanes``)
     lane_rtt: bool = False  # the lane key has an RTT network number
+    # spillover hashes the service's clients: (service name, Engine.spill_point), and the
+    # lane key has the client's spilled flag (lanes.SPILLED)
+    lane_spill: tuple[str, tuple[str, float] | None] | None = None
 
 
 class Decisions:
@@ -147,11 +151,14 @@ class Decisions:
         decision = self._by_inputs.get((*key, spill))
         if decision is None:
             return None
-        by_network = (bucket is None or bucket[1] is None) and spill is None
+        by_network = bucket is None or bucket[1] is None  # not hashed by the address
+        lane = network_map.keys[index] | rtt << 22 | (SPILLED if spill else 0)
         return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
                                            reads),
-                        lane=network_map.keys[index] | rtt << 22 if by_network else None,
-                        lane_rtt=Input.RTT_NETWORK in reads and self._rtt_map is not None)
+                        lane=lane if by_network else None,
+                        lane_rtt=Input.RTT_NETWORK in reads and self._rtt_map is not None,
+                        lane_spill=(service.name, self._spill_points[key])
+                        if spill is not None else None)
 
     def explain(self, service: Service, ecs: EcsSubnet | None, host: str) -> Answered:
         """A fresh decision with its full explain chain (never memoised)."""

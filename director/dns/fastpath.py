@@ -189,6 +189,7 @@ class FastPath:
         decision_class: tuple | None = None
         lane: int | None = None
         lane_rtt = False
+        lane_spill = None
         if node is not None and node.kind is NodeKind.EXPLAIN:
             return self._uncached(data, host, tcp)
         if (node is not None and node.kind is NodeKind.SERVICE and parsed.qclass == 1
@@ -203,6 +204,7 @@ class FastPath:
             settled = answered.settled
             lane = answered.lane
             lane_rtt = answered.lane_rtt
+            lane_spill = answered.lane_spill
         ecs = parsed.ecs
         key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
                _payload_bucket(parsed, tcp), parsed.do,
@@ -227,7 +229,8 @@ class FastPath:
                         + template.tail + (ecs.address if ecs is not None else b""))
         if lane is not None and not tcp and ecs is not None and lane_layout(
                 data, parsed.question_end, len(ecs.address)):
-            self._lane_add(data, ecs.source, lane, response, template.slot, lane_rtt)
+            self._lane_add(data, ecs.source, lane, response, template.slot, lane_rtt,
+                           lane_spill)
             self._counts[template.slot] += 1
             return response
         if not settled:  # forgotten at the next snapshot: then it widens further
@@ -237,14 +240,15 @@ class FastPath:
         return response
 
     def _lane_add(self, data: bytes, source: int, lane: int, response: bytes,
-                  slot: int, rtt: bool) -> None:
+                  slot: int, rtt: bool,
+                  spill: tuple[str, tuple[str, float] | None] | None) -> None:
         lanes = self._lanes
         if lanes is None:
             network_map = self.decisions.locator.network_map
             if network_map is None:
                 return
             lanes = self._lanes = SubnetLanes(network_map, self.decisions.rtt_map)
-        lanes.add(data[2:], source, lane, response[2:], slot, rtt)
+        lanes.add(data[2:], source, lane, response[2:], slot, rtt, spill)
 
     def _uncached(self, data: bytes, host: str, tcp: bool) -> bytes | None:
         reply = self.responder.respond(data, host, tcp)

@@ -32,6 +32,8 @@ import bisect
 from typing import NamedTuple
 
 from director.dns.rtt_map import RttMap
+from director.engine.spillover import spill_hash
+from director.engine.types import BUCKET_PREFIX
 from director.geo_map import NetworkMap
 
 # From the end of the question's name to the ECS address: type, class (4), the OPT record
@@ -53,6 +55,15 @@ class Lane(NamedTuple):
     mask: int  # address bits past the source prefix: must be zero
     shift: int  # to the 32-bit address from the address bytes as an integer
     rtt: bool  # the answer depends on the sampled RTT network holding the address too
+    # spillover hashes the clients of the lane's service (its name), else None; then the
+    # answer also depends on the client's spilled flag (``SPILLED`` in the key), from the
+    # spill point per key (None: nothing spills there) and the bucket prefix length
+    spill_service: str | None
+    points: dict[int, tuple[str, float] | None]
+    bucket_bits: int
+
+
+SPILLED = 1 << 40  # in a lane key: the client spills (``Engine.spill_point``)
 
 
 def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
@@ -88,7 +99,7 @@ class SubnetLanes:
             lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
             if lane is None:
                 continue
-            answers, mask, shift, rtt = lane
+            answers, mask, shift, rtt, spill_service, points, bits = lane
             raw = int.from_bytes(query[cut:], "big")
             if raw & mask:
                 return None
@@ -96,6 +107,14 @@ class SubnetLanes:
             key = self._keys[self._bisect(self._starts, address) - 1]
             if rtt and self.rtt_map is not None:
                 key |= self.rtt_map.find(address) << 22
+            if spill_service is not None:
+                if key not in points:
+                    return None
+                point = points[key]
+                if point is not None and spill_hash(
+                        (address >> (32 - bits) << (32 - bits)).to_bytes(4, "big")
+                        + bytes((bits,)), spill_service, point[0]) < point[1]:
+                    key |= SPILLED
             found = answers.get(key)
             if found is None:
                 return None
@@ -104,10 +123,12 @@ class SubnetLanes:
         return None
 
     def add(self, query: bytes, source: int, key: int, response: bytes, slot: int,
-            rtt: bool = False) -> None:
+            rtt: bool = False, spill: tuple[str, tuple[str, float] | None] | None = None
+            ) -> None:
         """Remember ``response`` (less its ID; it ends with the ECS address) to ``query``
         (less its ID; parsed, with ``lane_layout``) for its shape and ``key`` (with an RTT
-        network number when ``rtt``: ``Answered.lane``)."""
+        network number when ``rtt``, and ``SPILLED`` when the client spilled: ``spill``
+        is then (service name, spill point): ``Answered.lane``)."""
         size = (source + 7) // 8
         cut = len(query) - size
         name_end = cut - _AFTER_NAME
@@ -117,10 +138,14 @@ class SubnetLanes:
             if len(self._lanes) >= SHAPE_LIMIT:
                 self._lanes.clear()
             bits = 8 * size
-            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits, rtt)
+            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits, rtt,
+                        spill[0] if spill is not None else None, {},
+                        min(BUCKET_PREFIX[4], source))
             self._lanes[shape] = lane
             if size not in self._sizes:
                 self._sizes.append(size)
         question = cut - _AFTER_QUESTION - 10
         tail = response[10 + question:len(response) - size]
         lane.answers[key] = LaneAnswer(response[:10], tail, slot)
+        if spill is not None:
+            lane.points[key & ~SPILLED] = spill[1]
