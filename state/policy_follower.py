@@ -20,6 +20,7 @@ from types import TracebackType
 from policies import PolicyError
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.changes import listen_for_changes
 from state.errors import StateError
 from state.guard import describe, redis_errors
 from state.records import PolicyRecord
@@ -28,7 +29,7 @@ from state.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 1.0
-_RECONNECT_MIN, _RECONNECT_MAX = 0.1, 5.0  # seconds between attempts to resubscribe
+_RECONNECT_MAX = 5.0  # seconds between attempts to resubscribe, at most
 
 
 RecordLoader = Callable[[PolicyRecord], Policy]  # raises PolicyError when it does not load
@@ -121,29 +122,17 @@ class PolicyFollower:
 
     async def _listen(self) -> None:
         """Wake ``_run`` whenever the change channel names the policy key."""
-        delay = _RECONNECT_MIN
         policy_key = self.store.keys.policy
-        while True:
-            pubsub = self.store.subscribe()
-            try:
-                await pubsub.subscribe(self.store.keys.changes)
-                self._wake.set()  # what was written while we were away
-                delay = _RECONNECT_MIN
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None and message.get("type") == "message":
-                        data = message["data"]
-                        if (data.decode() if isinstance(data, bytes) else data) == policy_key:
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: the poll goes on; resubscribe later
-                log.debug("policy follower: change channel unavailable: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RECONNECT_MAX)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+
+        def on_key(key: str) -> None:
+            if key == policy_key:
+                self._wake.set()
+
+        def on_error(exc: Exception) -> None:  # the poll goes on meanwhile
+            log.debug("policy follower: change channel unavailable: %s", exc)
+
+        await listen_for_changes(self.store, on_key, on_subscribed=self._wake.set,
+                                 on_error=on_error, max_delay=_RECONNECT_MAX)
 
     async def __aenter__(self) -> PolicyFollower:
         self._tasks = [asyncio.create_task(self._run(), name="policy-follower"),

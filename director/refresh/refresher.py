@@ -33,6 +33,7 @@ from director.refresh.derive import build_snapshot, same_state
 from director.refresh.metrics import RefresherMetrics
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.changes import listen_for_changes
 from state.errors import StateError
 from state.tasks import cancel_and_wait
 from state.view import StateView, snapshot_keys
@@ -148,30 +149,17 @@ class SnapshotRefresher:
                 await self.refresh(keys)
 
     async def _listen(self) -> None:
-        delay = _RECONNECT_MIN
-        while True:
-            pubsub = self.store.subscribe()
-            try:
-                await pubsub.subscribe(self.store.keys.changes)
-                # Messages sent while we were away are lost: catch up with a full read.
-                self._pending.update(snapshot_keys(self.store.keys, self._policy))
-                self._wake.set()
-                delay = _RECONNECT_MIN
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None and message.get("type") == "message":
-                        data = message["data"]
-                        self._pending.add(data.decode() if isinstance(data, bytes) else data)
-                        self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: log, back off, resubscribe
-                self._set_reachable(False, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RECONNECT_MAX)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+        def on_key(key: str) -> None:
+            self._pending.add(key)
+            self._wake.set()
+
+        def on_subscribed() -> None:  # messages sent while we were away are lost: read all
+            self._pending.update(snapshot_keys(self.store.keys, self._policy))
+            self._wake.set()
+
+        await listen_for_changes(self.store, on_key, on_subscribed=on_subscribed,
+                                 on_error=lambda exc: self._set_reachable(False, exc),
+                                 min_delay=_RECONNECT_MIN, max_delay=_RECONNECT_MAX)
 
     async def _rebuild(self) -> None:
         snapshot, ages = build_snapshot(

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from regions.balancer.backends import STATE, BackendPool, ScrapedLoad
 from regions.balancer.metrics import BalancerMetrics
 from state.aio import AsyncStateStore
+from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
 from state.keys import DEFAULT_PREFIX
 from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
@@ -217,30 +218,14 @@ class StateLink:
             await self.read()
 
     async def _listen(self) -> None:
-        delay = _RECONNECT_MIN_S
-        while True:
-            pubsub = self.store.subscribe()
-            try:
-                await pubsub.subscribe(self.store.keys.changes)
-                self._wake.set()  # catch up on what was sent while we were away
-                delay = _RECONNECT_MIN_S
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is None or message.get("type") != "message":
-                        continue
-                    data = message["data"]
-                    key = data.decode() if isinstance(data, bytes) else str(data)
-                    if key in self._followed:
-                        self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: count, back off, resubscribe
-                self._failed("listen", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RECONNECT_MAX_S)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+        def on_key(key: str) -> None:
+            if key in self._followed:
+                self._wake.set()
+
+        await listen_for_changes(self.store, on_key,
+                                 on_subscribed=self._wake.set,  # catch up on what we missed
+                                 on_error=lambda exc: self._failed("listen", exc),
+                                 min_delay=_RECONNECT_MIN_S, max_delay=_RECONNECT_MAX_S)
 
     # -- reachability --------------------------------------------------------------------
 
