@@ -27,10 +27,10 @@ import ipaddress
 import mmap
 import threading
 from array import array
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, MutableSequence
 
 from director.geo import GeoLocator, IPAddress, IPNetwork, Location, RecordFields
-from director.geo_map import NetworkMap
+from director.geo_map import FALLBACK, NetworkMap
 
 _NO_RECORD = RecordFields(None, None, None, None)  # addresses the database holds nothing for
 DEFAULT_BUDGET = 200  # work units per widening: a tree node 1, classifying a new record:
@@ -112,6 +112,20 @@ class MergedNetworks:
             depth -= 1
         return ipaddress.ip_network((address, depth), strict=False), final
 
+    def compile_ipv6(self, cancelled: threading.Event | None = None) -> NetworkMap | None:
+        """``compile_ipv4`` for the IPv6 space at /64 granularity (``NetworkMap``), or None
+        for a database without an IPv6 tree."""
+        if not self._ipv6_tree:
+            return None
+        with open(self._geo.path, "rb") as handle:
+            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        reader = GeoLocator(self._geo.path, cache_size=0)
+        try:
+            return self._compile(buffer, reader, cancelled, 6)
+        finally:
+            reader.close()
+            buffer.close()
+
     def compile_ipv4(self, cancelled: threading.Event | None = None) -> NetworkMap:
         """Every maximal uniform network of the IPv4 space, walked once (``geo_map``);
         independent of the widening memos, safe to run in another thread. The walk reads
@@ -123,27 +137,35 @@ class MergedNetworks:
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         reader = GeoLocator(self._geo.path, cache_size=0)
         try:
-            return self._compile_ipv4(buffer, reader, cancelled)
+            return self._compile(buffer, reader, cancelled, 4)
         finally:
             reader.close()
             buffer.close()
 
-    def _compile_ipv4(self, buffer: mmap.mmap, reader: GeoLocator,
-                      cancelled: threading.Event | None) -> NetworkMap:
+    def _compile(self, buffer: mmap.mmap, reader: GeoLocator,
+                 cancelled: threading.Event | None, version: int) -> NetworkMap:
         ids: dict[Hashable, int] = {}
         fields_of: list[RecordFields] = []
         record_ids: dict[int, int] = {}
         field_ids: dict[RecordFields, int] = {}
-        ranges = array("Q")
+        ranges: MutableSequence[int] = array("Q") if version == 4 else []  # v6: > 64 bits
         nodes, fields_at = self._nodes, reader.fields
 
         def children(node: int) -> tuple[int, int]:
             return self._children(node, buffer)
 
-        def leaf(record: int, value: int) -> int:
+        width, shift = (32, 22) if version == 4 else (64, 24)
+        ipv4_start = self._ipv4_start
+
+        def address_of(value: int, full: bool = False) -> IPAddress:
+            if version == 4:
+                return ipaddress.IPv4Address(value)
+            return ipaddress.IPv6Address(value if full else value << 64)
+
+        def leaf(record: int, value: int, full: bool = False) -> int:
             index = record_ids.get(record)
             if index is None:
-                fields = (fields_at(ipaddress.IPv4Address(value)) if record > nodes
+                fields = (fields_at(address_of(value, full)) if record > nodes
                           else None) or _NO_RECORD
                 index = field_ids.get(fields)
                 if index is None:
@@ -158,29 +180,46 @@ class MergedNetworks:
                 record_ids[record] = index
             return index
 
-        def walk(node: int, value: int, depth: int) -> int:  # the class index, or -1: mixed
+        def below(node: int, value: int, depth: int) -> int:
+            """IPv6 under a /64 the database splits: the class of all of it, or -1."""
+            if node >= nodes:
+                return leaf(node, value, True)
+            left, right = children(node)
+            a = below(left, value, depth + 1)
+            if a < 0:
+                return a
+            b = below(right, value | 1 << (127 - depth), depth + 1)
+            return a if a == b else -1
+
+        def walk(node: int, value: int, depth: int) -> int:
+            """The class index under ``node`` (``FALLBACK`` for the full path), or -1:
+            mixed, its networks emitted."""
             if node >= nodes:
                 return leaf(node, value)
+            if version == 6 and node == ipv4_start and depth:
+                return FALLBACK  # the IPv4 space inside the IPv6 tree (and its aliases)
+            if version == 6 and depth == width:  # split below /64: one class, or fallback
+                cls = below(node, value << 64, depth)
+                return cls if cls >= 0 else FALLBACK
             if depth == _CHECK_DEPTH and cancelled is not None and cancelled.is_set():
                 raise CompileCancelled
             left, right = children(node)
-            half = 1 << (31 - depth)
+            half = 1 << (width - 1 - depth)
             a = walk(left, value, depth + 1)
             b = walk(right, value | half, depth + 1)
             if a == b and a >= 0:
                 return a
             if a >= 0:
-                ranges.append(value << 22 | (depth + 1) << 16 | a)
+                ranges.append(value << shift | (depth + 1) << 16 | a)
             if b >= 0:
-                ranges.append((value | half) << 22 | (depth + 1) << 16 | b)
+                ranges.append((value | half) << shift | (depth + 1) << 16 | b)
             return -1
 
-        top = walk(self._ipv4_start, 0, 0)
+        top = walk(ipv4_start if version == 4 else 0, 0, 0)
         if top >= 0:
             ranges.append(top)
-        packed = array("Q", sorted(ranges))
         classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
-        return NetworkMap(packed, classes, fields_of)
+        return NetworkMap(sorted(ranges), classes, fields_of, version)
 
     def class_of(self, location: Location) -> Hashable:
         """The class of a located address (memoised by its fields, like the walk's)."""

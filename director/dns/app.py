@@ -52,7 +52,7 @@ class DnsApp:
         self.precompile = precompile  # merge the IPv4 space ahead of time (director.geo_map)
         self.map_ready: threading.Event | None = None  # set once the map answers
         self._map_key: Hashable = None  # the location classes the map is (being) built for
-        self._network_map: NetworkMap | None = None
+        self._network_maps: tuple[NetworkMap | None, NetworkMap | None] = (None, None)
         self._map_cancel = threading.Event()
         self._map_lock = threading.Lock()
         self._last_error_log = 0.0
@@ -70,10 +70,10 @@ class DnsApp:
         with self._map_lock:  # a build finishing now gives its map to this locator
             if self.precompile:
                 key = classifier_key(policy)
-                if key == self._map_key:
-                    locator.network_map = self._network_map  # None while still being built
+                if key == self._map_key:  # None while still being built
+                    locator.network_map, locator.network_map6 = self._network_maps
                 else:
-                    self._map_key, self._network_map = key, None
+                    self._map_key, self._network_maps = key, (None, None)
                     self._compile_in_background(key, merged)
             self.locator = locator
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
@@ -99,6 +99,7 @@ class DnsApp:
             start = time.monotonic()
             try:
                 network_map = merged.compile_ipv4(cancel)
+                network_map6 = merged.compile_ipv6(cancel)
             except CompileCancelled:
                 log.info("GeoIP network map: build cancelled (the policy's classes changed)")
                 return
@@ -108,11 +109,14 @@ class DnsApp:
             with self._map_lock:
                 if self._map_key != key:
                     return
-                self._network_map = network_map
+                self._network_maps = (network_map, network_map6)
                 self.locator.network_map = network_map
+                self.locator.network_map6 = network_map6
             ready.set()
-            log.info("GeoIP network map: %d IPv4 networks in %d classes, built in %.1f s",
-                     len(network_map), len(network_map.classes), time.monotonic() - start)
+            log.info("GeoIP network map: %d IPv4 networks in %d classes, %d IPv6 networks, "
+                     "built in %.1f s", len(network_map), len(network_map.classes),
+                     len(network_map6) if network_map6 is not None else 0,
+                     time.monotonic() - start)
 
         threading.Thread(target=build, name="geoip-map", daemon=True).start()
 

@@ -89,6 +89,7 @@ class Decisions:
         self._hashing: dict[str, bool] = {}
         self._latency: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
         self._rtt_map: RttMap | None = None  # the IPv4 part of _latency, for a bisect
+        self._latency6 = False  # whether _latency has IPv6 networks
         # decision key (less the spilled flag) -> Engine.spill_point of its ranking
         self._spill_points: dict[tuple, tuple[str, float] | None] = {}
 
@@ -104,7 +105,8 @@ class Decisions:
         hit = self._by_client.get(key)
         if hit is not None:
             return hit
-        if ecs is not None and ecs.family == 1 and ecs.source and self.locator.network_map:
+        if ecs is not None and ecs.source and (self.locator.network_map if ecs.family == 1
+                                               else self.locator.network_map6):
             mapped = self._mapped(service, ecs, snapshot)
             if mapped is not None:
                 return mapped
@@ -122,40 +124,50 @@ class Decisions:
         return answered
 
     def _mapped(self, service: Service, ecs: EcsSubnet, snapshot: Snapshot) -> Answered | None:
-        """An IPv4 client subnet's answer from the precompiled network map, the sampled RTT
-        networks (``RttMap``) and the decision memo alone, without building a client: the
-        same key as ``_inputs_key`` computed from the address's integer (None when the
-        decision is not memoised yet: the full way then)."""
+        """A client subnet's answer from the precompiled network map of its IP version, the
+        sampled RTT networks (``RttMap``, IPv4) and the decision memo alone, without
+        building a client: the same key as ``_inputs_key`` computed from the address's
+        integer (None when the decision is not memoised yet, or the map falls back: the
+        full way then)."""
         reads = self.engine.reads(service)
         if not self._cacheable(service):
             return None
-        network_map = self.locator.network_map
+        version, width = (4, 32) if ecs.family == 1 else (6, 128)
+        network_map = self.locator.network_map if version == 4 else self.locator.network_map6
         assert network_map is not None
         value = int.from_bytes(ecs.packed(), "big")
-        index = network_map.find(value)
+        index = network_map.find(value if version == 4 else value >> 64)
+        if network_map.fallback(index):
+            return None
         prefix = network_map.prefixes[index]
-        bucket = self._bucket(service, reads, 4, value, ecs.source)
+        bucket = self._bucket(service, reads, version, value, ecs.source)
         rtt = 0
         if Input.RTT_NETWORK in reads and self._rtt_map is not None:
-            rtt = self._rtt_map.find(value)
-        key = (service.name, 4, (network_map.class_of(index),), bucket,
+            if version == 6:
+                if self._latency6:
+                    return None  # no bisect for IPv6 RTT networks: the full way
+            else:
+                rtt = self._rtt_map.find(value)
+        key = (service.name, version, (network_map.class_of(index),), bucket,
                self._rtt_map.cidrs[rtt] if self._rtt_map is not None else None)
         spill = None
         if self._spill_hashed(service, reads):
             if key not in self._spill_points:
                 return None
             point = self._spill_points[key]
-            bits = min(BUCKET_PREFIX[4], ecs.source)
-            network = (value >> (32 - bits) << (32 - bits)).to_bytes(4, "big") + bytes((bits,))
+            bits = min(BUCKET_PREFIX[version], ecs.source)
+            network = ((value >> (width - bits) << (width - bits)).to_bytes(width // 8, "big")
+                       + bytes((bits,)))
             spill = _spills(network, service, point)
         decision = self._by_inputs.get((*key, spill))
         if decision is None:
             return None
-        by_network = bucket is None or bucket[1] is None  # not hashed by the address
-        lane = network_map.keys[index] | rtt << 22 | (SPILLED if spill else 0)
+        # not hashed by the address, and the ECS address within the map's 64 bits (IPv6)
+        by_network = (bucket is None or bucket[1] is None) and ecs.source <= 64
         return Answered(decision, scope_of(decision, prefix, ecs.source, service, snapshot,
                                            reads),
-                        lane=lane if by_network else None,
+                        lane=network_map.keys[index] | rtt << 22 | (SPILLED if spill else 0)
+                        if by_network else None,
                         lane_rtt=Input.RTT_NETWORK in reads and self._rtt_map is not None,
                         lane_spill=(service.name, self._spill_points[key])
                         if spill is not None else None)
@@ -202,6 +214,7 @@ class Decisions:
                 self._latency = _latency_networks(snapshot)
                 self._spill_points = {}
                 self._rtt_map = RttMap(snapshot.latency) if snapshot.latency else None
+                self._latency6 = any(net.version == 6 for net, _ in self._latency)
             else:  # answers stand; the oldest of those widened part way are asked again
                 for key in self._unsettled[:RETRY_PER_SNAPSHOT]:
                     self._by_client.pop(key, None)

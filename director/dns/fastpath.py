@@ -11,7 +11,7 @@ part way (``Answered.settled``), the oldest of which are asked again and widen f
    response is ``query id + cached bytes``. Answers that depend on the resolver's address
    (service A/AAAA without ECS) are kept per resolver address. Exact, because the full path
    is a function of the query bytes, the resolver address and the snapshot.
-2. **lanes** (``lanes``), UDP only: ECS queries from IPv4 subnets never seen before, answered
+2. **lanes** (``lanes``), UDP only: ECS queries from subnets never seen before, answered
    by query shape and network-map network alone when the decisions made the answer from the
    map (``Answered.lane``); they are not added to the memo, which they would only churn.
 3. **templates**: the query parsed by hand (``wire.parse_query``) keyed by (lower-cased
@@ -244,10 +244,9 @@ class FastPath:
                   spill: tuple[str, tuple[str, float] | None] | None) -> None:
         lanes = self._lanes
         if lanes is None:
-            network_map = self.decisions.locator.network_map
-            if network_map is None:
-                return
-            lanes = self._lanes = SubnetLanes(network_map, self.decisions.rtt_map)
+            locator = self.decisions.locator
+            lanes = self._lanes = SubnetLanes(locator.network_map, self.decisions.rtt_map,
+                                              locator.network_map6)
         lanes.add(data[2:], source, lane, response[2:], slot, rtt, spill)
 
     def _uncached(self, data: bytes, host: str, tcp: bool) -> bytes | None:

@@ -3,11 +3,11 @@
 A resolver forwarding ECS for millions of client networks sends queries that differ only
 in the last bytes, the ECS address, and (with 0x20 case randomisation) in the case of the
 name's letters. Everything else, the *shape*, decides what is asked: name, type, class,
-flags, EDNS payload and DO, ECS family and source prefix. Under the IPv4 network map
-(``director.geo_map``) the answer's decision and scope depend on the client only through
-the map network holding its address: its class and prefix length (``NetworkMap.keys``),
-and for services steered by measured latency, the sampled RTT network holding it
-(``RttMap``).
+flags, EDNS payload and DO, ECS family and source prefix. Under the network map of
+its IP version (``director.geo_map``; IPv6 by the first 64 bits) the answer's decision and
+scope depend on the client only through the map network holding its address: its class
+and prefix length (``NetworkMap.keys``), and for services steered by measured latency, the
+sampled RTT network holding it (``RttMap``, IPv4).
 
 So a lane is, per shape with the name lower-cased, a table of map key -> the response's
 header and the bytes after the question (the template of ``fastpath``); answering is a
@@ -61,9 +61,19 @@ class Lane(NamedTuple):
     spill_service: str | None
     points: dict[int, tuple[str, float] | None]
     bucket_bits: int
+    network_map: NetworkMap  # of the lane's IP version (from the shape's ECS family)
 
 
 SPILLED = 1 << 40  # in a lane key: the client spills (``Engine.spill_point``)
+
+
+def _bucket_key(address: int, bits: int, version: int) -> bytes:
+    """The engine's client key of the bucket (``Client.bucket``: its network address and
+    prefix length) holding ``address`` (IPv4, or the first 64 bits of an IPv6 one)."""
+    if version == 4:
+        return (address >> (32 - bits) << (32 - bits)).to_bytes(4, "big") + bytes((bits,))
+    network = address >> (64 - bits) << (64 - bits) if bits <= 64 else address
+    return (network << 64).to_bytes(16, "big") + bytes((bits,))
 
 
 def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
@@ -74,12 +84,13 @@ def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
 
 
 class SubnetLanes:
-    """The lanes of one generation of answers under one network map."""
+    """The lanes of one generation of answers under the network maps of one policy."""
 
-    def __init__(self, network_map: NetworkMap, rtt_map: RttMap | None = None) -> None:
+    def __init__(self, network_map: NetworkMap | None, rtt_map: RttMap | None = None,
+                 network_map6: NetworkMap | None = None) -> None:
         self.network_map = network_map
-        self.rtt_map = rtt_map  # of the same generation of answers
-        self._starts, self._keys = network_map.starts, network_map.keys
+        self.network_map6 = network_map6
+        self.rtt_map = rtt_map  # of the same generation of answers (IPv4)
         self._bisect = bisect.bisect_right
         self._lanes: dict[bytes, Lane] = {}
         self._sizes: list[int] = []  # the address sizes of the lanes, for the lookup
@@ -99,12 +110,12 @@ class SubnetLanes:
             lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
             if lane is None:
                 continue
-            answers, mask, shift, rtt, spill_service, points, bits = lane
+            answers, mask, shift, rtt, spill_service, points, bits, network_map = lane
             raw = int.from_bytes(query[cut:], "big")
             if raw & mask:
                 return None
-            address = raw << shift
-            key = self._keys[self._bisect(self._starts, address) - 1]
+            address = raw << shift  # IPv4: the address; IPv6: its first 64 bits
+            key = network_map.keys[self._bisect(network_map.starts, address) - 1]
             if rtt and self.rtt_map is not None:
                 key |= self.rtt_map.find(address) << 22
             if spill_service is not None:
@@ -112,8 +123,8 @@ class SubnetLanes:
                     return None
                 point = points[key]
                 if point is not None and spill_hash(
-                        (address >> (32 - bits) << (32 - bits)).to_bytes(4, "big")
-                        + bytes((bits,)), spill_service, point[0]) < point[1]:
+                        _bucket_key(address, bits, network_map.version), spill_service,
+                        point[0]) < point[1]:
                     key |= SPILLED
             found = answers.get(key)
             if found is None:
@@ -138,9 +149,13 @@ class SubnetLanes:
             if len(self._lanes) >= SHAPE_LIMIT:
                 self._lanes.clear()
             bits = 8 * size
-            lane = Lane({}, (1 << (bits - source)) - 1, 32 - bits, rtt,
-                        spill[0] if spill is not None else None, {},
-                        min(BUCKET_PREFIX[4], source))
+            version = 4 if query[name_end + 19:name_end + 21] == b"\x00\x01" else 6
+            network_map = self.network_map if version == 4 else self.network_map6
+            if network_map is None:
+                return
+            lane = Lane({}, (1 << (bits - source)) - 1, (32 if version == 4 else 64) - bits,
+                        rtt, spill[0] if spill is not None else None, {},
+                        min(BUCKET_PREFIX[version], source), network_map)
             self._lanes[shape] = lane
             if size not in self._sizes:
                 self._sizes.append(size)

@@ -53,6 +53,7 @@ class ClientLocator:
         self._prefixes: dict[int, list[int]] = {4: [], 6: []}
         self._networks_held = 0
         self.network_map: NetworkMap | None = None  # the IPv4 space merged ahead of time
+        self.network_map6: NetworkMap | None = None  # the IPv6 space, to /64
 
     def locate(self, address: IPAddress) -> Location:
         """The location of ``address``, memoised per /24 or /56 where that is exact, and
@@ -63,10 +64,11 @@ class ClientLocator:
         hit = self._memo.get(key)
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
-        network_map = self.network_map
-        if network_map is not None and address.version == 4:
-            location: Location | None = network_map.locate(address)
-        else:
+        network_map = self.network_map if address.version == 4 else self.network_map6
+        location: Location | None = None
+        if network_map is not None:
+            location = network_map.locate(address)  # None where the map falls back
+        if location is None:
             location = self.widened(address)
         final = location is not None
         if location is None:
@@ -88,9 +90,11 @@ class ClientLocator:
         precompiled map, or in a network widened to the end (not cut short by the budget)."""
         if client.location is None:
             return True
-        if self.network_map is not None and client.address.version == 4:
+        address = client.address
+        network_map = self.network_map if address.version == 4 else self.network_map6
+        if network_map is not None and network_map.locate(address) is not None:
             return True
-        return self.widened(client.address) is not None
+        return self.widened(address) is not None
 
     def widened(self, address: IPAddress) -> Location | None:
         """The location memoised for the widened network holding ``address``, if any

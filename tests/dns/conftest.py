@@ -32,6 +32,14 @@ def geolite2_map(example_policy, geolite2: GeoLocator) -> NetworkMap:
     return MergedNetworks(geolite2, location_classifier(example_policy)).compile_ipv4()
 
 
+@pytest.fixture(scope="session")
+def geolite2_map6(example_policy, geolite2: GeoLocator) -> NetworkMap:
+    """GeoLite2 City's IPv6 space merged to /64 under the example policy (seconds, once)."""
+    network_map = MergedNetworks(geolite2, location_classifier(example_policy)).compile_ipv6()
+    assert network_map is not None
+    return network_map
+
+
 @pytest.fixture
 def snapshots() -> StaticSnapshotSource:
     return StaticSnapshotSource()

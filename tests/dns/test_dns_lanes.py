@@ -36,8 +36,8 @@ def rtt_samples(seed: int = 5) -> dict[str, dict[str, float]]:
         network = ipaddress.ip_network((address, prefix), strict=False)
         samples[str(network)] = {region: rng.uniform(5, 200) for region in
                                  ("us-east", "eu-west", "eu-central", "ap-south")}
-    samples["2001:db8::/32"] = {"us-east": 50.0, "eu-west": 20.0, "eu-central": 30.0,
-                                "ap-south": 90.0}
+    samples["2a00::/12"] = {"us-east": 50.0, "eu-west": 20.0, "eu-central": 30.0,
+                            "ap-south": 90.0}
     return samples
 
 
@@ -50,10 +50,17 @@ def random_case(name: str, rng: random.Random) -> str:
 
 
 def random_query(rng: random.Random) -> bytes:
-    """An ECS query for a random IPv4 subnet, in one of the shapes resolvers send, now and
-    then with a layout lanes do not read (another EDNS option) or a bad ECS address."""
-    address = ipaddress.IPv4Address(rng.randrange(1 << 24, 224 << 24))
-    source = rng.choice([24, 24, 24, 24, 20, 32])
+    """An ECS query for a random IPv4 or IPv6 subnet, in one of the shapes resolvers send,
+    now and then with a layout lanes do not read (another EDNS option) or a bad ECS
+    address."""
+    if rng.random() < 0.3:  # IPv6, mostly /56 as public resolvers send
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(
+            rng.choice([0x2000, 0x2400, 0x2600, 0x2a00, 0x2001, 0x2c0f]) << 112
+            | rng.randrange(0, 1 << 112))
+        source = rng.choice([56, 56, 56, 48, 60, 64, 72, 32])
+    else:
+        address = ipaddress.IPv4Address(rng.randrange(1 << 24, 224 << 24))
+        source = rng.choice([24, 24, 24, 24, 20, 32])
     subnet = str(ipaddress.ip_network((address, source), strict=False))
     name = rng.choice(NAMES)
     if rng.random() < 0.3:
@@ -76,11 +83,12 @@ def full_app(policy, geo: GeoLocator, regions: dict, latency: dict | None = None
 
 @pytest.mark.parametrize("state", list(STATES))
 def test_lane_answers_equal_the_full_path(example_policy, geolite2, geolite2_map: NetworkMap,
-                                          state: str) -> None:
+                                          geolite2_map6: NetworkMap, state: str) -> None:
     snapshots = StaticSnapshotSource()
     snapshots.update(STATES[state], latency_of(state))
     app = DnsApp(example_policy, geolite2, snapshots)
     app.locator.network_map = geolite2_map
+    app.locator.network_map6 = geolite2_map6
     full = full_app(example_policy, geolite2, STATES[state], latency_of(state))
     rng = random.Random(7)
     from_lanes = []
@@ -96,16 +104,22 @@ def test_lane_answers_equal_the_full_path(example_policy, geolite2, geolite2_map
     # Once warm, new subnets are answered from lanes (about 10% of these queries have a
     # layout lanes do not read or a bad address), except where a service hashes client
     # addresses: chat spills over while us-east is over its threshold. With RTT samples
-    # chat's lanes have an answer per map network and RTT network: more to warm.
+    # chat's lanes have an answer per map network and RTT network: more to warm, and its
+    # IPv6 clients in a sampled IPv6 network take the full way. A third of the queries are
+    # IPv6, in more shapes (source prefixes), some (/72) beyond the map's 64 bits.
     share = sum(from_lanes[-1000:]) / 1000
-    assert share > {"us-hot": 0.3, "two-spilling": 0.3, "rtt-samples": 0.5}.get(state, 0.6), share
+    print(state, share)
+    assert share > {"us-hot": 0.25, "two-spilling": 0.25, "rtt-samples": 0.4}.get(state, 0.5), \
+        share
 
 
 def test_lanes_are_dropped_when_answers_change(example_policy, geolite2,
-                                               geolite2_map: NetworkMap) -> None:
+                                               geolite2_map: NetworkMap,
+                                               geolite2_map6: NetworkMap) -> None:
     snapshots = StaticSnapshotSource()
     app = DnsApp(example_policy, geolite2, snapshots)
     app.locator.network_map = geolite2_map
+    app.locator.network_map6 = geolite2_map6
     rng = random.Random(11)
     queries = [random_query(rng) for _ in range(800)]
     for regions, latency in (({}, None), ({"eu-west": RegionState(healthy=False)}, None),
@@ -120,9 +134,11 @@ def test_lanes_are_dropped_when_answers_change(example_policy, geolite2,
 
 
 def test_lanes_answer_real_packets_through_the_batched_transport(
-        example_policy, geolite2, geolite2_map: NetworkMap) -> None:
+        example_policy, geolite2, geolite2_map: NetworkMap,
+        geolite2_map6: NetworkMap) -> None:
     app = DnsApp(example_policy, geolite2, StaticSnapshotSource())
     app.locator.network_map = geolite2_map
+    app.locator.network_map6 = geolite2_map6
     full = full_app(example_policy, geolite2, {})
     rng = random.Random(3)
     queries = {}

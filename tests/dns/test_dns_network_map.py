@@ -124,3 +124,35 @@ def test_a_build_for_a_replaced_policy_is_cancelled(example_policy, geolite2) ->
     merged = MergedNetworks(geolite2, location_classifier(example_policy))
     with pytest.raises(CompileCancelled):  # raised on the way, never after the end
         merged.compile_ipv4(cancel)
+
+
+def test_geolite2_ipv6_compiles_to_the_widened_networks(example_policy, geolite2,
+                                                         geolite2_map6: NetworkMap) -> None:
+    """The IPv6 map partitions the first 64 bits of the space; where it has a class its
+    network is the unbudgeted widening's; the IPv4 space inside the tree falls back."""
+    expected = 0
+    for index in range(len(geolite2_map6)):
+        assert geolite2_map6.starts[index] == expected
+        expected += 1 << (64 - geolite2_map6.prefixes[index])
+    assert expected == 1 << 64
+    classify = location_classifier(example_policy)
+    widen = MergedNetworks(geolite2, classify, budget=UNBOUNDED)
+    rng = random.Random(8)
+    located = 0
+    for _ in range(400):
+        address = ipaddress.IPv6Address(rng.choice([0x2001, 0x2400, 0x2600, 0x2a00, 0x2800,
+                                                    0x2c00, 0x3000]) << 112
+                                        | rng.randrange(0, 1 << 112))
+        index = geolite2_map6.find(int(address) >> 64)
+        if geolite2_map6.fallback(index):
+            assert widen.widest(address).prefixlen > 64, address
+            continue
+        located += 1
+        assert geolite2_map6.network(index) == widen.widest(address), address
+        fields = geolite2.fields(address)
+        if fields is not None:
+            assert geolite2_map6.class_of(index) == classify(fields), address
+    assert located > 350
+    for embedded in ("::ffff:81.2.69.1", "::81.2.69.1", "2002:5102:4501::1"):
+        value = int(ipaddress.IPv6Address(embedded)) >> 64
+        assert geolite2_map6.fallback(geolite2_map6.find(value)), embedded
