@@ -46,7 +46,12 @@ from director.dns.types import OUR_PAYLOAD, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
 
-SEEN_LIMIT = 200_000  # hashes of queries answered once from a lane
+# Queries answered once from a lane, by a byte of their hash in a slot of a fixed table: no
+# Python objects to churn (a set of hashes left the allocator 20 MB higher after a stream
+# of one-off subnets). Slots are overwritten, so a repeat may need a third sighting, and
+# one query in 256 of a slot's others enters the memo early: both harmless.
+SEEN_BITS = 20
+SEEN_MASK = (1 << SEEN_BITS) - 1
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
                              "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
@@ -82,7 +87,7 @@ class FastPath:
         self._tcp: dict[bytes, Any] = self.cache.tcp
         self._templates: dict[tuple, Template] = self.cache.templates
         self._lanes: SubnetLanes | None = None
-        self._seen: set[int] = set()
+        self._seen = bytearray(1 << SEEN_BITS)
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to the raw query ``data`` from ``host``, or None to send nothing."""
@@ -117,21 +122,19 @@ class FastPath:
     def lane_answer(self, query: bytes) -> tuple[bytes, int] | None:
         """(response less its ID, metrics slot) from the lanes for a UDP query less its ID
         that missed the memo, or None (see ``lanes``). A query answered this way a second
-        time enters the memo (the first time, only its hash is kept): repeated queries are
-        answered from there, and one-offs never churn it."""
+        time enters the memo (the first time, a byte of its hash is kept: ``SEEN_BITS``):
+        repeated queries are answered from there, and one-offs never churn it."""
         lanes = self._lanes
         if lanes is None:
             return None
         entry = lanes.answer(query)
         if entry is not None:
-            seen = self._seen
             digest = hash(query)  # cached in the bytes object by the memo lookup
-            if digest in seen:
+            slot, tag = digest & SEEN_MASK, (digest >> SEEN_BITS) & 0xFF or 1
+            if self._seen[slot] == tag:
                 self.cache.put(self._udp, query, entry)
             else:
-                if len(seen) >= SEEN_LIMIT:
-                    seen.clear()
-                seen.add(digest)
+                self._seen[slot] = tag
         return entry
 
     def _answer(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
@@ -170,7 +173,7 @@ class FastPath:
             self._tcp = self.cache.tcp
             self._templates = self.cache.templates
             self._lanes = None
-            self._seen = set()
+            self._seen = bytearray(1 << SEEN_BITS)
             self._generation = generation
             self._unsettled = []
         else:  # the answers the decisions send back to be asked again
