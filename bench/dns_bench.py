@@ -101,14 +101,16 @@ def server_pids(proc: subprocess.Popen) -> list[int]:
     return pids
 
 
-def rss_mb(pids: list[int]) -> float:
+def rss_mb(pids: list[int], field: str = "VmRSS") -> float:
+    """The processes' resident memory in MB: all of it (``VmRSS``), or a part of it, such
+    as ``RssAnon`` (without file pages)."""
     total = 0
     for pid in pids:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except FileNotFoundError:
             continue
-        total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+        total += int(re.search(field + r":\s+(\d+)", status).group(1))
     return total / 1024
 
 

@@ -28,14 +28,7 @@ from dns_bench import OURS_PORT, PYTHON, ROOT, rss_mb, server_pids, start_ours, 
 def anon_mb(pids: list[int]) -> float:
     """Anonymous resident memory (RssAnon): the process's own, without the file pages
     mapped from the GeoIP database and the libraries."""
-    total = 0
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
-            continue
-        total += int(re.search(r"RssAnon:\s+(\d+)", status).group(1))
-    return total / 1024
+    return rss_mb(pids, "RssAnon")
 
 
 def main() -> int:

@@ -115,16 +115,7 @@ class MergedNetworks:
     def compile_ipv6(self, cancelled: threading.Event | None = None) -> NetworkMap | None:
         """``compile_ipv4`` for the IPv6 space at /64 granularity (``NetworkMap``), or None
         for a database without an IPv6 tree."""
-        if not self._ipv6_tree:
-            return None
-        with open(self._geo.path, "rb") as handle:
-            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        reader = GeoLocator(self._geo.path, cache_size=0)
-        try:
-            return self._compile(buffer, reader, cancelled, 6)
-        finally:
-            reader.close()
-            buffer.close()
+        return self._compile_apart(cancelled, 6) if self._ipv6_tree else None
 
     def compile_ipv4(self, cancelled: threading.Event | None = None) -> NetworkMap:
         """Every maximal uniform network of the IPv4 space, walked once (``geo_map``);
@@ -133,11 +124,15 @@ class MergedNetworks:
         touched do not stay in the server's memory; the networks are kept as packed
         integers (start << 22 | prefix << 16 | class), not tuples. ``cancelled``: raises
         ``CompileCancelled`` soon after it is set."""
+        return self._compile_apart(cancelled, 4)
+
+    def _compile_apart(self, cancelled: threading.Event | None, version: int) -> NetworkMap:
+        """``_compile`` through a mapping and a reader of its own, closed at the end."""
         with open(self._geo.path, "rb") as handle:
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         reader = GeoLocator(self._geo.path, cache_size=0)
         try:
-            return self._compile(buffer, reader, cancelled, 4)
+            return self._compile(buffer, reader, cancelled, version)
         finally:
             reader.close()
             buffer.close()

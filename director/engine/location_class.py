@@ -20,7 +20,7 @@ becomes the ECS scope of answers that depended on location.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from director.engine.registry import Input, SteeringMethod, register_builtin_plugins
 from director.engine.scorers.geo_distance import HALF_CIRCUMFERENCE_KM, great_circle_km
@@ -38,13 +38,7 @@ def location_classifier(
 ) -> Callable[[RecordFields], Hashable]:
     """A function from a record's fields to its decision class under ``policy`` (with its
     steering ``methods``: the built-in ones by default)."""
-    methods = methods if methods is not None else register_builtin_plugins()
-    reading = {name for name, m in methods.items() if Input.COORDINATES in m.reads}
-    geo_regions = sorted({name for service in policy.services if GEO in service.steer
-                          for name in service.regions})
-    exact = any(set(service.steer) & (reading - {GEO}) for service in policy.services)
-    places = [(name, policy.region(name).latitude, policy.region(name).longitude)
-              for name in geo_regions]
+    places, exact = _coordinates_read(policy, methods)
     ruled = [service for service in policy.services if service.residency]
 
     rules_memo: dict[tuple[str | None, str | None], tuple] = {}
@@ -82,13 +76,7 @@ def classifier_key(policy: Policy,
     """What ``location_classifier(policy, methods)`` depends on of the policy: two policies
     with equal keys classify every record alike (so a network map built for one serves
     the other)."""
-    methods = methods if methods is not None else register_builtin_plugins()
-    reading = {name for name, m in methods.items() if Input.COORDINATES in m.reads}
-    geo_regions = sorted({name for service in policy.services if GEO in service.steer
-                          for name in service.regions})
-    exact = any(set(service.steer) & (reading - {GEO}) for service in policy.services)
-    places = tuple((name, policy.region(name).latitude, policy.region(name).longitude)
-                   for name in geo_regions)
+    places, exact = _coordinates_read(policy, methods)
     ruled = tuple((service.residency, tuple(
         policy.jurisdiction(name) for rule in service.residency
         for name in rule.clients.jurisdictions)) for service in policy.services
@@ -96,8 +84,22 @@ def classifier_key(policy: Policy,
     return places, exact, ruled
 
 
+def _coordinates_read(policy: Policy, methods: Mapping[str, SteeringMethod] | None
+                      ) -> tuple[tuple[tuple[str, float, float], ...], bool]:
+    """How the classes read coordinates: the regions of geo-steered services with their
+    locations (ranked by distance), and whether another method reading coordinates steers
+    some service (then the coordinates themselves go into the class)."""
+    methods = methods if methods is not None else register_builtin_plugins()
+    reading = {name for name, m in methods.items() if Input.COORDINATES in m.reads}
+    geo_regions = sorted({name for service in policy.services if GEO in service.steer
+                          for name in service.regions})
+    exact = any(set(service.steer) & (reading - {GEO}) for service in policy.services)
+    return tuple((name, policy.region(name).latitude, policy.region(name).longitude)
+                 for name in geo_regions), exact
+
+
 def _ranking(latitude: float, longitude: float,
-             places: list[tuple[str, float, float]]) -> tuple[tuple[str, ...], ...]:
+             places: Sequence[tuple[str, float, float]]) -> tuple[tuple[str, ...], ...]:
     """Region names grouped by equal geo score, best group first (the scorer's formula)."""
     scores: dict[float, list[str]] = {}
     for name, region_lat, region_lon in places:
