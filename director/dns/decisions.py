@@ -35,6 +35,7 @@ from director.dns.scope import answer_scope, scope_of
 from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import EcsSubnet
 from director.engine import Engine
+from director.engine.affinity import bucket_key
 from director.engine.registry import Input
 from director.engine.snapshot import Snapshot
 from director.engine.spillover import spill_hash
@@ -155,10 +156,8 @@ class Decisions:
             if key not in self._spill_points:
                 return None
             point = self._spill_points[key]
-            bits = min(BUCKET_PREFIX[version], ecs.source)
-            network = ((value >> (width - bits) << (width - bits)).to_bytes(width // 8, "big")
-                       + bytes((bits,)))
-            spill = _spills(network, service, point)
+            assert bucket is not None  # spillover configured
+            spill = _spills(bucket_key(value, width, bucket[0]), service, point)
         decision = self._by_inputs.get((*key, spill))
         if decision is None:
             return None
@@ -267,9 +266,9 @@ class Decisions:
                     self._spill_points.clear()
                 point = self._spill_points[key] = self.engine.spill_point(
                     service, client, snapshot)
-            bucket_network = client.bucket
-            spill = _spills(bucket_network.network_address.packed
-                            + bytes((bucket_network.prefixlen,)), service, point)
+            assert bucket is not None  # spillover configured
+            spill = _spills(bucket_key(int(address), address.max_prefixlen, bucket[0]),
+                            service, point)
         return (*key, spill)
 
     def _spill_hashed(self, service: Service, reads: frozenset[Input]) -> bool:
@@ -280,16 +279,16 @@ class Decisions:
     def _bucket(self, service: Service, reads: frozenset[Input], version: int, value: int,
                 source: int) -> tuple[int, bytes | None] | None:
         """The client's hashing bucket (``Client.bucket``) as the memo key holds it: its
-        prefix length and, while a steering method hashes clients, its network address
-        (spillover alone adds a spilled flag instead: ``_spill_hashed``); None when no
-        plugin of the service can hash."""
+        prefix length and, while a steering method hashes clients, its hashing key
+        (``bucket_key``; spillover alone adds a spilled flag instead: ``_spill_hashed``);
+        None when no plugin of the service can hash."""
         if service.spillover is None and Input.CLIENT_HASH not in reads:
             return None
         width = 32 if version == 4 else 128
         bits = min(BUCKET_PREFIX[version], source)
         if not self._hashing.get(service.name, True) or Input.CLIENT_HASH not in reads:
             return bits, None
-        return bits, (value >> (width - bits) << (width - bits)).to_bytes(width // 8, "big")
+        return bits, bucket_key(value, width, bits)
 
 
 def _spills(network: bytes, service: Service, point: tuple[str, float] | None) -> bool:

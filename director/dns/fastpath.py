@@ -31,7 +31,7 @@ reason) in ``DnsStats``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import dns.rcode
 import dns.rdatatype
@@ -81,11 +81,7 @@ class FastPath:
         self._snapshot: object = None
         self._generation = -1  # the decisions' generation the caches were filled under
         self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
-        self.cache = AnswerCache()
-        # query (less its ID) -> (answer, label id), or a dict of those per resolver address
-        self._udp: dict[bytes, Any] = self.cache.udp
-        self._tcp: dict[bytes, Any] = self.cache.tcp
-        self._templates: dict[tuple, Template] = self.cache.templates
+        self.cache = AnswerCache()  # the memo (udp, tcp) and the templates
         self._lanes: SubnetLanes | None = None
         self._seen = bytearray(1 << SEEN_BITS)
 
@@ -94,8 +90,8 @@ class FastPath:
         if self.snapshots.current is not self._snapshot:
             self._reset()
         if tcp:
-            return self._answer(data, host, True, self._tcp)
-        return self._answer(data, host, False, self._udp)
+            return self._answer(data, host, True, self.cache.tcp)
+        return self._answer(data, host, False, self.cache.udp)
 
     def udp_responder(self) -> Callable[[bytes, tuple], bytes | None]:
         """``respond`` for UDP, taking the socket address, without the per-query snapshot
@@ -103,7 +99,7 @@ class FastPath:
         snapshot swap, made by another task of the same loop, cannot happen inside it)."""
         if self.snapshots.current is not self._snapshot:
             self._reset()
-        answer, memo = self._answer, self._udp
+        answer, memo = self._answer, self.cache.udp
 
         def respond_udp(data: bytes, addr: tuple) -> bytes | None:
             return answer(data, addr[0], False, memo)
@@ -117,7 +113,7 @@ class FastPath:
         per batch, like ``udp_responder``."""
         if self.snapshots.current is not self._snapshot:
             self._reset()
-        return self._udp, self._counts, self.lane_answer
+        return self.cache.udp, self._counts, self.lane_answer
 
     def lane_answer(self, query: bytes) -> tuple[bytes, int] | None:
         """(response less its ID, metrics slot) from the lanes for a UDP query less its ID
@@ -132,7 +128,7 @@ class FastPath:
             digest = hash(query)  # cached in the bytes object by the memo lookup
             slot, tag = digest & SEEN_MASK, (digest >> SEEN_BITS) & 0xFF or 1
             if self._seen[slot] == tag:
-                self.cache.put(self._udp, query, entry)
+                self.cache.put(self.cache.udp, query, entry)
             else:
                 self._seen[slot] = tag
         return entry
@@ -157,7 +153,7 @@ class FastPath:
         an older snapshot (the event-loop thread, answering what the reader hands over,
         resets it)."""
         snapshot = self._snapshot
-        memo = self._udp
+        memo = self.cache.udp
         return memo if self.snapshots.current is snapshot else None
 
     def _reset(self) -> None:
@@ -169,9 +165,6 @@ class FastPath:
             self.stats.invalidated += (self.cache.entries - len(self.cache.templates)
                                        + (len(self._lanes) if self._lanes is not None else 0))
             self.cache = self.cache.successor()
-            self._udp = self.cache.udp
-            self._tcp = self.cache.tcp
-            self._templates = self.cache.templates
             self._lanes = None
             self._seen = bytearray(1 << SEEN_BITS)
             self._generation = generation
@@ -212,7 +205,7 @@ class FastPath:
         key = (parsed.qname, parsed.qtype, parsed.qclass, parsed.flags, parsed.edns,
                _payload_bucket(parsed, tcp), parsed.do,
                None if ecs is None else (ecs.family, ecs.source), tcp, decision_class)
-        template = self._templates.get(key)
+        template = self.cache.templates.get(key)
         if template is None:
             reply = self.responder.respond(data, host, tcp)
             if reply.wire is None or not reply.outcome.cacheable:

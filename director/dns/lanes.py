@@ -32,6 +32,7 @@ import bisect
 from typing import NamedTuple
 
 from director.dns.rtt_map import RttMap
+from director.engine.affinity import bucket_key
 from director.engine.spillover import spill_hash
 from director.engine.types import BUCKET_PREFIX
 from director.geo_map import NetworkMap
@@ -68,12 +69,11 @@ SPILLED = 1 << 40  # in a lane key: the client spills (``Engine.spill_point``)
 
 
 def _bucket_key(address: int, bits: int, version: int) -> bytes:
-    """The engine's client key of the bucket (``Client.bucket``: its network address and
-    prefix length) holding ``address`` (IPv4, or the first 64 bits of an IPv6 one)."""
+    """``bucket_key`` of ``address``: IPv4, or the first 64 bits of an IPv6 address (the
+    bucket is at most /56)."""
     if version == 4:
-        return (address >> (32 - bits) << (32 - bits)).to_bytes(4, "big") + bytes((bits,))
-    network = address >> (64 - bits) << (64 - bits) if bits <= 64 else address
-    return (network << 64).to_bytes(16, "big") + bytes((bits,))
+        return bucket_key(address, 32, bits)
+    return bucket_key(address << 64, 128, bits)
 
 
 def lane_layout(data: bytes, question_end: int, address_size: int) -> bool:
