@@ -23,6 +23,13 @@ admitted as above. A sequence yields its first token in the iteration that prefi
 of its prompt. The iteration takes ``EngineConfig.mixed_step_seconds``: decodes ride along
 a prefill chunk almost for free.
 
+With ``prefix_caching`` (vLLM v1's default), admission first looks up the longest cached
+prefix of the sequence's prompt blocks (``prefix_cache``): those blocks are shared, not
+allocated, and only the rest of the prompt is prefilled. The blocks a prefill computes are
+cached as it computes them; a sequence that ends or is preempted leaves its blocks cached
+(and evictable). KV in use counts each shared block once. With ``record_events`` the
+scheduler keeps the blocks it caches and evicts in ``kv_events`` for the driver to publish.
+
 The driver calls ``plan()`` to get the next ``Step``, waits ``step.duration`` and then calls
 ``complete(step, now)``. ``abort()`` may be called at any time and frees the slot and KV at
 once.
@@ -37,6 +44,8 @@ from dataclasses import dataclass, field
 
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import ContextLengthError
+from regions.simulator.prefix_cache import PrefixCache
+from regions.simulator.prompt_blocks import PromptBlocks
 
 
 class SeqState(enum.Enum):
@@ -57,11 +66,19 @@ class Sequence:
     state: SeqState = SeqState.WAITING
     generated: int = 0
     prefilled_once: bool = False
-    prefilled: int = 0  # KV tokens computed since its admission (chunked prefill)
+    prefilled: int = 0  # KV tokens computed or found cached since its admission (chunked)
     prefill_target: int = 0  # KV tokens to compute after its admission (chunked prefill)
     preemptions: int = 0
     first_token_at: float | None = None
     finished_at: float | None = None
+    blocks: PromptBlocks | None = None  # the prompt's full blocks (prefix caching)
+    held: int = 0  # leading prompt blocks it references in the prefix cache
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at its first admission
+
+    @property
+    def hashes(self) -> tuple[int, ...]:
+        """Chained hashes of the prompt's full blocks (none without prefix caching)."""
+        return self.blocks.hashes if self.blocks is not None else ()
 
     @property
     def kv_tokens(self) -> int:
@@ -103,6 +120,29 @@ class Counters:
     preemptions: int = 0
     finished: int = 0
     aborted: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of which found
+
+
+@dataclass(frozen=True)
+class StoredBlocks:
+    """Consecutive blocks newly cached: their hashes, the hash before the first (None at
+    the prompt's start) and their token ids (a ``BlockStored`` KV event)."""
+
+    hashes: tuple[int, ...]
+    parent: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+
+
+@dataclass(frozen=True)
+class RemovedBlocks:
+    """Cached blocks evicted (a ``BlockRemoved`` KV event)."""
+
+    hashes: tuple[int, ...]
+
+
+KvEvent = StoredBlocks | RemovedBlocks
 
 
 @dataclass
@@ -114,12 +154,21 @@ class Scheduler:
     waiting: deque[Sequence] = field(default_factory=deque)
     running: list[Sequence] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
+    record_events: bool = False
+    kv_events: list[KvEvent] = field(default_factory=list)
+    prefix: PrefixCache | None = field(init=False, default=None)
     _ids: itertools.count = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        if self.config.prefix_caching:
+            self.prefix = PrefixCache(self.config.block_size)
 
     # -- requests ------------------------------------------------------------------------
 
-    def submit(self, prompt_tokens: int, output_tokens: int, now: float) -> Sequence:
-        """Queue a request; raise ``ContextLengthError`` if it can never fit."""
+    def submit(self, prompt_tokens: int, output_tokens: int, now: float,
+               blocks: PromptBlocks | None = None) -> Sequence:
+        """Queue a request (``blocks``: its prompt's hashed blocks, for prefix caching);
+        raise ``ContextLengthError`` if it can never fit."""
         total = prompt_tokens + output_tokens
         if total > self.config.max_model_len:
             raise ContextLengthError(
@@ -129,6 +178,8 @@ class Scheduler:
                 "max_tokens",
             )
         seq = Sequence(next(self._ids), max(prompt_tokens, 1), output_tokens, now)
+        if self.prefix is not None and blocks is not None and blocks.hashes:
+            seq.blocks = blocks
         self.waiting.append(seq)
         return seq
 
@@ -138,6 +189,7 @@ class Scheduler:
             return False
         if seq.state is SeqState.RUNNING:
             self.running.remove(seq)
+            self._release(seq)
         else:
             self.waiting.remove(seq)
         seq.state = SeqState.ABORTED
@@ -155,7 +207,14 @@ class Scheduler:
 
     @property
     def kv_used(self) -> int:
-        return sum(s.kv_tokens for s in self.running)
+        """KV tokens in use: each running sequence's own tokens, and each cached block a
+        running sequence references once."""
+        own = sum(s.kv_tokens for s in self.running)
+        prefix = self.prefix
+        if prefix is None:
+            return own
+        bs = prefix.block_size
+        return own - bs * sum(s.held for s in self.running) + bs * prefix.referenced
 
     @property
     def kv_usage(self) -> float:
@@ -173,13 +232,15 @@ class Scheduler:
             return self._plan_chunked()
         admitted = self._admit()
         if admitted:
-            tokens = sum(s.kv_tokens for s in admitted)
+            tokens = sum(self._uncached(s) for s in admitted)
+            self._evict()
             return Step(
                 StepKind.PREFILL, admitted, self.config.prefill_seconds(tokens, self.slow_factor)
             )
         if not self.running:
             return None
         self._preempt_for_growth()
+        self._evict()
         return Step(
             StepKind.DECODE,
             tuple(self.running),
@@ -195,14 +256,17 @@ class Scheduler:
                 continue  # aborted or preempted while the step ran
             if chunk:
                 seq.prefilled += chunk
+                self._cache_computed(seq, seq.prefilled)
                 if seq.prefilling:
                     continue  # more of its prompt to come: no token yet
                 if not seq.prefilled_once:
                     seq.prefilled_once = True
                     self.counters.prompt_tokens += seq.prompt_tokens
-            elif step.kind is StepKind.PREFILL and not seq.prefilled_once:
-                seq.prefilled_once = True
-                self.counters.prompt_tokens += seq.prompt_tokens
+            elif step.kind is StepKind.PREFILL:
+                self._cache_computed(seq, seq.kv_tokens)
+                if not seq.prefilled_once:
+                    seq.prefilled_once = True
+                    self.counters.prompt_tokens += seq.prompt_tokens
             if seq.generated < seq.output_tokens:
                 seq.generated += 1
                 self.counters.generation_tokens += 1
@@ -212,6 +276,7 @@ class Scheduler:
                 seq.state = SeqState.FINISHED
                 seq.finished_at = now
                 self.running.remove(seq)
+                self._release(seq)
                 self.counters.finished += 1
             advanced.append(seq)
         return advanced
@@ -224,7 +289,9 @@ class Scheduler:
         pending = sum(s.prefill_target - s.prefilled for s in self.running if s.prefilling)
         if budget > pending:
             for seq in self._admit(token_budget=budget - pending):
-                seq.prefilled, seq.prefill_target = 0, seq.kv_tokens
+                seq.prefill_target = seq.kv_tokens
+                seq.prefilled = seq.kv_tokens - self._uncached(seq)
+        self._evict()
         seqs: list[Sequence] = list(decodes)
         chunks = [0] * len(decodes)
         for seq in self.running:  # admission order: unfinished prompts, then the new ones
@@ -251,29 +318,106 @@ class Scheduler:
         used = self.kv_used
         batch_tokens = 0
         admitted: list[Sequence] = []
+        prefix, bs = self.prefix, cfg.block_size
         while self.waiting and len(self.running) < cfg.max_num_seqs:
             head = self.waiting[0]
-            need = head.kv_tokens
+            hit = self._cached_prefix(head)
+            compute = head.kv_tokens - hit * bs
+            # cached blocks nobody references are free space until this sequence takes them
+            need = compute + (bs * prefix.unreferenced(head.hashes[:hit]) if prefix and hit else 0)
             free = cfg.kv_cache_tokens - used - (reserve if self.running else 0)
             if need > free:
                 break
             if token_budget is not None:
                 if batch_tokens >= token_budget:
                     break
-            elif admitted and batch_tokens + need > cfg.max_prefill_tokens:
+            elif admitted and batch_tokens + compute > cfg.max_prefill_tokens:
                 break
             self.waiting.popleft()
+            if prefix is not None:
+                self._take_prefix(head, hit)
             head.state = SeqState.RUNNING
             self.running.append(head)
             admitted.append(head)
             used += need
-            batch_tokens += need
+            batch_tokens += compute
         return tuple(admitted)
+
+    # -- prefix caching ------------------------------------------------------------------
+
+    def _cached_prefix(self, seq: Sequence) -> int:
+        """Leading prompt blocks of ``seq`` in the cache; at least its last token is always
+        computed (as vLLM does, for its logits)."""
+        prefix, hashes = self.prefix, seq.hashes
+        if prefix is None or not hashes:
+            return 0
+        bs = prefix.block_size
+        return prefix.lookup(hashes, min(len(hashes), (seq.kv_tokens - 1) // bs,
+                                         seq.prompt_tokens // bs))
+
+    def _take_prefix(self, seq: Sequence, hit: int) -> None:
+        assert self.prefix is not None
+        if hit:
+            self.prefix.acquire(seq.hashes[:hit])
+        seq.held = hit
+        if seq.preemptions == 0:  # vLLM counts a request's first scheduling only
+            seq.cached_tokens = hit * self.prefix.block_size
+            self.counters.prefix_cache_queries += seq.prompt_tokens
+            self.counters.prefix_cache_hits += seq.cached_tokens
+
+    def _uncached(self, seq: Sequence) -> int:
+        """KV tokens of ``seq`` to compute at its admission."""
+        return seq.kv_tokens - seq.held * self.config.block_size
+
+    def _cache_computed(self, seq: Sequence, computed: int) -> None:
+        """``computed`` KV tokens of ``seq`` now exist: cache its full prompt blocks."""
+        prefix, hashes = self.prefix, seq.hashes
+        if prefix is None or not hashes:
+            return
+        bs = prefix.block_size
+        upto = min(len(hashes), computed // bs, seq.prompt_tokens // bs)
+        if upto <= seq.held:
+            return
+        start = seq.held
+        runs = prefix.store(hashes[start:upto])
+        seq.held = upto
+        if self.record_events and seq.blocks is not None:
+            for a, b in runs:
+                first = start + a
+                ids = [t for i in range(first, start + b) for t in seq.blocks.token_ids(i)]
+                self.kv_events.append(StoredBlocks(
+                    hashes[first:start + b], hashes[first - 1] if first else None,
+                    tuple(ids), bs))
+
+    def _release(self, seq: Sequence) -> None:
+        if self.prefix is not None and seq.held:
+            self.prefix.release(seq.hashes[:seq.held])
+        seq.held = 0
+
+    def _evict(self) -> None:
+        """Forget cached free blocks beyond the space the running sequences leave."""
+        prefix = self.prefix
+        if prefix is None or not prefix.free_cached:
+            return
+        bs = prefix.block_size
+        free_blocks = self.config.kv_cache_tokens // bs - -(-self.kv_used // bs)
+        gone = prefix.evict(free_blocks)
+        if gone and self.record_events:
+            self.kv_events.append(RemovedBlocks(tuple(gone)))
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block no running sequence uses (vLLM's
+        ``/reset_prefix_cache``)."""
+        if self.prefix is not None:
+            gone = self.prefix.clear()
+            if gone and self.record_events:
+                self.kv_events.append(RemovedBlocks(tuple(gone)))
 
     def _preempt_for_growth(self) -> None:
         budget = self.config.kv_cache_tokens
         while len(self.running) > 1 and self.kv_used + len(self.running) > budget:
             victim = self.running.pop()
+            self._release(victim)
             victim.state = SeqState.WAITING
             victim.preemptions += 1
             self.counters.preemptions += 1

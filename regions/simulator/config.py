@@ -33,6 +33,10 @@ class EngineConfig:
       takes ``decode_base_ms * (1 + decode_alpha * (b - 1)) / speed`` milliseconds.
     - ``kv_watermark``: share of the KV budget kept free when admitting new sequences, so
       running ones can grow before anything must be preempted (vLLM's default is 1%).
+    - ``prefix_caching``: vLLM's automatic prefix caching (on by default in vLLM v1): a
+      prompt's leading blocks found in the KV cache are reused, not prefilled again; see
+      ``prefix_cache``.
+    - ``block_size``: tokens per KV block (vLLM's ``--block-size``, 16 on CUDA).
     - ``max_catchup_s``: how far the engine may run behind the clock and catch up (absorbs
       event-loop jitter so throughput does not depend on how busy the process is).
     """
@@ -48,11 +52,13 @@ class EngineConfig:
     kv_watermark: float = 0.01
     max_catchup_s: float = 0.5
     chunked_prefill: bool = False
+    prefix_caching: bool = True
+    block_size: int = 16
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "chunked_prefill":
+            if f.name in ("chunked_prefill", "prefix_caching"):
                 continue
             if f.name in ("decode_alpha", "kv_watermark", "max_catchup_s"):
                 if value < 0:

@@ -40,10 +40,13 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from regions.simulator.batching import Counters, Scheduler, SeqState, Sequence
+from regions.simulator.batching import Counters, KvEvent, Scheduler, SeqState, Sequence
 from regions.simulator.clock import Clock, ScaledClock
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SequenceAborted, SimConfigError
+from regions.simulator.prompt_blocks import PromptBlocks
+
+KvEventSink = Callable[[list[KvEvent]], None]
 
 
 @dataclass(frozen=True)
@@ -63,15 +66,20 @@ class EngineState:
     slow_factor: float
     counters: Counters
     lost_s: float
+    prefix_cached_blocks: int = 0
 
 
 class Engine:
     """One simulated GPU: a scheduler driven by an asyncio task on a clock."""
 
-    def __init__(self, config: EngineConfig | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, clock: Clock | None = None,
+                 kv_event_sink: KvEventSink | None = None) -> None:
+        """``kv_event_sink`` receives the blocks the prefix cache stores and evicts, after
+        each iteration (a KV event publisher)."""
         self.config = config or EngineConfig()
         self.clock: Clock = clock or ScaledClock()
-        self._sched = Scheduler(self.config)
+        self._sched = Scheduler(self.config, record_events=kv_event_sink is not None)
+        self._kv_event_sink = kv_event_sink
         self._events: dict[int, asyncio.Event] = {}
         # futures of callers that only want the first token or the end (not every token)
         self._firsts: dict[int, asyncio.Future[None]] = {}
@@ -101,9 +109,11 @@ class Engine:
 
     # -- requests ------------------------------------------------------------------------
 
-    def submit(self, prompt_tokens: int, output_tokens: int) -> Sequence:
-        """Queue a request (raises ``ContextLengthError`` if it can never fit)."""
-        seq = self._sched.submit(prompt_tokens, output_tokens, self.clock.now())
+    def submit(self, prompt_tokens: int, output_tokens: int,
+               blocks: PromptBlocks | None = None) -> Sequence:
+        """Queue a request (raises ``ContextLengthError`` if it can never fit); ``blocks``
+        are its prompt's hashed blocks, for the prefix cache."""
+        seq = self._sched.submit(prompt_tokens, output_tokens, self.clock.now(), blocks)
         self._events[seq.seq_id] = asyncio.Event()
         self._wake.set()
         return seq
@@ -196,13 +206,26 @@ class Engine:
             slow_factor=s.slow_factor,
             counters=dataclasses.replace(s.counters),
             lost_s=self._lost_s,
+            prefix_cached_blocks=len(s.prefix) if s.prefix is not None else 0,
         )
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block that no running request uses."""
+        self._sched.reset_prefix_cache()
+        self._flush_kv_events()
+
+    def _flush_kv_events(self) -> None:
+        events = self._sched.kv_events
+        if events and self._kv_event_sink is not None:
+            self._sched.kv_events = []
+            self._kv_event_sink(events)
 
     # -- loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
             step = None if self._hung else self._sched.plan()
+            self._flush_kv_events()
             if step is None:
                 self._busy_until = None
                 self._wake.clear()
@@ -222,6 +245,7 @@ class Engine:
             self._busy_until = end
             for seq in self._sched.complete(step, end):
                 self._notify(seq)
+            self._flush_kv_events()
 
     def _notify(self, seq: Sequence) -> None:
         event = self._events.get(seq.seq_id)

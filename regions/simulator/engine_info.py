@@ -23,7 +23,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from regions.simulator.engine import Engine
 
-VLLM_BLOCK_SIZE = 16
 TGI_MAX_CONCURRENT_REQUESTS = 128  # TGI's launcher default
 
 
@@ -71,10 +70,11 @@ def kv_gauges(engine_name: str, engine: Engine) -> Iterator[Metric]:
     if engine_name == "vllm":
         info = GaugeMetricFamily("vllm:cache_config_info",
                                  "Information of the LLMEngine CacheConfig",
-                                 labels=["block_size", "engine", "kv_cache_size_tokens",
-                                         "num_gpu_blocks"])
-        info.add_metric([str(VLLM_BLOCK_SIZE), "0", str(tokens),
-                         str(tokens // VLLM_BLOCK_SIZE)], 1.0)
+                                 labels=["block_size", "enable_prefix_caching", "engine",
+                                         "kv_cache_size_tokens", "num_gpu_blocks"])
+        block = engine.config.block_size
+        info.add_metric([str(block), str(engine.config.prefix_caching), "0", str(tokens),
+                         str(tokens // block)], 1.0)
         yield info
     elif engine_name == "sglang":
         total = GaugeMetricFamily("sglang:max_total_num_tokens",

@@ -46,6 +46,8 @@ class MetricNames:
     prompt_tokens: str | None = None
     generation_tokens: str | None = None
     preemptions: str | None = None
+    prefix_queries: str | None = None
+    prefix_hits: str | None = None
     ttft: str | None = None
     e2e: str | None = None
     labels: tuple[str, ...] = ("model_name",)
@@ -59,6 +61,7 @@ class MetricNames:
 ROLE_TYPES = {
     "waiting": "gauge", "running": "gauge", "kv_usage": "gauge",
     "prompt_tokens": "counter", "generation_tokens": "counter", "preemptions": "counter",
+    "prefix_queries": "counter", "prefix_hits": "counter",
     "ttft": "histogram", "e2e": "histogram",
 }
 ENGINE_METRICS: dict[str, MetricNames] = {
@@ -66,6 +69,8 @@ ENGINE_METRICS: dict[str, MetricNames] = {
         waiting="vllm:num_requests_waiting", running="vllm:num_requests_running",
         kv_usage="vllm:kv_cache_usage_perc", prompt_tokens="vllm:prompt_tokens",
         generation_tokens="vllm:generation_tokens", preemptions="vllm:num_preemptions",
+        # vllm/v1/metrics/loggers.py: counters in tokens, exposed with a _total suffix
+        prefix_queries="vllm:prefix_cache_queries", prefix_hits="vllm:prefix_cache_hits",
         ttft="vllm:time_to_first_token_seconds", e2e="vllm:e2e_request_latency_seconds"),
     "sglang": MetricNames(
         waiting="sglang:num_queue_reqs", running="sglang:num_running_reqs",
@@ -113,6 +118,11 @@ class _EngineCollector(Collector):
              c.generation_tokens),
             (CounterMetricFamily, names.preemptions, "Cumulative number of preemptions.",
              c.preemptions),
+            (CounterMetricFamily, names.prefix_queries,
+             "Prefix cache queries, in terms of number of queried tokens.",
+             c.prefix_cache_queries),
+            (CounterMetricFamily, names.prefix_hits,
+             "Prefix cache hits, in terms of number of cached tokens.", c.prefix_cache_hits),
         ):
             if name is not None:
                 metric = family(name, doc, labels=list(names.labels))

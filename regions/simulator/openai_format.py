@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from regions.simulator.errors import ModelNotFoundError, RequestError
+from regions.simulator.prompt_blocks import chat_stream
 
 CHARS_PER_TOKEN = 4
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -49,6 +50,7 @@ class InferenceRequest:
     include_usage: bool
     user: str | None
     inputs: tuple[str, ...] = ()
+    token_stream: str = ""  # the prompt as the prefix cache sees it (``prompt_blocks``)
 
     @property
     def finish_reason(self) -> str:
@@ -68,10 +70,12 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         return _parse_embeddings(body, model)
     if endpoint is Endpoint.CHAT:
         estimate = _estimate_chat(body.get("messages"))
+        stream_text = chat_stream(body["messages"])
         max_tokens = _opt_int(body, "max_completion_tokens", 1) or _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_CHAT_TOKENS
     else:
         estimate = _estimate_prompt(body.get("prompt"))
+        stream_text = _prompt_stream(body["prompt"])
         max_tokens = _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_COMPLETION_TOKENS
     if body.get("n", 1) != 1:
@@ -93,7 +97,17 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         stream=stream,
         include_usage=stream and isinstance(options, dict) and bool(options.get("include_usage")),
         user=user if isinstance(user, str) else None,
+        token_stream=stream_text,
     )
+
+
+def _prompt_stream(prompt: str | list[Any]) -> str:
+    """A validated prompt's token stream: its text, or 4 characters per token id."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt[0], str):
+        return str(prompt[0])
+    return "".join((t & 0xFFFFFFFF).to_bytes(4, "big").decode("latin-1") for t in prompt)
 
 
 def _parse_embeddings(body: dict[str, Any], model: str) -> InferenceRequest:

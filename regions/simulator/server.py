@@ -35,6 +35,7 @@ from regions.simulator.errors import (
 )
 from regions.simulator.faults import Fault, FaultMode
 from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
+from regions.simulator.prompt_blocks import CHARS_PER_TOKEN, prompt_blocks
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -90,6 +91,7 @@ class SimContext:
             "kv_used_tokens": s.kv_used_tokens,
             "kv_capacity_tokens": s.kv_capacity_tokens,
             "kv_usage": s.kv_usage,
+            "prefix_cached_blocks": s.prefix_cached_blocks,
             "fault": self.fault.to_json(),
             "counters": vars(s.counters),
             "lost_model_seconds": round(s.lost_s, 6),
@@ -161,7 +163,11 @@ async def _admit(
         state = ctx.engine.state()
         if state.running + state.waiting >= limit:
             raise OverloadedError("Model is overloaded")
-    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens)
+    config = ctx.engine.config
+    blocks = None
+    if config.prefix_caching and len(req.token_stream) >= config.block_size * CHARS_PER_TOKEN:
+        blocks = prompt_blocks(req.token_stream, config.block_size)
+    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks)
 
 
 async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamResponse:

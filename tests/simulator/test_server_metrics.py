@@ -143,3 +143,23 @@ async def test_tgi_refuses_beyond_its_concurrent_request_limit() -> None:
                 stream.close()
     finally:
         await server.stop()
+
+
+async def test_prefix_cache_hits_are_counted_in_tokens_under_vllms_names() -> None:
+    prompt = "".join(f"word{i:05d} " for i in range(200))  # 2,000 characters: 500 tokens
+    chat_turn = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
+    async with running_server(time_scale=50) as (_, http):
+        for _ in range(2):
+            async with http.post("/v1/completions", json={
+                    "model": MODEL, "prompt": prompt, "max_tokens": 2}) as resp:
+                assert resp.status == 200
+        for messages in (chat_turn, [*chat_turn, {"role": "assistant", "content": "ok"},
+                                     {"role": "user", "content": "more"}]):
+            async with http.post("/v1/chat/completions", json={
+                    "model": MODEL, "messages": messages, "max_tokens": 2}) as resp:
+                assert resp.status == 200
+        m = await scrape(http)
+    # completions: 500 + 500 queried, the second finds 31 of its 31 full blocks (496 tokens);
+    # chat: the second turn finds the first turn's full blocks (31 of them)
+    assert m["vllm:prefix_cache_queries_total"] == 500 + 500 + 509 + 518
+    assert m["vllm:prefix_cache_hits_total"] == 496 + 496
