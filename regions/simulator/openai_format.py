@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from engines.sim_tokens import chat_stream
 from regions.simulator.errors import ModelNotFoundError, RequestError
-from regions.simulator.prompt_blocks import chat_stream
 
 CHARS_PER_TOKEN = 4
 CHAT_TOKENS_PER_MESSAGE = 4

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from engines.sim_tokens import CHARS_PER_TOKEN
 from regions.simulator import openai_format as oai
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
@@ -35,7 +36,7 @@ from regions.simulator.errors import (
 )
 from regions.simulator.faults import Fault, FaultMode
 from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
-from regions.simulator.prompt_blocks import CHARS_PER_TOKEN, prompt_blocks
+from regions.simulator.prompt_blocks import prompt_blocks
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
