@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Which backends served which prompt prefixes recently: a bounded LRU index.
+"""Which backends likely hold which prompt prefixes in their KV cache, learned from what
+the balancer sent where (the approximate prefix index).
 
 Keys are the chained block hashes of ``RequestInfo.prefix`` (``h_i`` names the whole
-prompt prefix up to block ``i``); each maps to the few backends (``owners``, default 4,
-most recent first) that were bound a request with that prefix, so they likely still hold
-its KV cache. ``record`` runs when a request is bound to a backend (the dispatcher's bind
-hook); it touches every block of the request, so a prefix's leading blocks are never
-older than its later ones. Beyond ``capacity`` blocks (default 65,536: a few MB) the least
-recently recorded is forgotten.
+prompt prefix up to block ``i``). Each backend has its own least-recently-used set of the
+blocks it was sent, bounded by its KV capacity in blocks (``set_capacity``, from the
+capacity its metrics publish; until then ``DEFAULT_BLOCKS``), so blocks age out as the
+server would evict them. ``record`` runs when a request is bound to a backend; it touches
+the request's blocks last to first, so a prefix's head is always more recent than its tail
+and is forgotten after it, as vLLM frees a request's blocks tail first.
 
-``match(prefix)`` gives, per backend, how many leading blocks it holds: the index of the
-last block it owns, walking from the first and stopping at the first block nobody owns.
-Reading never changes the order (the scorer stays a pure read).
+``match(prefix)`` gives, per backend, how many leading blocks of ``prefix`` it holds: the
+longest run from the first block that the backend holds whole, as a server's own prefix
+lookup stops at its first miss. It walks the blocks once for all backends and stops when
+no backend holds the next one. Reading never changes the order (the scorer stays a pure
+read).
 """
 
 from __future__ import annotations
@@ -19,52 +22,90 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-DEFAULT_CAPACITY = 65_536
-DEFAULT_OWNERS = 4
+DEFAULT_BLOCKS = 27_000  # 432,000 KV tokens in 16-token blocks: an 8B model on an 80 GB GPU
 
 
 class AffinityIndex:
-    """Block hash -> recent backends, least recently recorded first out."""
+    """Block hash -> backends holding it, each backend's blocks in LRU order."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY, owners: int = DEFAULT_OWNERS) -> None:
-        if capacity < 1 or owners < 1:
-            raise ValueError("affinity index: capacity and owners must be >= 1")
-        self.capacity = capacity
-        self.owners = owners
-        self._blocks: OrderedDict[int, tuple[str, ...]] = OrderedDict()
+    def __init__(self, blocks_per_backend: int = DEFAULT_BLOCKS) -> None:
+        if blocks_per_backend < 1:
+            raise ValueError("affinity index: blocks_per_backend must be >= 1")
+        self.default_blocks = blocks_per_backend
+        self._owners: dict[int, set[str]] = {}
+        self._lru: dict[str, OrderedDict[int, None]] = {}
+        self._capacity: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        """Distinct blocks some backend holds."""
+        return len(self._owners)
+
+    def blocks_of(self, backend: str) -> int:
+        """How many blocks ``backend`` is believed to hold."""
+        return len(self._lru.get(backend, ()))
+
+    def capacity(self, backend: str) -> int:
+        return self._capacity.get(backend, self.default_blocks)
+
+    def set_capacity(self, backend: str, blocks: int) -> None:
+        """``backend`` holds at most ``blocks`` blocks (its KV capacity)."""
+        if blocks >= 1 and self._capacity.get(backend) != blocks:
+            self._capacity[backend] = blocks
+            self._trim(backend)
 
     def record(self, prefix: Sequence[int], backend: str) -> None:
         """``backend`` now holds every block of ``prefix``."""
-        blocks = self._blocks
-        for h in prefix:
-            owners = blocks.pop(h, ())
-            if owners[:1] != (backend,):
-                owners = (backend, *(o for o in owners if o != backend))[: self.owners]
-            blocks[h] = owners
-        while len(blocks) > self.capacity:
-            blocks.popitem(last=False)
+        if not prefix:
+            return
+        lru = self._lru.get(backend)
+        if lru is None:
+            lru = self._lru[backend] = OrderedDict()
+        owners = self._owners
+        for h in reversed(prefix):
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+                holders = owners.get(h)
+                if holders is None:
+                    owners[h] = {backend}
+                else:
+                    holders.add(backend)
+        self._trim(backend)
 
     def match(self, prefix: Sequence[int]) -> dict[str, int]:
         """Leading blocks of ``prefix`` each backend holds (absent: none)."""
         held: dict[str, int] = {}
-        blocks = self._blocks
+        owners = self._owners
+        alive: set[str] | None = None
         for i, h in enumerate(prefix, start=1):
-            owners = blocks.get(h)
-            if not owners:
+            holders = owners.get(h)
+            if not holders:
                 break
-            for name in owners:
+            alive = set(holders) if alive is None else alive & holders
+            if not alive:
+                break
+            for name in alive:
                 held[name] = i
         return held
 
     def forget(self, backend: str) -> None:
-        """Drop ``backend`` from every block (it left the region)."""
-        for h, owners in list(self._blocks.items()):
-            if backend in owners:
-                rest = tuple(o for o in owners if o != backend)
-                if rest:
-                    self._blocks[h] = rest
-                else:
-                    del self._blocks[h]
+        """Drop everything ``backend`` holds (it left the region, or restarted)."""
+        for h in self._lru.pop(backend, ()):
+            self._drop_owner(h, backend)
+
+    def _trim(self, backend: str) -> None:
+        lru = self._lru.get(backend)
+        if lru is None:
+            return
+        excess = len(lru) - self.capacity(backend)
+        for _ in range(max(excess, 0)):
+            h, _ = lru.popitem(last=False)
+            self._drop_owner(h, backend)
+
+    def _drop_owner(self, h: int, backend: str) -> None:
+        holders = self._owners.get(h)
+        if holders is not None:
+            holders.discard(backend)
+            if not holders:
+                del self._owners[h]

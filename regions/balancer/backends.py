@@ -154,6 +154,7 @@ class ScrapedLoad:
     waiting: float | None = None
     running: float | None = None
     kv_usage: float | None = None
+    kv_tokens: int | None = None  # KV capacity, where the metrics publish it
 
 
 @dataclass
@@ -355,7 +356,8 @@ class BackendPool:
                     scraped.kv_usage,
                     b.prefill_tokens,
                     capacity.slots is not None,  # cap_known
-                    *(b.spt or _NO_SPT),
+                    *(b.spt or _NO_SPT),  # spt_base, spt_slope
+                    scraped.kv_tokens,  # type: ignore[call-arg]
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -420,7 +422,8 @@ class BackendPool:
             scraped.kv_usage,
             b.prefill_tokens,
             capacity.slots is not None,  # cap_known
-            *(b.spt or _NO_SPT),
+            *(b.spt or _NO_SPT),  # spt_base, spt_slope
+            scraped.kv_tokens,  # type: ignore[call-arg]
         )
         return view, valid_until
 

@@ -93,7 +93,8 @@ class EngineScraper:
         self.counts.ok += 1
         self.counts.failures_in_a_row.pop(b.name, None)
         self._engine[b.name] = load.engine
-        self.pool.set_scraped(b.name, ScrapedLoad(load.waiting, load.running, load.cache_usage))
+        self.pool.set_scraped(b.name, ScrapedLoad(load.waiting, load.running, load.cache_usage,
+                                                    load.kv_tokens))
         now = self.clock()
         if now - self._info_at.get(b.name, -1e18) >= self.info_every_s:
             self._info_at[b.name] = now

@@ -12,10 +12,12 @@
 - priority: header ``x-director-priority`` (integer, higher first, clamped to ±1000);
 - session: header ``x-director-session``, else the body's ``user``;
 - prefix: chained hashes of the prompt's leading blocks, for the ``prefix-affinity``
-  scorer. A block is ``PREFIX_BLOCK_CHARS`` = 256 characters (about 64 tokens; a tokenized
-  prompt: ``PREFIX_BLOCK_IDS`` = 64 ids) of the prompt, or of the chat messages joined as
-  role, U+001F, content, U+001E; only whole blocks count, at most ``MAX_PREFIX_BLOCKS`` = 32
-  (8 KiB of text, about 25 us to hash). ``h_0 = hash((model, block_0))``,
+  scorer. A block is ``PREFIX_BLOCK_CHARS`` = 64 characters, about 16 tokens, the KV block
+  of vLLM on CUDA (a tokenized prompt: ``PREFIX_BLOCK_IDS`` = 16 ids), of the prompt, or of
+  the chat messages joined as role, U+001F, content, U+001E; only whole blocks count, at
+  most ``MAX_PREFIX_BLOCKS`` = 1,024 (64 KiB of text, about 16,000 tokens; about 0.2 ms to
+  hash). Multi-turn conversations differ only after many blocks, so the whole prompt
+  counts, not its first few kilobytes. ``h_0 = hash((model, block_0))``,
   ``h_i = hash((h_{i-1}, block_i))``, so ``h_i`` names the whole prefix up to block ``i``
   for that model. Python's ``hash``: values are per process, never stored or sent.
 """
@@ -36,9 +38,9 @@ DEFAULT_OUTPUT = {Endpoint.COMPLETIONS: 16, Endpoint.CHAT: 256, Endpoint.EMBEDDI
 PRIORITY_HEADER = "x-director-priority"
 SESSION_HEADER = "x-director-session"
 MAX_PRIORITY = 1000
-PREFIX_BLOCK_CHARS = 256
+PREFIX_BLOCK_CHARS = 64
 PREFIX_BLOCK_IDS = PREFIX_BLOCK_CHARS // CHARS_PER_TOKEN
-MAX_PREFIX_BLOCKS = 32
+MAX_PREFIX_BLOCKS = 1024
 
 
 def _chars(value: Any) -> int:

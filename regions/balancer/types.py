@@ -71,7 +71,8 @@ class BackendSnapshot:
     streamed) as an EWMA over ``ttft_samples`` samples, None before the first; it is as of
     the view's last rebuild (a lease or its release rebuilds it, so it lags by at most one
     request). ``waiting``, ``running`` and ``kv_usage`` (in [0, 1]) are the last values
-    scraped from the server's metrics through the shared state, None when unknown or stale.
+    scraped from the server's metrics through the shared state, None when unknown or stale;
+    ``kv_tokens`` its KV capacity where its metrics publish it.
     """
 
     index: int
@@ -95,6 +96,7 @@ class BackendSnapshot:
     cap_known: bool = True
     spt_base: float | None = None  # learned seconds per token: base + slope * concurrency
     spt_slope: float = 0.0
+    kv_tokens: int | None = None  # KV cache capacity in tokens, as its metrics publish it
 
     def seconds_per_token(self, concurrency: float) -> float:
         """One stream's time per token with ``concurrency`` streams there (learned; the

@@ -42,7 +42,7 @@ def chat(*contents: str) -> dict[str, Any]:
         (Endpoint.COMPLETIONS, {"prompt": list(range(2 * PREFIX_BLOCK_IDS + 1))}, 2),
         (Endpoint.COMPLETIONS, {"prompt": "x" * (B * MAX_PREFIX_BLOCKS * 3)}, MAX_PREFIX_BLOCKS),
         (Endpoint.CHAT, chat("y" * B), 1),
-        (Endpoint.CHAT, chat(*["z" * B] * 500), MAX_PREFIX_BLOCKS),
+        (Endpoint.CHAT, chat(*["z" * B] * 1500), MAX_PREFIX_BLOCKS),
         (
             Endpoint.CHAT,
             {
@@ -90,18 +90,27 @@ def test_hashes_chain_over_the_prefix_and_the_model() -> None:
     assert turn2[: len(turn1)] == turn1  # a conversation's next turn extends its prefix
 
 
-def test_index_owners_lru_and_forget() -> None:
-    index = AffinityIndex(capacity=4, owners=2)
+def test_index_per_backend_lru_bounded_by_capacity_and_forget() -> None:
+    index = AffinityIndex(blocks_per_backend=4)
     index.record((1, 2, 3), "a")
     index.record((1, 2), "b")
     assert index.match((1, 2, 3, 9)) == {"a": 3, "b": 2}
-    index.record((1,), "c")  # owners bounded: the least recent ("a") goes
-    assert index.match((1, 2, 3)) == {"c": 1, "b": 2, "a": 3}
     assert index.match((9, 1)) == {}  # nobody holds the first block: no match
-    index.record((5, 6), "a")  # 5 blocks > capacity 4: block 3 is the least recent
-    assert len(index) == 4 and index.match((1, 2, 3)) == {"c": 1, "b": 2, "a": 2}
+    index.record((5, 6), "a")  # 5 blocks > a's 4: its oldest, the tail of (1, 2, 3), goes
+    assert index.blocks_of("a") == 4 and index.match((1, 2, 3)) == {"a": 2, "b": 2}
+    index.set_capacity("a", 2)  # a's KV capacity learned: it keeps its two most recent
+    assert index.match((5, 6)) == {"a": 2} and index.match((1, 2)) == {"b": 2}
     index.forget("b")
-    assert index.match((1, 2)) == {"c": 1, "a": 2}
+    assert index.match((1, 2)) == {} and len(index) == 2
+
+
+def test_index_match_is_the_run_each_backend_holds_whole() -> None:
+    index = AffinityIndex()
+    index.record((1, 2, 3, 4), "a")
+    index.record((1, 2, 7), "b")
+    index.record((1, 8), "c")
+    assert index.match((1, 2, 3, 4)) == {"a": 4, "b": 2, "c": 1}
+    assert index.match((1, 2, 7)) == {"a": 2, "b": 3, "c": 1}
 
 
 def scored(

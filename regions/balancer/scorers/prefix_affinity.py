@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from regions.balancer.affinity_index import AffinityIndex
 from regions.balancer.load_bound import load_cap, within_bound
 from regions.balancer.name_positions import NamePositions
+from regions.balancer.request_info import PREFIX_BLOCK_IDS as PREFIX_BLOCK_TOKENS
 from regions.balancer.types import BackendSnapshot, RequestInfo
 from routing.params import Param, validate
 
@@ -65,6 +66,9 @@ class PrefixAffinityScorer:
         return self._positions.of(backends, held) if held else []
 
     def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
-        """The request was bound to ``backend``: it now holds the request's prefix."""
+        """The request was bound to ``backend``: it now holds the request's prefix (within
+        its KV capacity, where its metrics publish it)."""
         if request.prefix:
+            if backend.kv_tokens:
+                self.index.set_capacity(backend.name, backend.kv_tokens // PREFIX_BLOCK_TOKENS)
             self.index.record(request.prefix, backend.name)
