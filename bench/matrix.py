@@ -16,7 +16,16 @@ Dimensions (``--cells`` selects a sub-matrix, e.g. ``slots=16,256;speeds=mixed;l
   ``mooncake-conv`` (its first 45 minutes, with a 128k context);
 - ``lengths``: ``hidden`` (``max_tokens`` is the service's cap and the answer ends earlier, as
   real clients send it) or ``declared`` (``max_tokens`` is the true length);
-- ``load``: 0.7 or 0.9 of the fleet's capacity on that trace, measured (``capacity``).
+- ``load``: 0.7 or 0.9 of the fleet's capacity on that trace, measured (``capacity``);
+- ``prompts``: ``counts`` (a one-character prompt and the trace's count in
+  ``x_prompt_tokens``) or ``shared`` (the text ``shared_prompts`` builds from the request's
+  hash ids, so that a prefix cache can hit: traces with hash ids only, ``mooncake-conv``);
+- ``api``: ``completions`` or ``chat`` (``/v1/chat/completions``, a multi-turn
+  conversation with ``prompts=shared``).
+
+A dimension ``--cells`` does not name takes every value, except ``prompts`` and ``api``,
+which take their first (today's requests); ``prompts=shared`` cells of traces without hash
+ids are left out. Labels name ``prompts`` and ``api`` only when they differ from it.
 """
 
 from __future__ import annotations
@@ -34,7 +43,11 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "trace": ("azure-conv", "azure-code", "mooncake-conv"),
     "lengths": ("hidden", "declared"),
     "load": ("0.7", "0.9"),
+    "prompts": ("counts", "shared"),
+    "api": ("completions", "chat"),
 }
+DEFAULT_ONLY = ("prompts", "api")  # dimensions that take their first value unless named
+HASHED_TRACES = ("mooncake-conv",)  # traces whose requests carry hash ids
 SPEEDS = {"uniform": (1.0,) * 6, "mixed": (1.0, 1.0, 0.6, 0.6, 0.4, 0.4)}
 MIXED_SLOTS = (256, 16, 64, 256, 16, 64)
 KV_TOKENS_PER_SLOT = 4096
@@ -58,11 +71,15 @@ class Cell:
     trace: str
     lengths: str
     load: float
+    prompts: str = "counts"
+    api: str = "completions"
 
     @property
     def label(self) -> str:
+        extra = "".join(f" {name}={getattr(self, name)}" for name in DEFAULT_ONLY
+                        if getattr(self, name) != DIMENSIONS[name][0])
         return (f"slots={self.slots} speeds={self.speeds} engine={self.engine} "
-                f"trace={self.trace} lengths={self.lengths} load={self.load:g}")
+                f"trace={self.trace} lengths={self.lengths} load={self.load:g}{extra}")
 
     @property
     def max_tokens(self) -> int | None:
@@ -88,8 +105,9 @@ class Cell:
 
 def parse_cells(text: str = "") -> list[Cell]:
     """The cells ``text`` selects: ``;``-separated ``dimension=value,value`` filters, every
-    value of a dimension it does not name."""
-    chosen = {name: list(values) for name, values in DIMENSIONS.items()}
+    value of a dimension it does not name (the first of ``DEFAULT_ONLY``'s)."""
+    chosen = {name: list(values[:1] if name in DEFAULT_ONLY else values)
+              for name, values in DIMENSIONS.items()}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         name, sep, values = part.partition("=")
         if not sep or name not in DIMENSIONS:
@@ -101,6 +119,15 @@ def parse_cells(text: str = "") -> list[Cell]:
             raise ValueError(f"--cells: {name} takes {', '.join(DIMENSIONS[name])}, got "
                              f"{values!r}")
         chosen[name] = picked
-    return [Cell(slots, speeds, engine, trace, lengths, float(load))
-            for slots, speeds, engine, trace, lengths, load in itertools.product(
-                *(chosen[name] for name in DIMENSIONS))]
+    cells = []
+    for combo in itertools.product(*(chosen[name] for name in DIMENSIONS)):
+        f = dict(zip(DIMENSIONS, combo, strict=True))
+        if f["prompts"] == "shared" and f["trace"] not in HASHED_TRACES:
+            continue
+        cells.append(Cell(slots=f["slots"], speeds=f["speeds"], engine=f["engine"],
+                          trace=f["trace"], lengths=f["lengths"], load=float(f["load"]),
+                          prompts=f["prompts"], api=f["api"]))
+    if not cells:
+        raise ValueError(f"--cells: prompts=shared needs a trace with hash ids "
+                         f"({', '.join(HASHED_TRACES)}), got {text!r}")
+    return cells

@@ -4,9 +4,10 @@
 1. **Added latency**: small streaming completions (16 prompt tokens, ``--tokens`` output
    tokens), ``--concurrency`` at a time, to two simulated GPU servers (their own processes,
    time scale ``--scale``) directly and through each proxy: our balancer (default profile,
-   uvloop, as ``director region serve`` runs it), nginx (``proxy_buffering off``) and
-   HAProxy (``option http-no-delay``) when installed. Added latency = the proxy's TTFT /
-   E2E percentile minus the direct one (wall milliseconds).
+   uvloop, as ``director region serve`` runs it), nginx (``proxy_buffering off``),
+   HAProxy (``option http-no-delay``) and smg (``--smg-policy``, ``routing_procs.start_smg``)
+   when installed. Added latency = the proxy's TTFT / E2E percentile minus the direct one
+   (wall milliseconds).
 2. **CPU per streamed token** and per request: the proxy process's user + system CPU over
    the run divided by the tokens it relayed, and the ratio to HAProxy's (the robust-balancer
    issue's goal: at most 2x).
@@ -47,12 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from routing_procs import (
+    SMG_POLICIES,
     Proc,
     have,
     start_haproxy,
     start_nginx,
     start_ours,
     start_simulator,
+    start_smg,
 )
 
 from regions.balancer.admission import Dispatcher
@@ -149,6 +152,8 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=TIME_SCALE,
                         help="the simulators' time scale (20: a token every 0.6 ms)")
     parser.add_argument("--backends", type=int, default=1000)
+    parser.add_argument("--smg-policy", choices=SMG_POLICIES, default="cache_aware",
+                        help="smg's policy (default %(default)s, its own default)")
     parser.add_argument("--decision-only", action="store_true",
                         help="only section 3, the decision time (a few seconds)")
     args = parser.parse_args()
@@ -174,6 +179,8 @@ def main() -> int:
             proxies.append(("nginx", lambda: start_nginx(workdir, upstream)))
         if have("haproxy"):
             proxies.append(("haproxy", lambda: start_haproxy(workdir, upstream)))
+        if have("smg"):
+            proxies.append(("smg", lambda: start_smg(workdir, upstream, args.smg_policy)))
         try:
             for name, start in proxies:
                 proc: Proc | None = start() if start else None  # type: ignore[operator]

@@ -12,6 +12,16 @@ modes (``max_tokens``):
   ``benchmark_serving`` replays a trace (``max_tokens`` = output length with ``ignore_eos``):
   the bound is tight, so a balancer may place by it.
 
+Prompts (``prepare``): ``counts`` sends ``"x"`` and the count in ``x_prompt_tokens``;
+``shared`` sends the text ``shared_prompts`` builds from the request's ``hash_ids`` (no
+``x_prompt_tokens``: the text sets the count), so requests sharing a prefix share its text.
+The API is ``completions`` (``prompt``) or ``chat`` (``messages``; its stream opens with a
+role chunk, not counted as a token). Request bodies are serialised before the replay starts
+(a shared-prompt body is 30-60 KB of JSON, too much to build on the clock on two cores).
+With ``sessions`` each shared-prompt request also names its conversation (its first block
+after the shared system prompt, ``hash_ids[1]``) in ``x-director-session`` and
+``X-SMG-Routing-Key`` (smg's ``consistent_hashing`` hashes it; without it, it picks at random).
+
 Times are wall seconds times ``time_scale``, i.e. model seconds. TTFT is the first body
 chunk (the simulator sends headers at admission, the first token later); E2E is the end of
 the stream.
@@ -21,11 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
 from routing_trace import Arrival
+from shared_prompts import chat_messages, prompt_text
 
 MODEL = "sim-model"
 MAX_TOKENS = 1000  # the hidden-length mode's cap
@@ -43,27 +56,67 @@ class Outcome:
     backend: str = ""  # x-director-backend (our balancer only)
 
 
-def body(a: Arrival, max_tokens: int | None = MAX_TOKENS) -> dict[str, object]:
-    """The request for ``a``; ``max_tokens`` None: the trace's exact output length."""
+def body(a: Arrival, max_tokens: int | None = MAX_TOKENS, prompts: str = "counts",
+         api: str = "completions") -> dict[str, object]:
+    """The request for ``a``; ``max_tokens`` None: the trace's exact output length;
+    ``prompts`` ``counts`` or ``shared``, ``api`` ``completions`` or ``chat`` (see above)."""
     cap = max(1, a.output_tokens) if max_tokens is None else max_tokens
-    return {
-        "model": MODEL,
-        "prompt": "x",
-        "max_tokens": cap,
-        "stream": True,
-        "x_prompt_tokens": a.prompt_tokens,
-        "x_output_tokens": a.output_tokens,
-    }
+    request: dict[str, object] = {"model": MODEL}
+    if prompts == "shared":
+        if api == "chat":
+            request["messages"] = chat_messages(a.hash_ids, a.prompt_tokens)
+        else:
+            request["prompt"] = prompt_text(a.hash_ids, a.prompt_tokens)
+    elif prompts == "counts":
+        if api == "chat":
+            request["messages"] = [{"role": "user", "content": "x"}]
+        else:
+            request["prompt"] = "x"
+    else:
+        raise ValueError(f"prompts: expected counts or shared, got {prompts!r}")
+    request |= {"max_tokens": cap, "stream": True}
+    if prompts == "counts":
+        request["x_prompt_tokens"] = a.prompt_tokens
+    request["x_output_tokens"] = a.output_tokens
+    return request
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request, serialised before the replay."""
+
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    chat: bool = False  # the stream opens with a role chunk that is not a token
+
+
+def prepare(arrivals: Sequence[Arrival], max_tokens: int | None = MAX_TOKENS,
+            prompts: str = "counts", api: str = "completions",
+            sessions: bool = False) -> list[Prepared]:
+    """Every request of ``arrivals``, serialised (see ``body``)."""
+    out = []
+    for a in arrivals:
+        headers: tuple[tuple[str, str], ...] = ()
+        if sessions and prompts == "shared" and len(a.hash_ids) > 1:
+            key = str(a.hash_ids[1])
+            headers = (("x-director-session", key), ("X-SMG-Routing-Key", key))
+        data = json.dumps(body(a, max_tokens, prompts, api), separators=(",", ":")).encode()
+        out.append(Prepared(data, headers, api == "chat"))
+    return out
+
+
+def path_of(api: str) -> str:
+    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
 
 
 async def _one(
     session: aiohttp.ClientSession,
     url: str,
     a: Arrival,
+    request: Prepared,
     t0: float,
     scale: float,
     timeout: float,
-    max_tokens: int | None,
 ) -> Outcome:
     delay = t0 + a.at / scale - time.monotonic()
     if delay > 0:
@@ -72,8 +125,9 @@ async def _one(
     ttft: float | None = None
     tokens = 0
     try:
-        request = body(a, max_tokens)
-        async with asyncio.timeout(timeout / scale), session.post(url, json=request) as resp:
+        headers = {"Content-Type": "application/json", **dict(request.headers)}
+        async with asyncio.timeout(timeout / scale), \
+                session.post(url, data=request.body, headers=headers) as resp:
             if resp.status != 200:
                 await resp.read()
                 return Outcome(a.at, resp.status, None, None, 0, None)
@@ -84,6 +138,8 @@ async def _one(
                 tokens += chunk.count(b"data: {")
                 tail = (tail + chunk)[-32:]
             done = time.monotonic()
+            if request.chat and tokens:
+                tokens -= 1  # the role chunk
             if not tail.endswith(b"data: [DONE]\n\n"):
                 return Outcome(a.at, 0, ttft, None, tokens, None)
             e2e = (done - sent) * scale
@@ -104,29 +160,33 @@ async def run_load(
     timeout: float = 600.0,
     tail: float = 90.0,
     max_tokens: int | None = MAX_TOKENS,
+    requests: Sequence[Prepared] | None = None,
 ) -> list[Outcome]:
-    """Replay ``arrivals`` against ``url`` (a ``/v1/completions`` endpoint).
+    """Replay ``arrivals`` against ``url`` (a ``/v1/completions`` or
+    ``/v1/chat/completions`` endpoint), each as ``requests`` (``prepare``) has it, or as
+    ``body`` makes it with ``max_tokens`` when None.
 
     Waits for every request arriving before ``counted_until`` (model seconds) to end; later
     arrivals keep the load up meanwhile (so the last counted requests see the same load as
     the others) and are cancelled then, as are counted ones still running ``tail`` model
     seconds after the last counted arrival (they come back as errors, status 0).
     Returns the outcomes of every request that ended, and of the counted ones cut short.
-    ``timeout`` (model seconds) bounds every request; ``max_tokens``: see the module
-    docstring (None: exact).
+    ``timeout`` (model seconds) bounds every request.
     """
+    if requests is None:
+        requests = prepare(arrivals, max_tokens)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None)
     ) as session:
         # open a connection before the clock starts
         with contextlib.suppress(aiohttp.ClientError, OSError):
-            async with session.get(url.replace("/v1/completions", "/v1/models")) as r:
+            async with session.get(url.partition("/v1/")[0] + "/v1/models") as r:
                 await r.read()
         t0 = time.monotonic() + 0.2
         tasks = [
-            asyncio.create_task(_one(session, url, a, t0, time_scale, timeout, max_tokens))
-            for a in arrivals
+            asyncio.create_task(_one(session, url, a, r, t0, time_scale, timeout))
+            for a, r in zip(arrivals, requests, strict=True)
         ]
         counted = [t for t, a in zip(tasks, arrivals, strict=True) if a.at < counted_until]
         deadline = t0 + (counted_until + tail) / time_scale

@@ -14,14 +14,26 @@ learns them (``regions.balancer.capacity``).
 
 Setups: ``ours`` (default profile), ``nginx`` (``least_conn``, ``proxy_buffering off``),
 ``haproxy`` (``leastconn``, ``option http-no-delay``), ``round-robin`` (ours with the
-round-robin picker and no cap), and variants ``ours:SCORER.PARAM=VALUE+...``. Per cell it
-prints each setup's p50/p99 TTFT and E2E, completed req/s, 429s and errors, the proxy's CPU
-use (also per streamed request and per output token), the GPUs' slot use, then each
-slice's ours/peer p99 ratios and their median; ``--out FILE`` appends one JSON line per
-cell with every slice's figures.
+round-robin picker and no cap), variants ``ours:SCORER.PARAM=VALUE+...``, and
+``smg:POLICY``, the SGLang Model Gateway with one of its policies (``cache_aware``,
+``prefix_hash``, ``consistent_hashing``, ``least_load``, ``power_of_two``, ``round_robin``;
+``bench/install_peers.sh`` installs it; how it is set up: ``routing_procs.start_smg``). Per
+cell it prints each setup's p50/p99 TTFT and E2E, completed req/s, 429s and errors, the
+proxy's CPU use (also per streamed request and per output token), the fleet's prefix-cache
+hit rate, the collapse check (the worst second's most loaded server over the mean, and the
+share of seconds above 1.5x: ``fleet_sampling``), the GPUs' slot use, then each slice's
+ours/peer p99 ratios and their median; ``--out FILE`` appends one JSON line per cell with
+every slice's figures.
+
+Cells with ``prompts=shared`` (``matrix.py``) send the text of each Mooncake request's
+prompt blocks (``shared_prompts``), so that a prefix cache hits; their simulators are
+started afresh before each run, so that no setup inherits another's cache. Request bodies
+are built before each slice's replays (``routing_client.prepare``); ``--sessions`` also
+sends each request's conversation key (``routing_client``).
 
 Times are model seconds (wall seconds times the time scale; ``--time-scale auto`` keeps the
-offered wall rate near ``WALL_REQ_PER_S``). Counted requests still running 90 model seconds
+offered wall rate near ``WALL_REQ_PER_S`` requests and, with shared prompts, under
+``WALL_BYTES_PER_S`` request bytes). Counted requests still running 90 model seconds
 after the last counted arrival are cut and counted as errors; a run whose simulators lost
 more than 1% of their model time to CPU starvation (``lost``) is replayed once and the
 better attempt kept. Every process binds to 127.0.0.1.
@@ -31,6 +43,9 @@ better attempt kept. Every process binds to 127.0.0.1.
     .venv/bin/python bench/routing_live.py --quick           # one cell, one slice, < 2 min
     .venv/bin/python bench/routing_live.py --cells "slots=16;speeds=mixed;trace=azure-conv" \
         --repeats 3 --out bench/results/DATE-routing-live.jsonl
+    .venv/bin/python bench/routing_live.py --cells "slots=16;speeds=mixed;engine=whole;\
+trace=mooncake-conv;lengths=hidden;load=0.9;prompts=shared" \
+        --setups ours,haproxy,smg:cache_aware,smg:prefix_hash --repeats 1
 
 Results: ``bench/results/`` (one Markdown file per run, committed).
 """
@@ -53,18 +68,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aiohttp
 import uvloop
+from fleet_sampling import COLLAPSE_LIMIT, FleetSamples, collapse, sample_fleet, sim_states
 from matrix import CONTEXT, Cell, Server, parse_cells
-from routing_client import Outcome, run_load
+from routing_client import Outcome, Prepared, path_of, prepare, run_load
 from routing_matrix import fleet_capacity
 from routing_procs import (
+    SMG_POLICIES,
     Proc,
     have,
     start_haproxy,
     start_nginx,
     start_ours,
     start_simulator,
+    start_smg,
 )
 from routing_trace import arrivals_at_load, load_named
 
@@ -72,6 +89,7 @@ QUICK_CELLS = "slots=16;speeds=mixed;engine=whole;trace=azure-conv;lengths=hidde
 TAIL_LOAD_S = 60.0  # model seconds of arrivals after the counted ones, to keep the load up
 MAX_LOST_SHARE = 0.01  # replay a run whose simulators lost more model time than this
 WALL_REQ_PER_S = 36.0  # --time-scale auto: offered requests per wall second at most
+WALL_BYTES_PER_S = 4e6  # --time-scale auto: request bytes per wall second at most
 SETUPS = ("ours", "nginx", "haproxy")
 PEERS = ("round-robin", "nginx", "haproxy")
 
@@ -93,6 +111,9 @@ class RunStats:
     utilization: dict[str, float]
     by_speed: dict[str, float]  # share of the requests finished per GPU speed (whole run)
     lost: float  # model seconds the simulators could not keep up with (CPU starved)
+    hit_rate: float = 0.0  # fleet prefix-cache hits / queries (tokens), counted window
+    load_ratio_max: float = float("nan")  # worst second: max server load / mean load
+    over_limit_share: float = 0.0  # share of seconds with that ratio above COLLAPSE_LIMIT
 
 
 def pct(values: list[float], q: float) -> float:
@@ -133,53 +154,29 @@ def summarise(outcomes: list[Outcome], window: tuple[float, float], cpu_s: float
     )
 
 
-async def sim_states(sims: list[Proc]) -> dict[str, dict]:
-    async with aiohttp.ClientSession() as session:
-
-        async def one(p: Proc) -> dict:
-            async with session.get(p.url + "/_sim/state") as resp:
-                return await resp.json()
-
-        states = await asyncio.gather(*(one(p) for p in sims))
-    return {p.name: s for p, s in zip(sims, states, strict=True)}
-
-
-async def sample_running(
-    sims: list[Proc], period: float, stop: asyncio.Event
-) -> dict[str, list[int]]:
-    """Sequences running on each GPU, sampled every ``period`` wall seconds until ``stop``."""
-    samples: dict[str, list[int]] = {p.name: [] for p in sims}
-    while not stop.is_set():
-        for name, state in (await sim_states(sims)).items():
-            samples[name].append(state["running"])
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), period)
-    return samples
-
-
-async def replay_and_sample(url: str, arrivals, sims: list[Proc], slots: dict[str, int],
-                            cell: Cell, args, counted_until: float
-                            ) -> tuple[list[Outcome], dict[str, float]]:
-    """Replay, and sample the GPUs' batches over the counted window: utilization is the mean
-    share of each GPU's sequence slots in use."""
+async def replay_and_sample(url: str, arrivals, requests: list[Prepared], sims: list[Proc],
+                            slots: dict[str, int], args, counted_until: float
+                            ) -> tuple[list[Outcome], dict[str, float], FleetSamples]:
+    """Replay, and sample the GPUs over the counted window (``fleet_sampling``): utilization
+    is the mean share of each GPU's sequence slots in use."""
     stop = asyncio.Event()
 
-    async def sampler() -> dict[str, list[int]]:
+    async def sampler() -> FleetSamples:
         await asyncio.sleep(args.warmup / args.scale)
-        return await sample_running(sims, 0.5, stop)
+        return await sample_fleet(sims, args.scale, stop)
 
     task = asyncio.create_task(sampler())
     loop = asyncio.get_running_loop()
     loop.call_later(counted_until / args.scale, stop.set)
     try:
         outcomes = await run_load(url, arrivals, args.scale, counted_until=counted_until,
-                                  timeout=args.timeout, max_tokens=cell.max_tokens)
+                                  timeout=args.timeout, requests=requests)
     finally:
         stop.set()
     samples = await task
     util = {n: (statistics.mean(v) / slots[n] if v else float("nan"))
-            for n, v in samples.items()}
-    return outcomes, util
+            for n, v in samples.running.items()}
+    return outcomes, util, samples
 
 
 async def wait_idle(sims: list[Proc], timeout: float = 60.0) -> None:
@@ -204,20 +201,47 @@ def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str) -> Proc:
         return start_nginx(run_dir, upstreams)
     if setup == "haproxy":
         return start_haproxy(run_dir, upstreams)
+    if setup.startswith("smg:"):
+        return start_smg(run_dir, upstreams, setup[4:])
     raise ValueError(setup)
 
 
-def run_one(setup: str, workdir: Path, sims: list[Proc], servers: list[Server], arrivals,
+class SimFleet:
+    """The cell's simulated GPU servers, one process each; ``restart`` gives cold caches."""
+
+    def __init__(self, workdir: Path, servers: list[Server], scale: float) -> None:
+        self.workdir, self.servers, self.scale = workdir, servers, scale
+        self.procs: list[Proc] = []
+        self.start()
+
+    def start(self) -> None:
+        self.procs = [start_simulator(self.workdir, s.name, s.speed, self.scale, s.engine)
+                      for s in self.servers]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+        self.procs = []
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def run_one(setup: str, workdir: Path, fleet: SimFleet, arrivals, requests: list[Prepared],
             cell: Cell, args) -> RunStats:
     """One replay through one setup; replayed again (at most ``--retries`` times) while the
     simulators lose more than ``MAX_LOST_SHARE`` of their model time to CPU starvation (the
-    machine is shared), keeping the attempt that lost least."""
+    machine is shared), keeping the attempt that lost least. With shared prompts, each
+    attempt starts on freshly started simulators (cold prefix caches)."""
     best: RunStats | None = None
     for attempt in range(args.retries + 1):
-        stats = _run_one(setup, workdir, sims, servers, arrivals, cell, args)
+        if cell.prompts == "shared":
+            fleet.restart()
+        stats = _run_one(setup, workdir, fleet, arrivals, requests, cell, args)
         if best is None or stats.lost < best.lost:
             best = stats
-        span = (args.warmup + args.measure + TAIL_LOAD_S) * len(sims)
+        span = (args.warmup + args.measure + TAIL_LOAD_S) * len(fleet.servers)
         if stats.lost <= MAX_LOST_SHARE * span:
             break
         if attempt < args.retries:
@@ -227,8 +251,9 @@ def run_one(setup: str, workdir: Path, sims: list[Proc], servers: list[Server], 
     return best
 
 
-def _run_one(setup: str, workdir: Path, sims: list[Proc], servers: list[Server], arrivals,
+def _run_one(setup: str, workdir: Path, fleet: SimFleet, arrivals, requests: list[Prepared],
              cell: Cell, args) -> RunStats:
+    sims, servers = fleet.procs, fleet.servers
     proxy = start_proxy(setup, workdir, sims, args.loop)
     slots = {s.name: s.engine.max_num_seqs for s in servers}
     speeds = {s.name: s.speed for s in servers}
@@ -236,8 +261,8 @@ def _run_one(setup: str, workdir: Path, sims: list[Proc], servers: list[Server],
         before = asyncio.run(sim_states(sims))
         cpu0, wall0 = proxy.cpu_seconds(), time.monotonic()
         window = (args.warmup, args.warmup + args.measure)
-        outcomes, util = uvloop.run(replay_and_sample(
-            proxy.url + "/v1/completions", arrivals, sims, slots, cell, args, window[1]))
+        outcomes, util, samples = uvloop.run(replay_and_sample(
+            proxy.url + path_of(cell.api), arrivals, requests, sims, slots, args, window[1]))
         cpu_s, wall_s = proxy.cpu_seconds() - cpu0, time.monotonic() - wall0
         after = asyncio.run(sim_states(sims))
     finally:
@@ -251,7 +276,10 @@ def _run_one(setup: str, workdir: Path, sims: list[Proc], servers: list[Server],
         key = f"{speeds[name]:g}"
         by_speed[key] = by_speed.get(key, 0) + count / max(1, sum(finished.values()))
     served = {k: round(v, 3) for k, v in sorted(by_speed.items())}
-    return summarise(outcomes, window, cpu_s, wall_s, util, served, lost)
+    ratio_max, over = collapse(samples.loads)
+    return dataclasses.replace(
+        summarise(outcomes, window, cpu_s, wall_s, util, served, lost),
+        hit_rate=samples.hit_rate, load_ratio_max=ratio_max, over_limit_share=over)
 
 
 def median_stats(runs: list[RunStats]) -> RunStats:
@@ -275,20 +303,25 @@ def print_cell(cell: Cell, offered: float, runs: dict[str, list[RunStats]], args
           f"slices, {args.measure:g} model s counted after {args.warmup:g} s, time scale "
           f"{args.scale:g}) ==")
     names = list(next(iter(runs.values()))[0].utilization)
-    print(f"{'setup':<14} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
+    width = max(14, *(len(s) for s in runs))
+    over = f">{COLLAPSE_LIMIT:g}x"
+    print(f"{'setup':<{width}} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} {'E2E p99':>8} "
           f"{'req/s':>6} {'429':>4} {'err':>4} {'cpu':>5} {'ms/req':>7} {'us/tok':>7} "
-          f"{'lost':>5}  " + " ".join(f"{n:>5}" for n in names) + "  by speed")
+          f"{'lost':>5} {'hit':>5} {'max/mean':>8} {over:>6}  "
+          + " ".join(f"{n:>5}" for n in names) + "  by speed")
     for setup, rs in runs.items():
         r = median_stats(rs)
         util = " ".join(f"{r.utilization[n]:>5.0%}" for n in names)
-        print(f"{setup:<14} {r.ttft_p50:>9.3f} {r.ttft_p99:>9.3f} {r.e2e_p50:>8.2f} "
+        print(f"{setup:<{width}} {r.ttft_p50:>9.3f} {r.ttft_p99:>9.3f} {r.e2e_p50:>8.2f} "
               f"{r.e2e_p99:>8.2f} {r.req_per_s:>6.2f} {r.shed:>4.0f} {r.errors:>4.0f} "
               f"{r.cpu:>5.0%} {r.cpu_ms_per_request:>7.2f} {r.cpu_us_per_token:>7.1f} "
-              f"{r.lost:>5.1f}  {util}  {rs[0].by_speed}")
+              f"{r.lost:>5.1f} {r.hit_rate:>5.0%} {r.load_ratio_max:>8.2f} "
+              f"{r.over_limit_share:>6.0%}  {util}  {rs[0].by_speed}")
+    peers = [*PEERS, *(n for n in runs if n.startswith("smg:"))]
     for name, ours in runs.items():
         if not name.startswith("ours"):
             continue
-        for peer in PEERS:
+        for peer in peers:
             if peer not in runs:
                 continue
             parts = []
@@ -298,11 +331,17 @@ def print_cell(cell: Cell, offered: float, runs: dict[str, list[RunStats]], args
                 ratios = paired(ours, runs[peer], attr)
                 each = " ".join(f"{x:.2f}" for x in ratios)
                 parts.append(f"{label} {statistics.median(ratios):.2f}x [{each}]")
-            print(f"  {name}/{peer:<8} " + "  ".join(parts))
+            print(f"  {name}/{peer:<{max(8, width - 5)}} " + "  ".join(parts))
 
 
-def auto_scale(capacity: float) -> float:
-    return max(0.25, min(5.0, WALL_REQ_PER_S / capacity))
+def auto_scale(capacity: float, body_bytes: float = 0.0) -> float:
+    """Model seconds per wall second: the fleet's capacity offered at most
+    ``WALL_REQ_PER_S`` requests and ``WALL_BYTES_PER_S`` request bytes (``body_bytes`` a
+    request on average) per wall second, within [0.25, 5]."""
+    limits = [5.0, WALL_REQ_PER_S / capacity]
+    if body_bytes > 0:
+        limits.append(WALL_BYTES_PER_S / (capacity * body_bytes))
+    return max(0.25, min(limits))
 
 
 def parse_args() -> argparse.Namespace:
@@ -311,7 +350,8 @@ def parse_args() -> argparse.Namespace:
                         "one slice, a short window")
     parser.add_argument("--cells", default=None, help="sub-matrix, as bench/routing_matrix.py")
     parser.add_argument("--setups", default=",".join(SETUPS),
-                        help="comma-separated: ours, nginx, haproxy, round-robin, ours:P=V+...")
+                        help="comma-separated: ours, nginx, haproxy, round-robin, ours:P=V+..., "
+                        f"smg:POLICY ({', '.join(SMG_POLICIES)})")
     parser.add_argument("--measure", type=float, default=None,
                         help="model seconds of arrivals counted, after the warm-up")
     parser.add_argument("--warmup", type=float, default=None, help="model seconds not counted")
@@ -326,6 +366,9 @@ def parse_args() -> argparse.Namespace:
                         help="event loop of our balancer")
     parser.add_argument("--out", type=Path, default=None,
                         help="append one JSON line per cell (every slice's figures)")
+    parser.add_argument("--sessions", action="store_true",
+                        help="prompts=shared: send each request's conversation key in "
+                        "x-director-session and X-SMG-Routing-Key")
     args = parser.parse_args()
     quick = args.quick
     defaults = {"measure": 20.0 if quick else 120.0, "repeats": 1 if quick else 3,
@@ -337,11 +380,13 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def fleets(cells: list[Cell]) -> dict[tuple[str, str, str, str], list[Cell]]:
-    """Cells grouped by the simulated fleet they run on."""
-    groups: dict[tuple[str, str, str, str], list[Cell]] = {}
+def fleets(cells: list[Cell]) -> dict[tuple[str, ...], list[Cell]]:
+    """Cells grouped by the simulated fleet they run on (and its time scale: shared prompts
+    may need a slower one)."""
+    groups: dict[tuple[str, ...], list[Cell]] = {}
     for cell in cells:
-        groups.setdefault((cell.slots, cell.speeds, cell.engine, cell.trace), []).append(cell)
+        key = (cell.slots, cell.speeds, cell.engine, cell.trace, cell.prompts)
+        groups.setdefault(key, []).append(cell)
     return groups
 
 
@@ -351,6 +396,13 @@ def main() -> int:
     for setup, binary in (("nginx", "nginx"), ("haproxy", "haproxy")):
         if setup in setups and not have(binary):
             raise SystemExit(f"{binary} not found (apt-get install {binary})")
+    smg = [s for s in setups if s.startswith("smg:")]
+    unknown = [s for s in smg if s[4:] not in SMG_POLICIES]
+    if unknown:
+        raise SystemExit(f"--setups: {', '.join(unknown)}: smg's policies are "
+                         f"{', '.join(SMG_POLICIES)}")
+    if smg and not have("smg"):
+        raise SystemExit("smg not found in the virtualenv (bench/install_peers.sh)")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="director-routing-") as tmp:
         workdir = Path(tmp)
@@ -358,13 +410,15 @@ def main() -> int:
             first = group[0]
             servers = first.servers()
             capacity = fleet_capacity(first)
-            args.scale = auto_scale(capacity) if args.time_scale == "auto" \
-                else float(args.time_scale)
             trace = load_named(first.trace, CONTEXT[first.trace])
+            # a shared-prompt body is about 4 bytes per prompt token
+            body_bytes = 4 * statistics.fmean(r.prompt_tokens for r in trace) \
+                if first.prompts == "shared" else 0.0
+            args.scale = auto_scale(capacity, body_bytes) if args.time_scale == "auto" \
+                else float(args.time_scale)
             offsets = [random.Random(args.seed + i).randrange(len(trace))
                        for i in range(args.repeats)]
-            sims = [start_simulator(workdir, s.name, s.speed, args.scale, s.engine)
-                    for s in servers]
+            fleet = SimFleet(workdir, servers, args.scale)
             try:
                 for cell in group:
                     runs: dict[str, list[RunStats]] = {s: [] for s in setups}
@@ -377,8 +431,10 @@ def main() -> int:
                             span=args.warmup + args.measure + TAIL_LOAD_S, config=servers[0].engine)
                         offered.append(piece.rate)
                         row = {"offset": offset, "rate": piece.rate, "work": piece.demand}
+                        requests = prepare(piece.arrivals, cell.max_tokens, cell.prompts,
+                                           cell.api, args.sessions)
                         for setup in setups:
-                            stats = run_one(setup, workdir, sims, servers, piece.arrivals,
+                            stats = run_one(setup, workdir, fleet, piece.arrivals, requests,
                                             cell, args)
                             runs[setup].append(stats)
                             row[setup] = dataclasses.asdict(stats)
@@ -386,7 +442,9 @@ def main() -> int:
                                   f"{repeat + 1} {setup:<10} TTFT p99 {stats.ttft_p99:7.3f} "
                                   f"E2E p99 {stats.e2e_p99:7.2f} ok {stats.req_per_s:5.2f} "
                                   f"req/s 429 {stats.shed} err {stats.errors} cpu "
-                                  f"{stats.cpu:.0%} lost {stats.lost:.1f}s", file=sys.stderr)
+                                  f"{stats.cpu:.0%} lost {stats.lost:.1f}s hit "
+                                  f"{stats.hit_rate:.0%} max/mean {stats.load_ratio_max:.2f}",
+                                  file=sys.stderr)
                         slices.append(row)
                     print_cell(cell, statistics.median(offered), runs, args)
                     if args.out is not None:
@@ -395,8 +453,7 @@ def main() -> int:
                                                 "capacity": capacity, "time_scale": args.scale,
                                                 "slices": slices}) + "\n")
             finally:
-                for p in sims:
-                    p.stop()
+                fleet.stop()
     print(f"\n(wall time {time.monotonic() - started:.0f} s)")
     return 0
 

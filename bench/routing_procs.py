@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Processes of the routing benchmark: simulated GPU servers, our balancer, nginx, HAProxy.
+"""Processes of the routing benchmark: simulated GPU servers, our balancer, nginx, HAProxy,
+smg (the SGLang Model Gateway, ``bench/install_peers.sh``).
 
 Every process binds to 127.0.0.1, is started by this module and stopped by it (SIGTERM, then
 SIGKILL after a grace period), by its own pid. Each simulated server is its own process, as
@@ -8,12 +9,14 @@ in ``director up --simulate``, so servers do not steal each other's event loop.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HOST = "127.0.0.1"
+SMG = Path(PYTHON).with_name("smg")
+SMG_POLICIES = ("cache_aware", "prefix_hash", "consistent_hashing", "least_load",
+                "power_of_two", "round_robin")
 
 
 @dataclass
@@ -143,5 +149,60 @@ def start_haproxy(workdir: Path, upstreams: Sequence[Upstream]) -> Proc:
     return Proc("haproxy", process, f"http://{HOST}:{port}", log)
 
 
+def start_smg(workdir: Path, upstreams: Sequence[Upstream], policy: str,
+              timeout: float = 30.0) -> Proc:
+    """smg in front of ``upstreams`` with ``policy``, its defaults otherwise, but for:
+
+    - the workers are registered through its ``POST /workers`` with ``runtime_type: vllm``
+      (what it detects on a real vLLM server through ``GET /version``, which the simulator
+      does not serve: given as ``--worker-urls`` they would be ``generic`` workers, whose
+      load smg never reads). As vLLM workers it polls their ``/metrics``
+      (``vllm:num_requests_running``/``_waiting``, ``vllm:kv_cache_usage_perc``);
+    - ``--load-monitor-interval 1`` (its floor; default 10 wall seconds, 50 model seconds at
+      time scale 5);
+    - its Prometheus listener on 127.0.0.1 and a free port (default 0.0.0.0:29000), a
+      one-second shutdown grace and warnings-only logs.
+
+    Its CPU is counted as the others' (one process: the Rust router runs inside it)."""
+    if policy not in SMG_POLICIES:
+        raise ValueError(f"smg: policy {policy!r} is not one of {', '.join(SMG_POLICIES)}")
+    port, metrics_port = free_port(), free_port()
+    log = workdir / f"smg-{policy}.log"
+    process = _spawn(
+        [str(SMG), "launch", "--host", HOST, "--port", str(port), "--policy", policy,
+         "--prometheus-host", HOST, "--prometheus-port", str(metrics_port),
+         "--load-monitor-interval", "1", "--shutdown-grace-period-secs", "1",
+         "--log-level", "warn"], log)
+    _wait_port(port, process, f"smg/{policy}", log, timeout)
+    proc = Proc(f"smg/{policy}", process, f"http://{HOST}:{port}", log)
+    try:
+        for _, host, p in upstreams:
+            _post_json(f"{proc.url}/workers", {"url": f"http://{host}:{p}",
+                                               "runtime_type": "vllm"})
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(f"{proc.url}/workers", timeout=5) as resp:
+                workers = json.load(resp)["workers"]
+            ready = [w for w in workers if w.get("status") == "ready" and w.get("is_healthy")]
+            if len(ready) == len(upstreams):
+                return proc
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"smg/{policy}: {len(ready)} of {len(upstreams)} workers "
+                                   f"ready after {timeout}s: {workers}")
+            time.sleep(0.1)
+    except BaseException:
+        proc.stop()
+        raise
+
+
+def _post_json(url: str, payload: object) -> None:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        resp.read()
+
+
 def have(binary: str) -> bool:
+    if binary == "smg":
+        return SMG.exists()
     return shutil.which(binary) is not None or Path(f"/usr/sbin/{binary}").exists()

@@ -5,7 +5,8 @@ conversation and code traces and the Mooncake FAST'25 conversation trace (``TRAC
 A slice is ``count`` consecutive requests from ``offset``; its arrival gaps are scaled so
 that its mean rate is the target rate (in model requests per second), which keeps the
 trace's own burstiness. Token counts are used as they are (prompt capped so that prompt +
-output fits the simulator's ``max_model_len``). Traces: Azure, CC BY 4.0, Patel et al.,
+output fits the simulator's ``max_model_len``); Mooncake requests keep their ``hash_ids``
+(one per 512-token prompt block) for ``shared_prompts``. Traces: Azure, CC BY 4.0, Patel et al.,
 "Splitwise", ISCA 2024; Mooncake, Apache-2.0, Qin et al., FAST 2025 (see ``data/traces``).
 
 A slice's requests are not the trace's average: a stretch of long answers holds more work
@@ -41,6 +42,9 @@ class TraceRequest:
     arrival: float  # seconds since the first request of the trace
     prompt_tokens: int
     output_tokens: int
+    # Mooncake: one id per 512-token block of the prompt, equal ids for equal prefixes
+    # (``shared_prompts``); empty for the Azure traces, which have none
+    hash_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Arrival:
     at: float  # model seconds after the start of the replay
     prompt_tokens: int
     output_tokens: int
+    hash_ids: tuple[int, ...] = ()
 
 
 def load_trace(path: Path = TRACE) -> list[TraceRequest]:
@@ -76,7 +81,8 @@ def load_named(name: str, max_model_len: int = MAX_MODEL_LEN) -> list[TraceReque
             item = json.loads(line)
             output = int(item["output_length"])
             prompt = min(int(item["input_length"]), max_model_len - output)
-            rows.append(TraceRequest(int(item["timestamp"]) / 1000.0, prompt, output))
+            rows.append(TraceRequest(int(item["timestamp"]) / 1000.0, prompt, output,
+                                     tuple(item.get("hash_ids", ()))))
     return rows
 
 
@@ -95,7 +101,7 @@ def replay(trace: list[TraceRequest], offset: int, count: int, rate: float) -> l
     at = 0.0
     for gap, r in zip(gaps, picked, strict=True):
         at += gap * scale
-        out.append(Arrival(at, r.prompt_tokens, r.output_tokens))
+        out.append(Arrival(at, r.prompt_tokens, r.output_tokens, r.hash_ids))
     return out
 
 

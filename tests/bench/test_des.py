@@ -134,7 +134,8 @@ def test_cells_select_and_size() -> None:
     for bad in ("slots=17", "nope=1", "slots"):
         with pytest.raises(ValueError, match="--cells"):
             parse_cells(bad)
-    assert set(DIMENSIONS) == {"slots", "speeds", "engine", "trace", "lengths", "load"}
+    assert set(DIMENSIONS) == {"slots", "speeds", "engine", "trace", "lengths", "load",
+                               "prompts", "api"}
 
 
 def _slice(ttft: float, e2e: float, rate: float, shed: int = 0) -> dict:

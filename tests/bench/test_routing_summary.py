@@ -60,3 +60,8 @@ def test_cells_run_grouped_by_fleet_and_scaled_to_the_machine() -> None:
     groups = fleets(parse_cells("slots=16;speeds=mixed;engine=whole;trace=azure-conv"))
     assert len(groups) == 1 and len(next(iter(groups.values()))) == 4
     assert auto_scale(36.0) == pytest.approx(1.0) and auto_scale(1.0) == 5.0
+
+
+def test_large_bodies_slow_the_time_scale_to_the_byte_budget() -> None:
+    assert auto_scale(30.0, 48_000) == pytest.approx(36.0 / 30.0)  # requests bind first
+    assert auto_scale(30.0, 200_000) == pytest.approx(4e6 / (30.0 * 200_000))
