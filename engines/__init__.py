@@ -1,9 +1,13 @@
-"""What inference engines (vLLM, SGLang, TGI, Triton) publish about their load and limits,
-read into engine-neutral values. Pure parsing: no I/O, imports no other package of ours.
+"""What inference engines (vLLM, SGLang, TGI, Triton) publish about their load, limits and
+KV cache, read into engine-neutral values. Imports no other package of ours.
 
 - ``metrics``: a Prometheus ``/metrics`` page -> ``EngineLoad`` (waiting, running, cache
   usage) and, where the page has it, the KV capacity (vLLM's ``cache_config_info``);
-- ``limits``: the engines' info endpoints -> ``EngineLimits`` (slot and in-flight limits).
+- ``limits``: the engines' info endpoints -> ``EngineLimits`` (slot and in-flight limits);
+- ``kv_events``: vLLM's KV-cache event batches (msgpack) <-> ``EventBatch``; the only
+  modules here with I/O are their ZeroMQ ``kv_event_publisher`` and
+  ``kv_event_subscriber``;
+- ``sim_tokens``: the simulated servers' tokenizer.
 
 Sources: ``docs/research/engine-capacity-signals.md``.
 """

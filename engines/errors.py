@@ -1,6 +1,7 @@
 """Exception tree::
 
     EngineDataError (ValueError)   a page or document is not what the engine publishes
+        KvEventDecodeError         a KV-event payload is not what vLLM sends (kv_events)
 """
 
 from __future__ import annotations

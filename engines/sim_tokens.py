@@ -38,6 +38,18 @@ def chat_stream(messages: Sequence[Any]) -> str:
     return "".join(parts)
 
 
+def completion_stream(prompt: Any) -> str:
+    """The token stream of a completion's ``prompt``: its text (or its single text), or
+    4 characters per token id of a tokenized prompt; "" for anything else."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        return "".join((t & 0xFFFFFFFF).to_bytes(4, "big").decode("latin-1") for t in prompt)
+    return ""
+
+
 def stream_bytes(stream: str) -> bytes:
     """A token stream's tokens as bytes, ``TOKEN_BYTES`` per token (the last zero-padded)."""
     data = stream.encode("utf-16-le", "surrogatepass")

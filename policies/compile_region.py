@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 
 from policies import values
 from policies.errors import did_you_mean, one_of
@@ -131,10 +132,28 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     engine = single("engine", _engine, "vllm | sglang | tgi | triton") or "vllm"
     max_seqs = single("max-seqs", lambda t: values.integer(t, 1, 1_000_000, "max-seqs"),
                       "<count>")
+    kv_events, kv_replay = _kv_events(found.get("kv-events", ()), report)
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
-                     engine=engine, max_seqs=max_seqs, pos=directive.pos)
+                     engine=engine, max_seqs=max_seqs, kv_events=kv_events,
+                     kv_events_replay=kv_replay, pos=directive.pos)
+
+
+_KV_EVENTS_USAGE = "<zmq address> [replay <zmq address>]"
+
+
+def _kv_events(found: Iterable[Directive], report: Reporter) -> tuple[str | None, str | None]:
+    for d in found:
+        args = Args(d, report)
+        endpoint = args.take(values.zmq_endpoint, _KV_EVENTS_USAGE)
+        replay = None
+        if args.peek() == "replay":
+            args.index += 1
+            replay = args.take(values.zmq_endpoint, _KV_EVENTS_USAGE)
+        args.end(_KV_EVENTS_USAGE)
+        return endpoint, replay
+    return None, None
 
 
 def _engine(text: str) -> str:

@@ -77,6 +77,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "speed": Spec("<relative speed>"),
         "engine": Spec("vllm | sglang | tgi | triton"),
         "max-seqs": Spec("<count>"),
+        "kv-events": Spec("<zmq address> [replay <zmq address>]"),
     },
     "service": {
         "ttl": Spec("<duration>"),

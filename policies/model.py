@@ -96,6 +96,9 @@ class GpuServer:
     engine: str  # vllm | sglang | tgi | triton
     # requests it runs at once, pinned by the operator; None: the balancer learns it
     max_seqs: int | None = None
+    # where its KV-cache events are published (vLLM's --kv-events-config), and their replay
+    kv_events: str | None = None
+    kv_events_replay: str | None = None
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -192,6 +192,22 @@ def continent(text: str) -> str:
     return text
 
 
+def zmq_endpoint(text: str) -> str:
+    """A ZeroMQ address to connect to: ``tcp://HOST:PORT`` or ``ipc://PATH``."""
+    expected = "a ZeroMQ address such as tcp://10.0.0.5:5557"
+    if text.startswith("ipc://") and len(text) > len("ipc://"):
+        return text
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ValueProblem(f"'{text}' is not a ZeroMQ address", expected=expected) from None
+    if parts.scheme != "tcp" or not host or not port or host == "*":
+        raise ValueProblem(f"'{text}' is not a ZeroMQ address to connect to",
+                           expected=expected)
+    return text
+
+
 def url(text: str) -> str:
     expected = "a URL such as http://10.0.0.5:8000"
     try:

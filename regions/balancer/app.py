@@ -54,6 +54,8 @@ from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
+from regions.balancer.kv_event_follow import KvEventFollow
+from regions.balancer.kv_event_index import KvEventIndex
 from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
@@ -70,6 +72,7 @@ from regions.balancer.registry import (
 )
 from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.types import Endpoint
 from routing import PluginTimings, TimingsCollector
@@ -168,6 +171,15 @@ class Balancer:
             f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
             self.timings))
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
+        # the prefix-affinity scorer reads the backends' KV events where they publish them
+        prefix_scorer = next((ws.scorer for ws in self.profile.scorers
+                              if isinstance(ws.scorer, PrefixAffinityScorer)), None)
+        self.prefix_scorer = prefix_scorer
+        self.kv_index: KvEventIndex | None = None
+        self.kv_follow: KvEventFollow | None = None
+        if prefix_scorer is not None and any(s.kv_events for s in specs):
+            self.kv_index = prefix_scorer.precise = KvEventIndex()
+            self.kv_follow = KvEventFollow(self.kv_index, specs)
         self.proxy = Proxy(
             ProxySettings(
                 region,
@@ -175,9 +187,8 @@ class Balancer:
                 cfg.max_retries,
                 cfg.prefill_ratio,
                 cfg.admission.queue_timeout_s,
-                prefix_hashes=any(
-                    ws.scorer.name == "prefix-affinity" for ws in self.profile.scorers
-                ),
+                prefix_hashes=prefix_scorer is not None,
+                kv_index=self.kv_index,
             ),
             self.pool,
             self.dispatcher,
@@ -285,10 +296,14 @@ class Balancer:
         self._port = runner.addresses[0][1]
         self.runner = runner
         await self.scraper.__aenter__()
+        if self.kv_follow is not None:
+            await self.kv_follow.start()
         await self.policy_follow.start()
 
     async def stop(self) -> None:
         await self.policy_follow.stop()
+        if self.kv_follow is not None:
+            await self.kv_follow.stop()
         await self.scraper.__aexit__()
         if self.runner is not None:
             runner, self.runner = self.runner, None
@@ -375,6 +390,8 @@ class Balancer:
             headers or {},
             prefill_ratio=self.config.prefill_ratio,
             lengths=self.proxy.output_lengths,
+            with_prefix=self.proxy.settings.prefix_hashes,
+            token_block_size=self.proxy.token_block_size(),
         )
         decision = self.dispatcher.explain(info)
         return {
@@ -390,6 +407,8 @@ class Balancer:
                 "session": info.session,
             },
             **decision.to_json(),
+            **({"prefix": self.prefix_scorer.describe(info, self.pool.snapshot().backends)}
+               if self.prefix_scorer is not None else {}),
             "queued": self.dispatcher.queued,
         }
 

@@ -68,13 +68,16 @@ STATE = "state"
 class BackendSpec:
     """One GPU server behind the balancer. ``max_concurrency`` pins its capacity (the
     policy's ``max-seqs``; None: learned, see ``capacity``); ``engine`` says whose metric
-    names and info endpoint it has (None: detected from its metrics page)."""
+    names and info endpoint it has (None: detected from its metrics page); ``kv_events``
+    where it publishes its KV-cache events, if it does (``kv_event_follow``)."""
 
     name: str
     url: str
     models: tuple[str, ...]
     max_concurrency: int | None = None
     engine: str | None = None
+    kv_events: str | None = None  # its KV-event publisher (vLLM's --kv-events-config endpoint)
+    kv_events_replay: str | None = None  # and that publisher's replay endpoint
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -87,6 +90,10 @@ class BackendSpec:
             raise BalancerConfigError(f"backend {self.name}: models: at least one is required")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise BalancerConfigError(f"backend {self.name}: max_concurrency: must be >= 1")
+        for endpoint in (self.kv_events, self.kv_events_replay):
+            if endpoint is not None and not endpoint.startswith(("tcp://", "ipc://")):
+                raise BalancerConfigError(
+                    f"backend {self.name}: kv_events: expected tcp:// or ipc://, got {endpoint!r}")
 
     @classmethod
     def coerce(cls, obj: Any, max_concurrency: int | None = None) -> BackendSpec:
@@ -98,7 +105,8 @@ class BackendSpec:
             return obj
         pinned = getattr(obj, "max_seqs", None) or max_concurrency
         return cls(str(obj.name), str(obj.url).rstrip("/"), tuple(obj.models), pinned,
-                   getattr(obj, "engine", None))
+                   getattr(obj, "engine", None), getattr(obj, "kv_events", None),
+                   getattr(obj, "kv_events_replay", None))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}

@@ -34,6 +34,7 @@ from regions.balancer.admission import Dispatcher
 from regions.balancer.backends import Backend, BackendPool, Lease
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
 from regions.balancer.headers import upstream_request_headers
+from regions.balancer.kv_event_index import DEFAULT_KV_BLOCK_SIZE, KvEventIndex
 from regions.balancer.metrics import BalancerMetrics
 from regions.balancer.output_lengths import OutputLengths
 from regions.balancer.relay import UPSTREAM_ERRORS, RelayEnd, relay, response_for
@@ -73,6 +74,7 @@ class ProxySettings:
     prefill_ratio: float
     max_queue_wait_s: float
     prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
+    kv_index: KvEventIndex | None = None  # key the prompt's token blocks for this index
 
 
 class Proxy:
@@ -118,8 +120,17 @@ class Proxy:
             prefill_ratio=self.settings.prefill_ratio,
             lengths=self.output_lengths,
             with_prefix=self.settings.prefix_hashes,
+            token_block_size=self.token_block_size(),
         )
         return raw, info
+
+    def token_block_size(self) -> int | None:
+        """The block size to key the prompt's tokens by, while some backend's KV events
+        are followed exactly (as its events say; vLLM's 16 until they say)."""
+        index = self.settings.kv_index
+        if index is None or not index.exact_backends:
+            return None
+        return index.block_size or DEFAULT_KV_BLOCK_SIZE
 
     def queue_timeout(self, request: web.Request) -> float:
         raw = request.headers.get(DEADLINE_HEADER)

@@ -28,7 +28,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from engines.sim_tokens import chat_stream, completion_stream
 from regions.balancer.errors import RequestRejected
+from regions.balancer.kv_event_index import token_keys
 from regions.balancer.output_lengths import OutputLengths
 from regions.balancer.types import Endpoint, RequestInfo
 
@@ -151,10 +153,13 @@ def parse_request(
     prefill_ratio: float,
     lengths: OutputLengths | None = None,
     with_prefix: bool = True,
+    token_block_size: int | None = None,
 ) -> RequestInfo:
     """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body.
     ``lengths``: what was learned of answer lengths (None: take ``max_tokens`` as it is).
-    ``with_prefix=False`` skips the prefix hashes (no scorer of the profile reads them)."""
+    ``with_prefix=False`` skips the prefix hashes (no scorer of the profile reads them);
+    ``token_block_size`` also keys the prompt's token blocks of that size, for the KV-event
+    index (``kv_event_index.token_keys``)."""
     if not isinstance(body, dict):
         raise RequestRejected(400, "request body must be a JSON object")
     model = body.get("model")
@@ -188,4 +193,16 @@ def parse_request(
         session=headers.get(SESSION_HEADER) or user,
         user=user,
         prefix=prefix_hashes(endpoint, body, model) if with_prefix else (),
+        token_prefix=(token_keys(prompt_stream(endpoint, body), token_block_size,
+                                 MAX_PREFIX_BLOCKS) if token_block_size else ()),
     )
+
+
+def prompt_stream(endpoint: Endpoint, body: Mapping[str, Any]) -> str:
+    """The prompt as the servers' tokenizer reads it (``engines.sim_tokens``)."""
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        return chat_stream(messages) if isinstance(messages, list) else ""
+    if endpoint is Endpoint.COMPLETIONS:
+        return completion_stream(body.get("prompt"))
+    return ""

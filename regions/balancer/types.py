@@ -42,6 +42,7 @@ class RequestInfo:
     user: str | None = None
     exclude: frozenset[str] = frozenset()
     prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
+    token_prefix: tuple[int, ...] = ()  # keys of its token blocks (the KV-event index)
 
     @property
     def prompt_cost(self) -> float:

@@ -42,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "iteration (its --max-num-batched-tokens); 0: prefill apart (default)")
     p.add_argument("--max-concurrent-requests", type=int, default=None,
                    help="--engine tgi: requests in flight before 429 (default TGI's 128)")
+    p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                   help="turn off automatic prefix caching (vLLM's --no-enable-prefix-caching)")
+    p.add_argument("--block-size", type=int, default=defaults.block_size,
+                   help="tokens per KV block (vLLM's --block-size)")
+    p.add_argument("--kv-events", default=None, metavar="ENDPOINT",
+                   help="publish KV events on this ZeroMQ address, as vLLM's "
+                        "--kv-events-config endpoint (e.g. tcp://127.0.0.1:5557)")
+    p.add_argument("--kv-events-replay", default=None, metavar="ENDPOINT",
+                   help="serve replays of missed KV-event batches on this address")
     p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
     return p
 
@@ -71,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
             kv_cache_tokens=args.kv_cache_tokens,
             max_model_len=args.max_model_len,
+            prefix_caching=args.prefix_caching,
+            block_size=args.block_size,
         )
         if args.chunked_prefill:
             engine = engine.chunked(args.chunked_prefill)
@@ -83,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine=engine,
             engine_name=args.engine,
             max_concurrent_requests=args.max_concurrent_requests,
+            kv_events=args.kv_events,
+            kv_events_replay=args.kv_events_replay,
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

@@ -31,6 +31,7 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SimConfigError
 from regions.simulator.faults import Fault
+from regions.simulator.kv_publish import KvPublish
 from regions.simulator.metrics import metric_names
 from regions.simulator.server import SimContext, build_app
 from state.ports import parse_hostport
@@ -55,6 +56,8 @@ class ServerSpec:
     engine: EngineConfig = field(default_factory=EngineConfig)
     engine_name: str = "vllm"
     max_concurrent_requests: int | None = None  # TGI's router limit (None: TGI's 128)
+    kv_events: str | None = None  # ZeroMQ address to publish KV events on (vLLM's endpoint)
+    kv_events_replay: str | None = None  # and to serve their replay on
 
     def __post_init__(self) -> None:
         try:
@@ -94,7 +97,10 @@ class SimServer:
         clock: Clock | None = None,
     ) -> None:
         self.spec = spec
-        self.engine = Engine(spec.engine_config, clock or ScaledClock(time_scale))
+        self.kv_publish = (KvPublish(spec.kv_events, spec.kv_events_replay)
+                           if spec.kv_events else None)
+        self.engine = Engine(spec.engine_config, clock or ScaledClock(time_scale),
+                             kv_event_sink=self.kv_publish)
         self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
                                   engine_name=spec.engine_name,
                                   max_concurrent_requests=spec.max_concurrent_requests)
@@ -124,6 +130,8 @@ class SimServer:
         """Start the engine and listen; after ``stop()`` this reuses the same port."""
         if self._runner is not None:
             return
+        if self.kv_publish is not None:
+            self.kv_publish.open()
         await self.engine.start()
         runner = web.AppRunner(
             self.app,
@@ -145,6 +153,8 @@ class SimServer:
         self.engine.abort_all()
         await runner.cleanup()
         await self.engine.stop()
+        if self.kv_publish is not None:
+            self.kv_publish.close()
 
     def set_fault(self, fault: Fault) -> None:
         """Same as ``POST /_sim/fault``."""

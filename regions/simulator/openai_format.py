@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engines.sim_tokens import chat_stream
+from engines.sim_tokens import chat_stream, completion_stream
 from regions.simulator.errors import ModelNotFoundError, RequestError
 
 CHARS_PER_TOKEN = 4
@@ -75,7 +75,7 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         default_out = DEFAULT_CHAT_TOKENS
     else:
         estimate = _estimate_prompt(body.get("prompt"))
-        stream_text = _prompt_stream(body["prompt"])
+        stream_text = completion_stream(body["prompt"])
         max_tokens = _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_COMPLETION_TOKENS
     if body.get("n", 1) != 1:
@@ -99,15 +99,6 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         user=user if isinstance(user, str) else None,
         token_stream=stream_text,
     )
-
-
-def _prompt_stream(prompt: str | list[Any]) -> str:
-    """A validated prompt's token stream: its text, or 4 characters per token id."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt[0], str):
-        return str(prompt[0])
-    return "".join((t & 0xFFFFFFFF).to_bytes(4, "big").decode("latin-1") for t in prompt)
 
 
 def _parse_embeddings(body: dict[str, Any], model: str) -> InferenceRequest:

@@ -3,7 +3,8 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /_sim/fault``, ``GET
-/_sim/state``; as SGLang ``GET /v1/loads``, as TGI ``GET /info`` (``engine_info``). Handlers
+/_sim/state``; as vLLM ``GET /version`` and ``POST /reset_prefix_cache``, as SGLang ``GET
+/v1/loads``, as TGI ``GET /info`` (``engine_info``). Handlers
 are thin: parsing and bodies live in ``openai_format``, timing in ``engine``, fault
 semantics in ``faults``. A sequence is aborted however its request ends (finished, client
 gone, handler cancelled), so slots and KV never leak.
@@ -112,6 +113,9 @@ def build_app(ctx: SimContext) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    if ctx.engine_name == "vllm":
+        app.router.add_get("/version", _vllm_version)
+        app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
     if ctx.engine_name == "sglang":
         app.router.add_get("/v1/loads", _sglang_loads)
     if ctx.engine_name == "tgi":
@@ -262,6 +266,17 @@ async def _models(request: web.Request) -> web.Response:
         for m in ctx.models
     ]
     return web.json_response({"object": "list", "data": data})
+
+
+async def _vllm_version(request: web.Request) -> web.Response:
+    """vLLM's ``GET /version`` (routers such as the SGLang Model Gateway detect it so)."""
+    return web.json_response({"version": "sim"})
+
+
+async def _reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's ``POST /reset_prefix_cache``: forget every cached block no request uses."""
+    request.app[CTX].engine.reset_prefix_cache()
+    return web.Response(status=200)
 
 
 async def _health(request: web.Request) -> web.Response:

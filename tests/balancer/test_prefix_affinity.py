@@ -7,15 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from regions.balancer import BalancerConfig
 from regions.balancer.affinity_index import AffinityIndex
+from regions.balancer.load_bound import load_cap, within_bound
 from regions.balancer.request_info import (
     MAX_PREFIX_BLOCKS,
     PREFIX_BLOCK_CHARS,
     PREFIX_BLOCK_IDS,
     parse_request,
 )
+from regions.balancer.scorers.least_requests import LeastRequestsScorer
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.types import Endpoint
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion
@@ -190,3 +194,31 @@ async def test_prompts_are_hashed_only_when_a_prefix_scorer_reads_them() -> None
             assert balancer.proxy.settings.prefix_hashes is hashed
             status, _, _ = await stream_completion(client, completion(2, prompt=LONG))
             assert status == 200
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    loads=st.lists(st.tuples(st.integers(0, 300), st.integers(1, 256)), min_size=1,
+                   max_size=8),
+    held=st.lists(st.integers(0, 12), min_size=8, max_size=8),
+    epsilon=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
+    weight=st.sampled_from([0.5, 2.0, 10.0, 1000.0]),
+    free_slot=st.sampled_from([0.0, 1.0]),
+)
+def test_affinity_never_sends_a_request_beyond_the_load_bound(loads, held, epsilon, weight,
+                                                              free_slot) -> None:
+    """Whatever the index holds and however heavily affinity is weighted, the backend that
+    scores best beside least-requests is within the bound: at most ``1 + epsilon`` times
+    the mean load after taking the request."""
+    blocks = tuple(range(1, 13))
+    index = AffinityIndex()
+    for i, n in enumerate(held[:len(loads)]):
+        index.record(blocks[:n], f"b{i}")
+    candidates = [snap(f"b{i}", i, in_flight=f, cap=c) for i, (f, c) in enumerate(loads)]
+    request = req(prefix=blocks)
+    affinity = PrefixAffinityScorer(epsilon, index, free_slot=free_slot)
+    total = [lr + weight * a for lr, a in zip(
+        LeastRequestsScorer().score(request, candidates),
+        affinity.score(request, candidates), strict=True)]
+    best = candidates[max(range(len(total)), key=total.__getitem__)]
+    assert within_bound(best, load_cap(candidates, 1.0 + epsilon))

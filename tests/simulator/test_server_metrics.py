@@ -163,3 +163,20 @@ async def test_prefix_cache_hits_are_counted_in_tokens_under_vllms_names() -> No
     # chat: the second turn finds the first turn's full blocks (31 of them)
     assert m["vllm:prefix_cache_queries_total"] == 500 + 500 + 509 + 518
     assert m["vllm:prefix_cache_hits_total"] == 496 + 496
+
+
+async def test_vllm_serves_its_version_and_forgets_its_prefix_cache_on_request() -> None:
+    prompt = "".join(f"word{i:05d} " for i in range(200))
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 2}
+    async with running_server(time_scale=50) as (server, http):
+        async with http.get("/version") as resp:
+            assert resp.status == 200 and "version" in await resp.json()
+        async with http.post("/v1/completions", json=body) as resp:
+            assert resp.status == 200
+        assert server.engine.state().prefix_cached_blocks == 31
+        async with http.post("/reset_prefix_cache") as resp:
+            assert resp.status == 200
+        assert server.engine.state().prefix_cached_blocks == 0
+        async with http.post("/v1/completions", json=body) as resp:
+            assert resp.status == 200
+        assert (await scrape(http))["vllm:prefix_cache_hits_total"] == 0

@@ -1,21 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``prefix-affinity`` scorer: prefer the backend that likely holds this prompt's KV cache.
+"""``prefix-affinity`` scorer: prefer the backend that holds this prompt's KV cache.
 
-For each candidate ``b``, with ``held_b`` the leading blocks of the request's prefix that
-``b`` was recently bound (``affinity_index.AffinityIndex.match``) and ``blocks`` the
-request's block count (``RequestInfo.prefix``, see ``request_info``)::
+For each candidate ``b``, with ``share_b`` the share of the request's prompt blocks that
+``b`` holds from the first block on (``held``)::
 
-    score_b = held_b / blocks       if b is within the load bound and has a free slot
-            = 0                     otherwise, or when the request has no whole block
+    score_b = share_b      if b is within the load bound and has a free slot
+            = 0            otherwise, or when the request has no whole block
+
+Where ``share_b`` comes from:
+
+- **precise**, for backends whose KV-event stream is intact (``precise``, a
+  ``kv_event_index.KvEventIndex`` fed by their publishers): the blocks the server says it
+  holds, keyed by the prompt's tokens (``RequestInfo.token_prefix``);
+- **approximate**, for every other backend: the blocks the balancer sent it
+  (``affinity_index.AffinityIndex``, aged out within its KV capacity), keyed by 64-character
+  text blocks (``RequestInfo.prefix``). A backend whose stream breaks falls back to this at
+  once.
 
 Load bound (``load_bound``): ``in_flight_b + 1 <= ceil((1 + epsilon) * (total + 1) / n)``
 over the ``n`` candidates, so affinity buys at most ``epsilon`` above the mean load; a
 free slot means ``in_flight_b < cap_b`` (affinity never buys a wait at the server).
 
-Reads the request's prefix hashes, each candidate's ``in_flight`` and ``cap``, and the
-index, which the engine updates when a request is bound (``on_bind``, wired by the
-balancer to the dispatcher); scoring itself never writes. Parameters: ``epsilon`` (default
-0.25), ``index`` (default: a fresh ``AffinityIndex``, capacity 65,536 blocks).
+Reads the request's prefix keys, each candidate's ``in_flight``, ``cap`` and
+``kv_tokens``, and the indexes; the approximate one is updated when a request is bound
+(``on_bind``), the precise one by the event subscribers; scoring itself never writes.
+Parameters: ``epsilon`` (default 0.25); ``free_slot`` (default 1; 0: the load bound alone,
+even toward a backend whose slots are all taken).
 """
 
 from __future__ import annotations
@@ -24,19 +34,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from regions.balancer.affinity_index import AffinityIndex
+from regions.balancer.kv_event_index import KvEventIndex
 from regions.balancer.load_bound import load_cap, within_bound
 from regions.balancer.name_positions import NamePositions
 from regions.balancer.request_info import PREFIX_BLOCK_IDS as PREFIX_BLOCK_TOKENS
 from regions.balancer.types import BackendSnapshot, RequestInfo
 from routing.params import Param, validate
 
-PARAMS = (Param("epsilon", 0.25, low=0.0),)
+PARAMS = (Param("epsilon", 0.25, low=0.0),
+          Param("free_slot", 1.0, low=0.0, high=1.0, integer=True))
 
 
 @dataclass
 class PrefixAffinityScorer:
     epsilon: float = 0.25
     index: AffinityIndex = field(default_factory=AffinityIndex)
+    precise: KvEventIndex | None = None  # set when the backends publish KV events
+    free_slot: float = 1.0  # 1: affinity only toward a backend with a free slot
     name: str = "prefix-affinity"
     _positions: NamePositions = field(default_factory=NamePositions, repr=False, compare=False)
 
@@ -44,25 +58,63 @@ class PrefixAffinityScorer:
         validate(self.name, PARAMS, self)
 
     def score(self, request: RequestInfo, candidates: Sequence[BackendSnapshot]) -> list[float]:
-        prefix = request.prefix
-        if not prefix:
-            return [0.0] * len(candidates)
-        held = self.index.match(prefix)
+        held = self.held(request)
         if not held:
             return [0.0] * len(candidates)
         cap = load_cap(candidates, 1.0 + self.epsilon)
-        blocks = len(prefix)
+        slot = self.free_slot >= 1
         return [
-            held.get(b.name, 0) / blocks if b.in_flight < b.cap and within_bound(b, cap) else 0.0
+            held.get(b.name, 0.0)
+            if (not slot or b.in_flight < b.cap) and within_bound(b, cap) else 0.0
             for b in candidates
         ]
+
+    def held(self, request: RequestInfo) -> dict[str, float]:
+        """Per backend, the share of the request's prompt blocks it holds from the first:
+        from the KV-event index for backends whose event stream is intact, else from what
+        the balancer sent where."""
+        shares: dict[str, float] = {}
+        if request.prefix:
+            blocks = len(request.prefix)
+            shares = {name: n / blocks for name, n in self.index.match(request.prefix).items()}
+        precise = self.precise
+        if precise is not None and (exact := precise.exact_backends):
+            for name in exact:
+                shares.pop(name, None)
+            if request.token_prefix:
+                blocks = len(request.token_prefix)
+                for name, n in precise.match(request.token_prefix).items():
+                    if name in exact:
+                        shares[name] = n / blocks
+        return shares
+
+    def describe(self, request: RequestInfo,
+                 candidates: Sequence[BackendSnapshot]) -> dict[str, dict[str, object]]:
+        """Why each candidate scores what it does (for ``explain``): where its share of the
+        prompt comes from, the blocks matched, its load and the bound."""
+        held = self.held(request)
+        cap = load_cap(candidates, 1.0 + self.epsilon)
+        exact = self.precise.exact_backends if self.precise is not None else frozenset()
+        out: dict[str, dict[str, object]] = {}
+        for b in candidates:
+            precise = b.name in exact
+            blocks = len(request.token_prefix if precise else request.prefix)
+            share = held.get(b.name, 0.0)
+            out[b.name] = {
+                "index": "precise" if precise else "approximate",
+                "matched_blocks": round(share * blocks),
+                "prompt_blocks": blocks,
+                "in_flight": b.in_flight,
+                "load_bound": cap,
+                "within_bound": within_bound(b, cap),
+                "free_slot": b.in_flight < b.cap,
+            }
+        return out
 
     def preferred(self, request: RequestInfo, backends: Sequence[BackendSnapshot]) -> list[int]:
         """The positions of the backends holding some of the request's prefix (for the
         pipeline's sample in a large region)."""
-        if not request.prefix:
-            return []
-        held = self.index.match(request.prefix)
+        held = self.held(request)
         return self._positions.of(backends, held) if held else []
 
     def on_bind(self, request: RequestInfo, backend: BackendSnapshot) -> None:
