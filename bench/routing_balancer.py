@@ -8,9 +8,10 @@
 Profiles: ``default`` (the balancer's default pipeline; speeds are learned, not told),
 ``round-robin`` (filters model/health/not-tried, no scorer, the round-robin picker, and a
 cap high enough that the balancer never holds a request: plain round robin),
-``completion-time`` (``completion-time`` and ``queue-depth`` scorers, to compare) and
-``outstanding-work`` (the default before the ``size-aware`` scorer: ``outstanding-work``
-and ``queue-depth``, to compare).
+``prefix`` (``least-requests`` and ``prefix-affinity`` at weight 2; with ``--kv-events``,
+its precise index), ``completion-time`` (``completion-time`` and ``queue-depth`` scorers,
+to compare) and ``outstanding-work`` (the default before the ``size-aware`` scorer:
+``outstanding-work`` and ``queue-depth``, to compare).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ PROFILES = {
         picker="round-robin",
         max_concurrency=100_000,
     ),
+    "prefix": BalancerConfig(scorers=(("least-requests", 1.0), ("prefix-affinity", 2.0))),
     "completion-time": BalancerConfig(scorers=(("completion-time", 2.0), ("queue-depth", 1.0))),
     "outstanding-work": BalancerConfig(scorers=(("outstanding-work", 2.0), ("queue-depth", 1.0))),
 }
@@ -78,8 +80,12 @@ def main() -> int:
         metavar="SCORER.NAME=VALUE",
         help="a scorer's parameter, e.g. size-aware.hold=0.5 (repeatable)",
     )
+    parser.add_argument("--kv-events", action="append", default=[],
+                        metavar="NAME=PUB[,REPLAY]",
+                        help="where backend NAME publishes its KV events (repeatable)")
     args = parser.parse_args()
     config = PROFILES[args.profile]
+    events = dict(item.partition("=")[::2] for item in args.kv_events)
     if args.cap is not None:
         config = dataclasses.replace(config, max_concurrency=args.cap)
     if args.scorer_param:
@@ -87,7 +93,9 @@ def main() -> int:
     backends = []
     for item in args.backend:
         name, _, url = item.partition("=")
-        backends.append(BackendSpec(name, url, (MODEL,), config.max_concurrency))
+        pub, _, replay = events.get(name, "").partition(",")
+        backends.append(BackendSpec(name, url, (MODEL,), config.max_concurrency,
+                                    kv_events=pub or None, kv_events_replay=replay or None))
     host, _, port = args.listen.rpartition(":")
     if args.loop == "uvloop":
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -12,7 +12,9 @@ trace, measured in virtual time as ``bench/routing_matrix.py`` measures it, and 
 (``routing_trace.arrivals_at_load``). No balancer is told the speeds or the slots: ours
 learns them (``regions.balancer.capacity``).
 
-Setups: ``ours`` (default profile), ``nginx`` (``least_conn``, ``proxy_buffering off``),
+Setups: ``ours`` (default profile), ``ours-prefix`` (``least-requests`` and
+``prefix-affinity``, its approximate index), ``ours-precise`` (the same, with the
+simulators' KV events: its precise index), ``nginx`` (``least_conn``, ``proxy_buffering off``),
 ``haproxy`` (``leastconn``, ``option http-no-delay``), ``round-robin`` (ours with the
 round-robin picker and no cap), variants ``ours:SCORER.PARAM=VALUE+...``, and
 ``smg:POLICY``, the SGLang Model Gateway with one of its policies (``cache_aware``,
@@ -84,6 +86,8 @@ from routing_procs import (
     start_smg,
 )
 from routing_trace import arrivals_at_load, load_named
+
+from state.ports import free_port
 
 QUICK_CELLS = "slots=16;speeds=mixed;engine=whole;trace=azure-conv;lengths=hidden;load=0.9"
 TAIL_LOAD_S = 60.0  # model seconds of arrivals after the counted ones, to keep the load up
@@ -188,12 +192,21 @@ async def wait_idle(sims: list[Proc], timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
-def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str) -> Proc:
+def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str,
+                kv_events: dict[str, tuple[str, str]] | None = None) -> Proc:
     upstreams = [(p.name, "127.0.0.1", int(p.url.rsplit(":", 1)[1])) for p in sims]
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setup.partition(':')[0]}-", dir=workdir))
-    if setup == "ours" or setup.startswith("ours:"):
-        params = [p for p in setup[5:].split("+") if p]
-        extra = [a for p in params for a in ("--scorer-param", p)]
+    kind, _, variant = setup.partition(":")
+    extra = [a for p in variant.split("+") if p for a in ("--scorer-param", p)]
+    if kind == "ours-prefix":
+        return start_ours(run_dir, "prefix", upstreams, loop, extra)
+    if kind == "ours-precise":
+        if not kv_events:
+            raise ValueError("ours-precise: the simulators publish no KV events")
+        extra += [a for name, (pub, replay) in kv_events.items()
+                  for a in ("--kv-events", f"{name}={pub},{replay}")]
+        return start_ours(run_dir, "prefix", upstreams, loop, extra)
+    if kind == "ours":
         return start_ours(run_dir, "default", upstreams, loop, extra)
     if setup == "round-robin":
         return start_ours(run_dir, "round-robin", upstreams, loop)
@@ -209,13 +222,18 @@ def start_proxy(setup: str, workdir: Path, sims: list[Proc], loop: str) -> Proc:
 class SimFleet:
     """The cell's simulated GPU servers, one process each; ``restart`` gives cold caches."""
 
-    def __init__(self, workdir: Path, servers: list[Server], scale: float) -> None:
+    def __init__(self, workdir: Path, servers: list[Server], scale: float,
+                 kv_events: bool = False) -> None:
         self.workdir, self.servers, self.scale = workdir, servers, scale
         self.procs: list[Proc] = []
+        self.kv_events: dict[str, tuple[str, str]] = {
+            s.name: (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
+            for s in servers} if kv_events else {}
         self.start()
 
     def start(self) -> None:
-        self.procs = [start_simulator(self.workdir, s.name, s.speed, self.scale, s.engine)
+        self.procs = [start_simulator(self.workdir, s.name, s.speed, self.scale, s.engine,
+                                      self.kv_events.get(s.name))
                       for s in self.servers]
 
     def stop(self) -> None:
@@ -254,7 +272,7 @@ def run_one(setup: str, workdir: Path, fleet: SimFleet, arrivals, requests: list
 def _run_one(setup: str, workdir: Path, fleet: SimFleet, arrivals, requests: list[Prepared],
              cell: Cell, args) -> RunStats:
     sims, servers = fleet.procs, fleet.servers
-    proxy = start_proxy(setup, workdir, sims, args.loop)
+    proxy = start_proxy(setup, workdir, sims, args.loop, fleet.kv_events)
     slots = {s.name: s.engine.max_num_seqs for s in servers}
     speeds = {s.name: s.speed for s in servers}
     try:
@@ -418,7 +436,8 @@ def main() -> int:
                 else float(args.time_scale)
             offsets = [random.Random(args.seed + i).randrange(len(trace))
                        for i in range(args.repeats)]
-            fleet = SimFleet(workdir, servers, args.scale)
+            fleet = SimFleet(workdir, servers, args.scale, kv_events=any(
+                s.startswith("ours-precise") for s in setups))
             try:
                 for cell in group:
                     runs: dict[str, list[RunStats]] = {s: [] for s in setups}

@@ -89,19 +89,24 @@ def _wait_port(port: int, process: subprocess.Popen[bytes], name: str, log: Path
 
 
 def start_simulator(workdir: Path, name: str, speed: float, time_scale: float,
-                    engine: EngineConfig | None = None) -> Proc:
+                    engine: EngineConfig | None = None,
+                    kv_events: tuple[str, str] | None = None) -> Proc:
     """One simulated server; ``engine`` sets its slots, KV budget, context length and
-    chunked prefill (the simulator's defaults otherwise)."""
+    chunked prefill (the simulator's defaults otherwise); ``kv_events``: the addresses it
+    publishes its KV events and their replay on."""
     port = free_port()
     log = workdir / f"sim-{name}.log"
     engine = engine or EngineConfig()
     chunk = engine.max_prefill_tokens if engine.chunked_prefill else 0
+    events = ["--kv-events", kv_events[0], "--kv-events-replay", kv_events[1]] \
+        if kv_events else []
     process = _spawn(
         [PYTHON, str(ROOT / "bench" / "routing_sim.py"), "--listen", f"{HOST}:{port}",
          "--name", name, "--speed", str(speed), "--time-scale", str(time_scale),
          "--model", "sim-model", "--max-num-seqs", str(engine.max_num_seqs),
          "--kv-cache-tokens", str(engine.kv_cache_tokens),
-         "--max-model-len", str(engine.max_model_len), "--chunked-prefill", str(chunk)], log)
+         "--max-model-len", str(engine.max_model_len), "--chunked-prefill", str(chunk),
+         *events], log)
     _wait_port(port, process, name, log, 30)
     return Proc(name, process, f"http://{HOST}:{port}", log)
 
