@@ -126,14 +126,14 @@ class KvEventIndex:
                 self.unkeyed_blocks += len(event.block_hashes)
                 return
             parent = known
-        ids = event.token_ids
+        try:
+            data = ids_bytes(event.token_ids)
+        except ValueError:
+            self.unkeyed_blocks += len(event.block_hashes)
+            return
+        width = size * TOKEN_BYTES
         for i, h in enumerate(event.block_hashes):
-            try:
-                data = ids_bytes(ids[i * size:(i + 1) * size])
-            except ValueError:
-                self.unkeyed_blocks += len(event.block_hashes) - i
-                return
-            parent = hash((parent, data))
+            parent = hash((parent, data[i * width:(i + 1) * width]))
             old = keys.get(h)
             if old is not None and old != parent:
                 self._drop_owner(old, backend)
