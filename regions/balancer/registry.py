@@ -10,8 +10,8 @@ and the balancer read the roles from the profile instead of inspecting plugins.
 ``build_profile`` turns names (as a policy file would spell them) into a ``Profile``.
 
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
-``outstanding-work``, ``queue-depth``, ``least-requests`` (the default profile's only
-scorer), ``completion-time``; pickers ``max-score``, ``power-of-two``, ``round-robin``.
+``outstanding-work``, ``queue-depth``, ``least-requests`` (the default profile's, with
+``prefix-affinity`` at weight 2), ``completion-time``; pickers ``max-score``, ``power-of-two``, ``round-robin``.
 Scorer ``latency-ewma``: lowest time to first token (EWMA), unmeasured backends neutral.
 Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics report.
 Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
@@ -52,7 +52,9 @@ from routing import Kind, PluginSpec, PluginTimings, Registry, RegistryError, Ro
 from routing import Profile as CoreProfile
 
 DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
-DEFAULT_SCORERS = (("least-requests", 1.0),)
+# prefix-affinity scores nothing where no backend holds the prompt's first block, so without
+# shared prefixes the default orders exactly as least-requests alone
+DEFAULT_SCORERS = (("least-requests", 1.0), ("prefix-affinity", 2.0))
 DEFAULT_PICKER = "max-score"
 DEFAULT_SAMPLE = 8
 

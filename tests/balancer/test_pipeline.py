@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.registry import (
@@ -19,8 +21,8 @@ from routing import Kind, PluginSpec, RegistryError
 from tests.balancer.helpers import req, snap
 
 
-def profile(scorers=DEFAULT_SCORERS):
-    return build_profile(register_builtin_plugins(Registry()), rng=random.Random(0),
+def profile(scorers=DEFAULT_SCORERS, rng=None):
+    return build_profile(register_builtin_plugins(Registry()), rng=rng or random.Random(0),
                          scorers=scorers)
 
 
@@ -99,11 +101,28 @@ def test_scorer_params_reach_the_scorer_and_bad_ones_are_named() -> None:
         build_profile(registry, scorer_params={"latency-ewma": {"alpha": 0.5}})
 
 
-def test_the_default_profile_is_least_requests_behind_the_filters() -> None:
+def test_the_default_profile_is_least_requests_and_prefix_affinity_behind_the_filters(
+) -> None:
     region = RegionSnapshot((snap("a", 0, in_flight=3), snap("b", 1, in_flight=1, cap=2),
                              snap("c", 2, in_flight=2)), 1)
     decision = profile().run(region, req(), explain=True)
     steps = decision.to_json()["steps"]
     assert [s["plugin"] for s in steps] == [
-        "model", "health", "not-tried", "capacity", "least-requests", "max-score"]
+        "model", "health", "not-tried", "capacity", "least-requests", "prefix-affinity",
+        "max-score"]
     assert decision.chosen is not None and decision.chosen.name == "b"  # fewest, not freest
+
+
+@settings(max_examples=200, deadline=None)
+@given(loads=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+       prefix=st.lists(st.integers(), max_size=6), seed=st.integers(0, 1000))
+def test_without_a_shared_prefix_the_default_orders_as_least_requests_alone(
+        loads, prefix, seed) -> None:
+    """Nothing held: prefix-affinity scores nothing, and the default picks what
+    least-requests alone picks, tie-breaks included."""
+    region = RegionSnapshot(tuple(snap(f"b{i}", i, in_flight=f, cap=64)
+                                  for i, f in enumerate(loads)), 1)
+    request = req(prefix=tuple(prefix))
+    with_affinity = profile(rng=random.Random(seed)).run(region, request)
+    alone = profile((("least-requests", 1.0),), rng=random.Random(seed)).run(region, request)
+    assert with_affinity.chosen == alone.chosen
