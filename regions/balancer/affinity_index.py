@@ -10,17 +10,17 @@ server would evict them. ``record`` runs when a request is bound to a backend; i
 the request's blocks last to first, so a prefix's head is always more recent than its tail
 and is forgotten after it, as vLLM frees a request's blocks tail first.
 
-``match(prefix)`` gives, per backend, how many leading blocks of ``prefix`` it holds: the
-longest run from the first block that the backend holds whole, as a server's own prefix
-lookup stops at its first miss. It walks the blocks once for all backends and stops when
-no backend holds the next one. Reading never changes the order (the scorer stays a pure
-read).
+``match(prefix)`` gives, per backend, how many leading blocks of ``prefix`` it holds whole
+(``block_owners.BlockOwners.match``). Reading never changes the order (the scorer stays a
+pure read).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+
+from regions.balancer.block_owners import BlockOwners
 
 DEFAULT_BLOCKS = 27_000  # 432,000 KV tokens in 16-token blocks: an 8B model on an 80 GB GPU
 
@@ -32,7 +32,7 @@ class AffinityIndex:
         if blocks_per_backend < 1:
             raise ValueError("affinity index: blocks_per_backend must be >= 1")
         self.default_blocks = blocks_per_backend
-        self._owners: dict[int, set[str]] = {}
+        self._owners = BlockOwners()
         self._lru: dict[str, OrderedDict[int, None]] = {}
         self._capacity: dict[str, int] = {}
 
@@ -60,39 +60,23 @@ class AffinityIndex:
         lru = self._lru.get(backend)
         if lru is None:
             lru = self._lru[backend] = OrderedDict()
-        owners = self._owners
+        add = self._owners.add
         for h in reversed(prefix):
             if h in lru:
                 lru.move_to_end(h)
             else:
                 lru[h] = None
-                holders = owners.get(h)
-                if holders is None:
-                    owners[h] = {backend}
-                else:
-                    holders.add(backend)
+                add(h, backend)
         self._trim(backend)
 
     def match(self, prefix: Sequence[int]) -> dict[str, int]:
         """Leading blocks of ``prefix`` each backend holds (absent: none)."""
-        held: dict[str, int] = {}
-        owners = self._owners
-        alive: set[str] | None = None
-        for i, h in enumerate(prefix, start=1):
-            holders = owners.get(h)
-            if not holders:
-                break
-            alive = set(holders) if alive is None else alive & holders
-            if not alive:
-                break
-            for name in alive:
-                held[name] = i
-        return held
+        return self._owners.match(prefix)
 
     def forget(self, backend: str) -> None:
         """Drop everything ``backend`` holds (it left the region, or restarted)."""
         for h in self._lru.pop(backend, ()):
-            self._drop_owner(h, backend)
+            self._owners.drop(h, backend)
 
     def _trim(self, backend: str) -> None:
         lru = self._lru.get(backend)
@@ -101,11 +85,4 @@ class AffinityIndex:
         excess = len(lru) - self.capacity(backend)
         for _ in range(max(excess, 0)):
             h, _ = lru.popitem(last=False)
-            self._drop_owner(h, backend)
-
-    def _drop_owner(self, h: int, backend: str) -> None:
-        holders = self._owners.get(h)
-        if holders is not None:
-            holders.discard(backend)
-            if not holders:
-                del self._owners[h]
+            self._owners.drop(h, backend)

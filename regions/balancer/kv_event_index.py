@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from engines.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from engines.sim_tokens import TOKEN_BYTES, ids_bytes, stream_bytes
+from regions.balancer.block_owners import BlockOwners
 
 ROOT = 0
 DEFAULT_KV_BLOCK_SIZE = 16  # vLLM's on CUDA, until a server's events say otherwise
@@ -44,7 +45,7 @@ class KvEventIndex:
     """Block key -> backends holding it, maintained from each backend's KV events."""
 
     def __init__(self) -> None:
-        self._owners: dict[int, set[str]] = {}
+        self._owners = BlockOwners()
         self._keys: dict[str, dict[int | bytes, int]] = {}  # backend: server hash -> key
         self._exact: set[str] = set()
         self.block_size: int | None = None  # as the events say
@@ -75,7 +76,7 @@ class KvEventIndex:
 
     def forget(self, backend: str) -> None:
         for key in self._keys.pop(backend, {}).values():
-            self._drop_owner(key, backend)
+            self._owners.drop(key, backend)
 
     def apply(self, backend: str, events: Iterable[KvEvent]) -> None:
         """Apply one batch of ``backend``'s events, in order."""
@@ -91,27 +92,14 @@ class KvEventIndex:
                 for h in event.block_hashes:
                     key = keys.pop(h, None)
                     if key is not None:
-                        self._drop_owner(key, backend)
+                        self._owners.drop(key, backend)
             elif isinstance(event, AllBlocksCleared):
                 self.forget(backend)
                 keys = self._keys.setdefault(backend, {})
 
     def match(self, keys: Sequence[int]) -> dict[str, int]:
-        """Leading blocks of ``keys`` each backend holds, whole from the first (absent:
-        none)."""
-        held: dict[str, int] = {}
-        owners = self._owners
-        alive: set[str] | None = None
-        for i, key in enumerate(keys, start=1):
-            holders = owners.get(key)
-            if not holders:
-                break
-            alive = set(holders) if alive is None else alive & holders
-            if not alive:
-                break
-            for name in alive:
-                held[name] = i
-        return held
+        """Leading blocks of ``keys`` each backend holds, whole from the first."""
+        return self._owners.match(keys)
 
     def _stored(self, backend: str, keys: dict[int | bytes, int], event: BlockStored) -> None:
         size = event.block_size
@@ -136,13 +124,6 @@ class KvEventIndex:
             parent = hash((parent, data[i * width:(i + 1) * width]))
             old = keys.get(h)
             if old is not None and old != parent:
-                self._drop_owner(old, backend)
+                self._owners.drop(old, backend)
             keys[h] = parent
-            self._owners.setdefault(parent, set()).add(backend)
-
-    def _drop_owner(self, key: int, backend: str) -> None:
-        holders = self._owners.get(key)
-        if holders is not None:
-            holders.discard(backend)
-            if not holders:
-                del self._owners[key]
+            self._owners.add(parent, backend)

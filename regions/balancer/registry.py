@@ -11,7 +11,8 @@ and the balancer read the roles from the profile instead of inspecting plugins.
 
 Built-in names: filters ``model``, ``health``, ``not-tried``, ``capacity``; scorers
 ``outstanding-work``, ``queue-depth``, ``least-requests`` (the default profile's, with
-``prefix-affinity`` at weight 2), ``completion-time``; pickers ``max-score``, ``power-of-two``, ``round-robin``.
+``prefix-affinity`` at weight 2), ``completion-time``; pickers ``max-score``,
+``power-of-two``, ``round-robin``.
 Scorer ``latency-ewma``: lowest time to first token (EWMA), unmeasured backends neutral.
 Scorer ``scraped-load``: freest KV cache and shortest queue the servers' metrics report.
 Scorers ``prefix-affinity`` (KV cache reuse), ``session-affinity`` (rendezvous, bounded
