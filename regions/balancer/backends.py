@@ -342,6 +342,7 @@ class BackendPool:
                 # what _view builds for a steady backend (not ejected, no slow start, a
                 # learned rate), inlined: one is built on every lease and release
                 ttft, scraped, capacity = b.ttft, b.scraped, b.cap_now
+                spt_base, spt_slope = b.spt or _NO_SPT
                 cap = guess if capacity.slots is None else capacity.slots
                 prefetch = self._limit(b, capacity) - cap
                 views[i] = BackendSnapshot(
@@ -364,8 +365,9 @@ class BackendPool:
                     scraped.kv_usage,
                     b.prefill_tokens,
                     capacity.slots is not None,  # cap_known
-                    *(b.spt or _NO_SPT),  # spt_base, spt_slope
-                    scraped.kv_tokens,  # type: ignore[call-arg]
+                    spt_base,
+                    spt_slope,
+                    scraped.kv_tokens,
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -408,6 +410,7 @@ class BackendPool:
                 prefetch = 0  # a returning backend ramps carefully
                 valid_until = min(valid_until, now + ramp / 16)
         rate, ttft, scraped = b.rate.value, b.ttft, b.scraped
+        spt_base, spt_slope = b.spt or _NO_SPT
         # positional, in field order: keyword arguments cost three times as much, and a view
         # is built on every lease and release
         view = BackendSnapshot(
@@ -430,8 +433,9 @@ class BackendPool:
             scraped.kv_usage,
             b.prefill_tokens,
             capacity.slots is not None,  # cap_known
-            *(b.spt or _NO_SPT),  # spt_base, spt_slope
-            scraped.kv_tokens,  # type: ignore[call-arg]
+            spt_base,
+            spt_slope,
+            scraped.kv_tokens,
         )
         return view, valid_until
 

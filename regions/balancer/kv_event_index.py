@@ -19,6 +19,7 @@ publisher restarted, the connection dropped) is forgotten and marked not ``exact
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from engines.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from engines.sim_tokens import TOKEN_BYTES, ids_bytes, stream_bytes
@@ -59,8 +60,10 @@ class KvEventIndex:
         return backend in self._exact
 
     @property
-    def exact_backends(self) -> frozenset[str]:
-        return frozenset(self._exact)
+    def exact_backends(self) -> AbstractSet[str]:
+        """The backends whose streams are intact: a live read-only view (read on every
+        request, so not copied)."""
+        return self._exact
 
     def blocks_of(self, backend: str) -> int:
         return len(self._keys.get(backend, ()))

@@ -31,6 +31,7 @@ even toward a backend whose slots are all taken).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from regions.balancer.affinity_index import AffinityIndex
@@ -62,12 +63,12 @@ class PrefixAffinityScorer:
         if not held:
             return [0.0] * len(candidates)
         cap = load_cap(candidates, 1.0 + self.epsilon)
-        slot = self.free_slot >= 1
-        return [
-            held.get(b.name, 0.0)
-            if (not slot or b.in_flight < b.cap) and within_bound(b, cap) else 0.0
-            for b in candidates
-        ]
+        return [held.get(b.name, 0.0) if self._eligible(b, cap) else 0.0 for b in candidates]
+
+    def _eligible(self, b: BackendSnapshot, cap: int) -> bool:
+        """Affinity may send ``b`` one more request: within the load bound and, unless
+        ``free_slot`` is 0, with a slot free."""
+        return (self.free_slot < 1 or b.in_flight < b.cap) and within_bound(b, cap)
 
     def held(self, request: RequestInfo) -> dict[str, float]:
         """Per backend, the share of the request's prompt blocks it holds from the first:
@@ -94,7 +95,8 @@ class PrefixAffinityScorer:
         prompt comes from, the blocks matched, its load and the bound."""
         held = self.held(request)
         cap = load_cap(candidates, 1.0 + self.epsilon)
-        exact = self.precise.exact_backends if self.precise is not None else frozenset()
+        exact: AbstractSet[str] = (self.precise.exact_backends if self.precise is not None
+                                   else frozenset())
         out: dict[str, dict[str, object]] = {}
         for b in candidates:
             precise = b.name in exact
@@ -108,6 +110,7 @@ class PrefixAffinityScorer:
                 "load_bound": cap,
                 "within_bound": within_bound(b, cap),
                 "free_slot": b.in_flight < b.cap,
+                "eligible": self._eligible(b, cap),
             }
         return out
 
