@@ -383,11 +383,10 @@ class Scheduler:
         seq.held = upto
         if self.record_events and seq.blocks is not None:
             for a, b in runs:
-                first = start + a
-                ids = [t for i in range(first, start + b) for t in seq.blocks.token_ids(i)]
+                first, end = start + a, start + b
                 self.kv_events.append(StoredBlocks(
-                    hashes[first:start + b], hashes[first - 1] if first else None,
-                    tuple(ids), bs))
+                    hashes[first:end], hashes[first - 1] if first else None,
+                    tuple(seq.blocks.token_ids(first, end)), bs))
 
     def _release(self, seq: Sequence) -> None:
         if self.prefix is not None and seq.held:

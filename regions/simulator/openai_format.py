@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engines.sim_tokens import chat_stream, completion_stream
+from engines.sim_tokens import CHARS_PER_TOKEN, TEMPLATE_CHARS, chat_stream, completion_stream
 from regions.simulator.errors import ModelNotFoundError, RequestError
 
-CHARS_PER_TOKEN = 4
-CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_PER_MESSAGE = TEMPLATE_CHARS // CHARS_PER_TOKEN  # the chat template's tokens
 DEFAULT_COMPLETION_TOKENS = 16
 DEFAULT_CHAT_TOKENS = 256
 EMBEDDING_DIM = 64

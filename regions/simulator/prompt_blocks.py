@@ -32,10 +32,11 @@ class PromptBlocks:
     block_size: int
     hashes: tuple[int, ...]
 
-    def token_ids(self, block: int) -> list[int]:
-        """The token ids of block ``block`` (for a ``BlockStored`` event)."""
+    def token_ids(self, first: int, end: int) -> list[int]:
+        """The token ids of blocks ``first`` to ``end`` (excluded), for a ``BlockStored``
+        event."""
         width = self.block_size * TOKEN_BYTES
-        return token_ids(self.data[block * width:(block + 1) * width])
+        return token_ids(self.data[first * width:end * width])
 
 
 def prompt_blocks(stream: str, block_size: int, seed: bytes = _SEED) -> PromptBlocks:

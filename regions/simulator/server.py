@@ -24,7 +24,6 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.sim_tokens import CHARS_PER_TOKEN
 from regions.simulator import openai_format as oai
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
@@ -169,9 +168,8 @@ async def _admit(
         if state.running + state.waiting >= limit:
             raise OverloadedError("Model is overloaded")
     config = ctx.engine.config
-    blocks = None
-    if config.prefix_caching and len(req.token_stream) >= config.block_size * CHARS_PER_TOKEN:
-        blocks = prompt_blocks(req.token_stream, config.block_size)
+    blocks = prompt_blocks(req.token_stream, config.block_size) if config.prefix_caching \
+        else None
     return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks)
 
 

@@ -51,7 +51,7 @@ def test_equal_prefixes_hash_equal_and_a_hash_names_the_whole_prefix() -> None:
     assert set(c.hashes[1:]).isdisjoint(a.hashes)
     # only full blocks are hashed; each has block_size token ids
     assert len(prompt_blocks(text(1, 2.5), 16).hashes) == 2
-    assert len(a.token_ids(0)) == 16
+    assert len(a.token_ids(0, 1)) == 16
 
 
 def test_a_chat_that_grows_by_messages_keeps_its_earlier_blocks() -> None:
