@@ -210,11 +210,18 @@ class MergedNetworks:
                 ranges.append((value | half) << shift | (depth + 1) << 16 | b)
             return -1
 
-        top = walk(ipv4_start if version == 4 else 0, 0, 0)
-        if top >= 0:
-            ranges.append(top)
-        classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
-        return NetworkMap(sorted(ranges), classes, fields_of, version)
+        try:
+            top = walk(ipv4_start if version == 4 else 0, 0, 0)
+            if top >= 0:
+                ranges.append(top)
+            classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
+            return NetworkMap(sorted(ranges), classes, fields_of, version)
+        finally:
+            # the recursive closures hold these in a reference cycle: emptied here, they are
+            # freed now, not at the next full collection (a 200 ms pause of the server)
+            record_ids.clear()
+            field_ids.clear()
+            del ranges[:]
 
     def class_of(self, location: Location) -> Hashable:
         """The class of a located address (memoised by its fields, like the walk's)."""

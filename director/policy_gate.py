@@ -27,14 +27,15 @@ from policies.loader import (
     read_file,
     sources_of,
 )
-from policies.model import Soa, Zone
+from policies.model import Capacity, Service, Soa, Zone
 from state.records import PolicyRecord
 
 MAX_REPORTED_VIOLATIONS = 20
-PROOFS_KEPT = 16
+PROOFS_KEPT = 64  # service proofs
 _PROOFS: dict[tuple, EngineProof] = {}
 _PROOFS_LOCK = threading.Lock()
 _ZONE = Zone("", 0.0, Soa("", "", None, 0.0, 0.0, 0.0, 0.0), (), ())  # in every proof key
+_CAPACITY = Capacity(0.0)
 
 
 @dataclass(frozen=True)
@@ -86,26 +87,48 @@ def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False)
 
 
 def engine_proof(policy: Policy) -> EngineProof:
-    """``run_engine_proof(policy)``, remembered for the policies that differ from one
-    proven before only in what no decision reads (``proof_key``): a TTL or SOA edit is
-    adopted in milliseconds, not after another run of thousands of decisions."""
-    key = (run_engine_proof, proof_key(policy))  # per proof implementation, too
+    """``run_engine_proof(policy)``, one service at a time, each service's part remembered
+    under ``service_proof_key``: an edit that no decision reads (TTLs, SOA, endpoints, GPU
+    servers, health checks) is adopted in milliseconds, and an edit of one service runs the
+    decisions of that service alone."""
+    parts = [_service_proof(service_proof_key(policy, service))
+             for service in policy.services if service.residency]
+    return EngineProof(tuple(v for part in parts for v in part.violations),
+                       tuple(s for part in parts for s in part.services),
+                       sum(part.seconds for part in parts))
+
+
+def _service_proof(key: Policy) -> EngineProof:
+    memo_key = (run_engine_proof, key)  # per proof implementation, too
     with _PROOFS_LOCK:
-        proof = _PROOFS.get(key)
+        proof = _PROOFS.get(memo_key)
     if proof is None:
-        proof = run_engine_proof(policy)
+        proof = run_engine_proof(key)
         with _PROOFS_LOCK:
             if len(_PROOFS) >= PROOFS_KEPT:
                 del _PROOFS[next(iter(_PROOFS))]
-            _PROOFS[key] = proof
+            _PROOFS[memo_key] = proof
     return proof
 
 
 def proof_key(policy: Policy) -> Policy:
-    """``policy`` without what the engine only copies into answers (the zone's SOA, name
-    servers and TTL, the services' TTLs): equal keys, equal engine proofs."""
-    return replace(policy, zone=_ZONE, services=tuple(
-        replace(service, ttl=0.0, degraded_ttl=0.0) for service in policy.services))
+    """``policy`` without what the engine only copies into answers or never reads (the
+    zone's SOA, name servers and TTL, the services' TTLs, the regions' endpoints, GPU
+    servers and capacity, health checks): equal keys, equal engine proofs."""
+    return replace(
+        policy, zone=_ZONE, healthchecks=(),
+        regions=tuple(replace(region, endpoints_v4=(), endpoints_v6=(), gpus=(),
+                              capacity=_CAPACITY, healthcheck=None)
+                      for region in policy.regions),
+        services=tuple(replace(service, ttl=0.0, degraded_ttl=0.0, healthcheck=None)
+                       for service in policy.services))
+
+
+def service_proof_key(policy: Policy, service: Service) -> Policy:
+    """``proof_key`` of ``policy`` cut to ``service`` and the regions it names: what the
+    engine reads to decide for ``service``, so equal keys give equal proofs of it."""
+    key = proof_key(replace(policy, services=(service,)))
+    return replace(key, regions=tuple(r for r in key.regions if r.name in service.regions))
 
 
 def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,

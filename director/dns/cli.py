@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from director import policy_gate
 from director.dns.app import DnsApp
+from director.dns.heap import settle_when_ready
 from director.dns.metrics import DnsStats, serve_metrics
 from director.dns.ratelimit import RrlMode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
@@ -122,6 +123,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         server = DnsServer(app, config, sockets)
         await server.start()
+        settle_when_ready(app.map_ready)
         stack.push_async_callback(server.stop)
         if metrics_listen:
             host, port = serve_metrics(metrics_listen, app.stats.snapshot)

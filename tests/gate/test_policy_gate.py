@@ -120,16 +120,33 @@ def test_no_path_loads_a_policy_around_the_gate() -> None:
     assert _calls(ROOT / "director" / "policy_gate.py")  # the scan sees calls where they are
 
 
-def test_a_ttl_edit_reuses_the_engine_proof_and_a_routing_edit_does_not() -> None:
+def test_edits_no_decision_reads_reuse_the_proof_and_a_service_edit_reruns_that_service(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     sources = read_sources(str(EXAMPLE))
+    runs: list[tuple[str, ...]] = []
+    real = policy_gate.run_engine_proof
+
+    def counted(policy: policy_gate.Policy, **kwargs: object) -> policy_gate.EngineProof:
+        runs.append(tuple(service.name for service in policy.services))
+        return real(policy)
+
+    monkeypatch.setattr(policy_gate, "run_engine_proof", counted)
+
+    def edited(old: str, new: str) -> policy_gate.Policy:
+        assert old in sources.text
+        return policy_gate.load_text(sources.text.replace(old, new, 1), sources.name,
+                                     sources.files)
+
     base = policy_gate.load_text(sources.text, sources.name, sources.files)
-    ttl = policy_gate.load_text(sources.text.replace("    ttl 5s  #", "    ttl 9s  #"),
-                                sources.name, sources.files)
-    steer = policy_gate.load_text(sources.text.replace("steer latency geo", "steer geo", 1),
-                                  sources.name, sources.files)
+    proved = len(runs)
+    ttl = edited("    ttl 5s  #", "    ttl 9s  #")
+    address = edited("    endpoints 127.0.2.1\n", "    endpoints 127.0.2.9\n")
     assert ttl.service("chat.infer.example.com").ttl == 9
     assert policy_gate.proof_key(ttl) == policy_gate.proof_key(base)
+    assert policy_gate.proof_key(address) == policy_gate.proof_key(base)
+    assert len(runs) == proved  # nothing the engine reads changed: no decision ran
+    steer = edited("steer latency geo", "steer geo")
     assert policy_gate.proof_key(steer) != policy_gate.proof_key(base)
-    assert policy_gate.engine_proof(ttl) is policy_gate.engine_proof(base)
-    assert policy_gate.engine_proof(steer) is not policy_gate.engine_proof(base)
-
+    assert runs[proved:] == [("chat.infer.example.com",)]
+    whole = real(steer)
+    assert policy_gate.engine_proof(steer).services == whole.services
