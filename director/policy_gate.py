@@ -114,9 +114,10 @@ def _service_proof(key: Policy) -> EngineProof:
 def proof_key(policy: Policy) -> Policy:
     """``policy`` without what the engine only copies into answers or never reads (the
     zone's SOA, name servers and TTL, the services' TTLs, the regions' endpoints, GPU
-    servers and capacity, health checks): equal keys, equal engine proofs."""
+    servers and capacity, health checks; the tenants, which only the regional balancers
+    read): equal keys, equal engine proofs."""
     return replace(
-        policy, zone=_ZONE, healthchecks=(),
+        policy, zone=_ZONE, healthchecks=(), tenants=(), identity=None,
         regions=tuple(replace(region, endpoints_v4=(), endpoints_v6=(), gpus=(),
                               capacity=_CAPACITY, healthcheck=None)
                       for region in policy.regions),

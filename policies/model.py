@@ -214,6 +214,68 @@ class Service:
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 
+class RedisDown(enum.Enum):
+    """What a tenant's quota does while the shared state cannot be reached."""
+
+    OPEN = "open"  # admit within the balancer's local limits
+    CLOSED = "closed"  # refuse with 503 until the shared state is back
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    """Limits enforced jointly by every balancer of the deployment (None: unlimited)."""
+
+    requests_per_minute: float | None = None
+    input_tokens_per_minute: float | None = None
+    output_tokens_per_minute: float | None = None
+    concurrent: int | None = None
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """Who sends requests: identified by API key or JWT at the regional balancer.
+
+    ``weight``: its share in the region queue's fair queuing; ``priority``: its strict tier
+    (higher first, with aging); ``services``/``models``: what it may use (empty: all);
+    ``regions``: a residency override that may only narrow what the service allows (empty:
+    none); ``reserve``: the share of a region's capacity kept for it while it has demand.
+    """
+
+    name: str
+    weight: float = 1.0
+    priority: int = 0
+    quota: TenantQuota = field(default_factory=TenantQuota)
+    services: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    redis_down: RedisDown = RedisDown.OPEN
+    reserve: float = 0.0
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class JwtIdentity:
+    """JWTs verified against a JWKS (a file path, or an https URL), with the claim naming the
+    tenant; ``issuer`` and ``audience`` are checked when set."""
+
+    jwks: str
+    issuer: str | None = None
+    audience: str | None = None
+    tenant_claim: str = "tenant"
+    leeway: float = 0.0  # seconds of clock skew allowed on exp/nbf/iat
+
+
+@dataclass(frozen=True)
+class Identity:
+    """How the regional balancers identify tenants: API keys (kept hashed in the shared
+    state, managed through the admin API) and/or JWTs. A policy without an ``identity``
+    block identifies nobody and serves every request as today."""
+
+    api_keys: bool = True
+    jwt: JwtIdentity | None = None
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
 @dataclass(frozen=True)
 class Policy:
     zone: Zone
@@ -222,7 +284,15 @@ class Policy:
     regions: tuple[Region, ...]
     services: tuple[Service, ...]
     stale_after: float  # state older than this is stale (fail-static bound)
+    tenants: tuple[Tenant, ...] = ()
+    identity: Identity | None = None  # None: requests are not identified
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+    def tenant(self, name: str) -> Tenant | None:
+        for tenant in self.tenants:
+            if tenant.name == name:
+                return tenant
+        return None
 
     def region(self, name: str) -> Region:
         for region in self.regions:
