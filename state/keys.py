@@ -11,6 +11,8 @@ can share one server)::
     {p}:policy                        hash  text, version, timestamp of the active policy
     {p}:drain                         hash  field "{region}" or "{region}/{gpu}" -> set-at
                                       timestamp, or "{set-at} until {end}" for a ttl
+    {p}:tenant-keys                   hash  field key id -> JSON of the tenant API key
+                                      (tenant, SHA-256 of its secret, label, created)
     {p}:changes                       pub/sub channel; each message is the key that changed
 
 Region and GPU server names never contain ``:`` or ``|`` (the policy grammar's identifiers).
@@ -58,6 +60,10 @@ class Keys:
     @property
     def policy(self) -> str:
         return f"{self.prefix}:policy"
+
+    @property
+    def tenant_keys(self) -> str:
+        return f"{self.prefix}:tenant-keys"
 
     @property
     def drain(self) -> str:
