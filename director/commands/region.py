@@ -230,6 +230,7 @@ def serve(
                 overflow=overflow_config,
                 follow_policy=FollowPolicy(shared, policy_gate.load_record)
                 if follow_policy and shared is not None else None,
+                policy=accepted,
             )
         )
 

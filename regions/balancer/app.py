@@ -74,7 +74,8 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
-from regions.balancer.types import Endpoint
+from regions.balancer.tenancy import Tenancy, caller
+from regions.balancer.types import Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
@@ -135,6 +136,7 @@ class Balancer:
         capacity_rps: float | None = None,
         overflow: OverflowConfig | None = None,
         follow_policy: FollowPolicy | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -195,7 +197,9 @@ class Balancer:
             self.metrics,
             self.connections.upstreams,
             clock,
+            admit=self._admit,
         )
+        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused)
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
@@ -231,6 +235,11 @@ class Balancer:
     def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
             self.arrivals.arrived()
+            if self.tenancy.enabled:
+                checked = await self.tenancy.check(request)
+                if isinstance(checked, web.Response):
+                    return checked
+                request = checked
             overflowed = Overflow.marked(request)  # one hop only: never overflowed again
             request = strip_marker(request)
             if self.residency is not None:
@@ -253,6 +262,10 @@ class Balancer:
             return response
 
         return handler
+
+    async def _admit(self, request: web.Request, info: RequestInfo) -> web.Response | None:
+        """The tenant's refusal of a parsed request, or None to serve it."""
+        return self.tenancy.model_refusal(caller(request), info.model)
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)
@@ -284,6 +297,9 @@ class Balancer:
             store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
             self.link = self._new_link(store)
             await self.link.start()
+        if self.link is not None:
+            self.tenancy.attach(self.link.store)
+        await self.tenancy.__aenter__()
         runner = web.AppRunner(
             self.app,
             handler_cancellation=True,
@@ -308,6 +324,7 @@ class Balancer:
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
+        await self.tenancy.__aexit__(None, None, None)
         if self.link is not None:
             link, self.link = self.link, None
             await link.stop()
@@ -367,7 +384,8 @@ class Balancer:
         )
 
     def apply_policy(self, policy: Policy, version: int | None = None) -> PoolChange | None:
-        """Serve ``policy``'s GPU servers for this region (see ``policy_follow``)."""
+        """Serve ``policy``'s GPU servers for this region (see ``policy_follow``) and
+        identify its tenants."""
         return self.policy_follow.apply(policy, version)
 
     def set_healthy(self, backend: str, healthy: bool) -> None:
@@ -592,6 +610,7 @@ def build_balancer(
     capacity_rps: float | None = None,
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
+    policy: Policy | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
@@ -600,7 +619,8 @@ def build_balancer(
     policy's region capacity) is what the published utilization is relative to;
     ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
     ``follow_policy`` applies the stored policy's GPU servers live (each version through
-    its ``load``, the policy gate)."""
+    its ``load``, the policy gate); ``policy``: whose ``identity`` and ``tenants`` the
+    balancer enforces (``tenancy``)."""
     return Balancer(
         region_name,
         backends,
@@ -613,6 +633,7 @@ def build_balancer(
         capacity_rps=capacity_rps,
         overflow=overflow,
         follow_policy=follow_policy,
+        policy=policy,
     )
 
 
@@ -629,6 +650,7 @@ async def serve(
     capacity_rps: float | None = None,
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
+    policy: Policy | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
     balancer = build_balancer(
@@ -642,6 +664,7 @@ async def serve(
         capacity_rps=capacity_rps,
         overflow=overflow,
         follow_policy=follow_policy,
+        policy=policy,
     )
     async with balancer:
         if ready is not None:

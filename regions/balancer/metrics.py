@@ -14,6 +14,7 @@
 - ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
+- ``director_balancer_auth_refused_total{reason}``: requests refused by tenant identity;
 - with overflow on, ``director_balancer_overflow_total{outcome,sibling}``: what would have
   been shed, by outcome (``redirect``, ``proxy``, ``unreachable``, ``none-allowed``).
 """
@@ -136,6 +137,13 @@ class BalancerMetrics:
             "director_balancer_residency_refused",
             "Requests refused because this region may not serve the client",
             ["service"],
+            registry=r,
+        )
+        self.auth_refused = Counter(
+            "director_balancer_auth_refused",
+            "Requests refused by tenant identity, by reason (401 credentials, 403 service "
+            "or model)",
+            ["reason"],
             registry=r,
         )
         self.client_gone = Counter(

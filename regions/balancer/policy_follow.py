@@ -34,6 +34,7 @@ from regions.balancer.overflow import Overflow
 from regions.balancer.pool_update import PoolChange, apply_specs, idle_retired, remove, retiring
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.shared_state import SharedStateConfig
+from regions.balancer.tenancy import Tenancy
 from state.aio import AsyncStateStore
 from state.policy_follower import PolicyFollower, RecordLoader
 from state.tasks import cancel_and_wait
@@ -53,6 +54,8 @@ class FollowedBalancer(Protocol):
 
     @property
     def region(self) -> str: ...
+    @property
+    def tenancy(self) -> Tenancy: ...
     @property
     def config(self) -> _PinsCapacity: ...
     @property
@@ -118,6 +121,7 @@ class PolicyFollow:
         """Serve ``policy``'s GPU servers for this region; None when it cannot (logged).
         Runs on the balancer's event loop (it may start background tasks)."""
         b = self.balancer
+        b.tenancy.apply_policy(policy)
         try:
             region = policy.region(b.region)
         except KeyError:

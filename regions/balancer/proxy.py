@@ -26,7 +26,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -88,8 +88,11 @@ class Proxy:
         metrics: BalancerMetrics,
         upstreams: dict[str, UpstreamPool],
         clock: Callable[[], float],
+        admit: Callable[[web.Request, RequestInfo], Awaitable[web.Response | None]]
+        | None = None,
     ) -> None:
         self.settings = settings
+        self.admit = admit  # the tenant's refusal of a parsed request (model, quota), if any
         self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
@@ -151,6 +154,10 @@ class Proxy:
         except RequestRejected as exc:
             error_type = "invalid_request_error"
             return error_response(exc.status, exc.message, error_type, param=exc.param)
+        if self.admit is not None:
+            refusal = await self.admit(request, info)
+            if refusal is not None:
+                return refusal
         start = self.clock()
         path = request.rel_url.path_qs
         headers = upstream_request_headers(request.headers)

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from policies.model import Policy
 from regions.balancer import (
     BackendSpec,
     Balancer,
@@ -76,13 +77,15 @@ async def stack(
     config: BalancerConfig | None = None,
     shared_state: SharedStateConfig | None = None,
     capacity_rps: float | None = None,
+    policy: Policy | None = None,
 ) -> AsyncIterator[tuple[Fleet, Balancer, aiohttp.ClientSession]]:
     """A simulated fleet (``gpu0``, ``gpu1``, ...), a balancer in front, a client session."""
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=s) for i, s in enumerate(speeds)]
     async with Fleet(specs, time_scale=time_scale) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), cap) for s in fleet]
         balancer = build_balancer("test-region", backends, config=config,
-                                  shared_state=shared_state, capacity_rps=capacity_rps)
+                                  shared_state=shared_state, capacity_rps=capacity_rps,
+                                  policy=policy)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             yield fleet, balancer, client
 

@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Who may send a request to this region: the policy's ``identity`` and ``tenants``.
+
+``Tenancy.check`` runs before anything else of a request: a missing or bad credential is
+answered 401 with an OpenAI-style error body (``invalid_api_key``) and never proxied; a
+tenant asking for a service (the Host) or a model it may not use gets 403. Refusals are
+counted by reason (``director_balancer_auth_refused_total``) and logged with the reason,
+never with the credential. The identified tenant travels with the request
+(``request[TENANT]``), and director's credential is not forwarded to the GPU servers.
+
+A policy without ``identity`` makes ``Tenancy`` a no-op: every request is served as before.
+API keys live in the shared state (``tenants.api_keys.KeyTable``, followed live); JWTs are
+verified against the JWKS the policy names (``tenants.jwt_auth``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from policies.model import Policy, Tenant
+from state.aio import AsyncStateStore
+from tenants.api_keys import KeyTable
+from tenants.identify import Identified, Identifier, Refused
+from tenants.jwt_auth import JwtVerifier
+
+TENANT = web.RequestKey("director.tenant", Identified)  # the identified caller
+CREDENTIAL_HEADERS = ("Authorization", "api-key")
+
+log = logging.getLogger(__name__)
+
+
+class Tenancy:
+    """Identity checks of one balancer; an async context manager (it follows the keys)."""
+
+    def __init__(self, policy: Policy | None, store: AsyncStateStore | None,
+                 counter: Any = None, base_dir: str | None = None) -> None:
+        self.store = store
+        self.keys = KeyTable(store) if store is not None else None
+        self.counter = counter  # prometheus Counter labelled by reason, or None
+        self.base_dir = base_dir
+        self.identifier: Identifier | None = None
+        self.tenants: Mapping[str, Tenant] = {}
+        self.apply_policy(policy)
+
+    def attach(self, store: AsyncStateStore) -> None:
+        """Follow the API keys in ``store`` (before ``__aenter__``)."""
+        if self.keys is None:
+            self.store, self.keys = store, KeyTable(store)
+            self.apply_policy(self._policy)
+
+    @property
+    def enabled(self) -> bool:
+        return self.identifier is not None
+
+    def apply_policy(self, policy: Policy | None) -> None:
+        """Identify by ``policy`` from now on (a JWKS already loaded is kept if unchanged)."""
+        self._policy = policy
+        identity = policy.identity if policy is not None else None
+        self.tenants = {t.name: t for t in policy.tenants} if policy is not None else {}
+        if identity is None:
+            self.identifier = None
+            return
+        verifier = None
+        if identity.jwt is not None:
+            old = self.identifier.verifier if self.identifier is not None else None
+            verifier = (old if old is not None and old.config == identity.jwt
+                        else JwtVerifier(identity.jwt, self.base_dir))
+        check_key = self.keys.check if self.keys is not None and identity.api_keys else None
+        if identity.api_keys and self.keys is None:
+            log.warning("tenant API keys need the shared state (--redis); only JWTs identify")
+        self.identifier = Identifier(identity, self.tenants, check_key, verifier)
+
+    async def check(self, request: web.Request) -> web.Request | web.Response:
+        """The request with its tenant attached (credential headers removed), or the
+        refusal to answer with."""
+        identifier = self.identifier
+        if identifier is None:
+            return request
+        found = await identifier.identify(request.headers)
+        if isinstance(found, Refused):
+            return self._refuse(401, found.reason, found.message, "invalid_api_key")
+        tenant = found.tenant
+        host = (request.host or "").rsplit(":", 1)[0].lower().rstrip(".")
+        if tenant.services and host not in tenant.services:
+            return self._refuse(403, "service", f"Tenant '{tenant.name}' may not use "
+                                f"'{host}' (it may use {', '.join(tenant.services)}, "
+                                "addressed by name).", "service_not_allowed")
+        headers = CIMultiDict(request.headers)
+        for name in CREDENTIAL_HEADERS:
+            headers.popall(name, None)
+        cloned = request.clone(headers=headers)
+        cloned[TENANT] = found
+        return cloned
+
+    def model_refusal(self, who: Identified | None, model: str | None) -> web.Response | None:
+        """403 when ``who`` may not use ``model`` (checked once the body is read)."""
+        if who is None or not who.tenant.models or model in who.tenant.models:
+            return None
+        return self._refuse(403, "model", f"Tenant '{who.tenant.name}' may not use model "
+                            f"'{model}'.", "model_not_allowed")
+
+    def _refuse(self, status: int, reason: str, message: str, code: str) -> web.Response:
+        if self.counter is not None:
+            self.counter.labels(reason).inc()
+        log.info("request refused (%d, %s)", status, reason)
+        body = {"error": {"message": message, "type": "invalid_request_error",
+                          "param": None, "code": code}}
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return web.json_response(body, status=status, headers=headers)
+
+    async def __aenter__(self) -> Tenancy:
+        if self.keys is not None:
+            await self.keys.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.keys is not None:
+            await self.keys.__aexit__(exc_type, exc, tb)
+
+
+def caller(request: web.Request) -> Identified | None:
+    """The tenant ``Tenancy.check`` attached to ``request``, if any."""
+    found = request.get(TENANT)
+    return found if isinstance(found, Identified) else None
+

@@ -1,0 +1,156 @@
+"""Tenant identity at a real balancer in front of simulated GPU servers, with its API keys
+in a real Valkey: no or bad credentials get 401 with an OpenAI-style body and never reach a
+GPU; a good key or JWT streams; a tenant outside its services or models gets 403; director's
+credential is not forwarded; a policy without ``identity`` serves everyone as before."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from jwt_helpers import AUDIENCE, ISSUER, rsa_signer, write_jwks
+
+from policies.model import Identity, JwtIdentity, Policy, Tenant
+from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
+from state import AsyncStateStore, EmbeddedValkey
+from tenants.api_keys import new_key, store_key
+from tests.balancer.helpers import MODEL, completion, eventually, stack
+
+SIGNER = rsa_signer()
+
+
+def tenant_policy(base: Policy, jwks: Path | None = None) -> Policy:
+    jwt = JwtIdentity(str(jwks), ISSUER, AUDIENCE) if jwks is not None else None
+    return dataclasses.replace(base, identity=Identity(api_keys=True, jwt=jwt), tenants=(
+        Tenant("acme"),
+        Tenant("narrow", models=("another-model",)),
+        Tenant("chat-only", services=("chat.infer.example.com",)),
+    ))
+
+
+def prompts_seen(fleet) -> int:
+    return sum(server.engine.state().counters.prompt_tokens for server in fleet)
+
+
+@pytest.fixture
+def shared(valkey: EmbeddedValkey, prefix: str) -> SharedStateConfig:
+    return SharedStateConfig(valkey.url, prefix=prefix)
+
+
+async def test_credentials_decide_who_is_served(example_policy: Policy, tmp_path: Path,
+                                                shared: SharedStateConfig) -> None:
+    policy = tenant_policy(example_policy, write_jwks(tmp_path / "jwks.json", SIGNER))
+    keys = {name: new_key(name) for name in ("acme", "narrow", "chat-only")}
+    admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    for made in keys.values():
+        await store_key(admin, made.stored)
+    await admin.close()
+    async with stack(time_scale=20.0, shared_state=shared, policy=policy) as (
+            fleet, balancer, client):
+        for headers, reason in [({}, "missing"),
+                                ({"Authorization": "Bearer dk_0123456789ab_" + "x" * 43},
+                                 "invalid_key"),
+                                ({"Authorization": f"Bearer {SIGNER.token(exp=-60)}"},
+                                 "expired")]:
+            async with client.post("/v1/completions", json=completion(5),
+                                   headers=headers) as resp:
+                assert resp.status == 401
+                assert resp.headers["WWW-Authenticate"] == "Bearer"
+                error = (await resp.json())["error"]
+                assert error["code"] == "invalid_api_key" and error["type"] == (
+                    "invalid_request_error")
+            assert balancer.metrics.auth_refused.labels(reason)._value.get() == 1
+        assert prompts_seen(fleet) == 0  # nothing refused reached a GPU
+
+        for headers in ({"Authorization": f"Bearer {keys['acme'].token}"},
+                        {"api-key": keys["acme"].token},
+                        {"Authorization": f"Bearer {SIGNER.token(tenant='acme')}"}):
+            async with client.post("/v1/completions", json=completion(5),
+                                   headers=headers) as resp:
+                assert resp.status == 200
+                body = await resp.read()
+                assert body.endswith(b"data: [DONE]\n\n")
+        assert prompts_seen(fleet) > 0
+
+        narrow = {"Authorization": f"Bearer {keys['narrow'].token}"}
+        async with client.post("/v1/completions", json=completion(5), headers=narrow) as resp:
+            assert resp.status == 403
+            assert (await resp.json())["error"]["code"] == "model_not_allowed"
+        chat_only = {"Authorization": f"Bearer {keys['chat-only'].token}"}
+        async with client.post("/v1/completions", json=completion(5),
+                               headers=chat_only) as resp:
+            assert resp.status == 403  # the balancer's address names no service
+            assert (await resp.json())["error"]["code"] == "service_not_allowed"
+        async with client.post("/v1/completions", json=completion(5),
+                               headers={**chat_only, "Host": "chat.infer.example.com"}) as resp:
+            assert resp.status == 200
+            await resp.read()
+
+
+async def test_the_credential_is_not_forwarded_to_the_gpu(example_policy: Policy,
+                                                          shared: SharedStateConfig) -> None:
+    """A recording stand-in for a GPU server sees the request without director's key."""
+    made = new_key("acme")
+    admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    await store_key(admin, made.stored)
+    await admin.close()
+    seen: list[dict[str, str]] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"id": "x", "object": "text_completion", "choices": [
+            {"index": 0, "text": "hi", "finish_reason": "stop"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    balancer = build_balancer("r", [BackendSpec("rec", f"http://127.0.0.1:{port}", (MODEL,), 4)],
+                              shared_state=shared, policy=tenant_policy(example_policy),
+                              config=BalancerConfig(scrape_every_s=0))
+    try:
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client, \
+                client.post("/v1/completions", json=completion(3, stream=False),
+                            headers={"Authorization": f"Bearer {made.token}",
+                                     "x-other": "kept"}) as resp:
+            assert resp.status == 200, await resp.text()
+    finally:
+        await runner.cleanup()
+    assert len(seen) == 1
+    lower = {k.lower(): v for k, v in seen[0].items()}
+    assert "authorization" not in lower and "api-key" not in lower
+    assert lower["x-other"] == "kept"
+
+
+async def test_without_identity_everyone_is_served_as_before(example_policy: Policy) -> None:
+    async with stack(time_scale=20.0, policy=example_policy) as (_fleet, balancer, client):
+        assert not balancer.tenancy.enabled
+        async with client.post("/v1/completions", json=completion(5)) as resp:
+            assert resp.status == 200
+            await resp.read()
+
+
+async def test_a_followed_policy_turns_identity_on(example_policy: Policy,
+                                                   shared: SharedStateConfig) -> None:
+    async with stack(time_scale=20.0, shared_state=shared, policy=example_policy) as (
+            _fleet, balancer, client):
+        balancer.tenancy.apply_policy(tenant_policy(example_policy))
+        async with client.post("/v1/completions", json=completion(5)) as resp:
+            assert resp.status == 401
+        made = new_key("acme")
+        admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+        await store_key(admin, made.stored)
+        await admin.close()
+        await eventually(lambda: balancer.tenancy.keys is not None and
+                         made.stored.key_id in balancer.tenancy.keys.keys)
+        async with client.post("/v1/completions", json=completion(5), headers={
+                "Authorization": f"Bearer {made.token}"}) as resp:
+            assert resp.status == 200
+            await resp.read()
+
