@@ -75,6 +75,7 @@ from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.tenancy import Tenancy, caller
+from regions.balancer.tenant_quota import TenantQuotas
 from regions.balancer.types import Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
@@ -200,6 +201,7 @@ class Balancer:
             admit=self._admit,
         )
         self.tenancy = Tenancy(policy, None, self.metrics.auth_refused)
+        self.quotas = TenantQuotas()
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
@@ -256,7 +258,11 @@ class Balancer:
                             "x-director-region": self.region,
                         },
                     )
-            response = await self.proxy.handle(request, endpoint)
+            try:
+                response = await self.proxy.handle(request, endpoint)
+            finally:
+                if self.tenancy.enabled:
+                    await self.quotas.finish(request)
             if self.overflow is not None and not overflowed and is_shed(response):
                 return await self.overflow.handle(request, response)
             return response
@@ -264,8 +270,14 @@ class Balancer:
         return handler
 
     async def _admit(self, request: web.Request, info: RequestInfo) -> web.Response | None:
-        """The tenant's refusal of a parsed request, or None to serve it."""
-        return self.tenancy.model_refusal(caller(request), info.model)
+        """The tenant's refusal of a parsed request (model, quota), or None to serve it."""
+        who = caller(request)
+        if who is None:
+            return None
+        refusal = self.tenancy.model_refusal(who, info.model)
+        if refusal is None:
+            refusal = await self.quotas.admit(request, who, info)
+        return refusal
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)
@@ -299,6 +311,7 @@ class Balancer:
             await self.link.start()
         if self.link is not None:
             self.tenancy.attach(self.link.store)
+            self.quotas.attach(self.link.store)
         await self.tenancy.__aenter__()
         runner = web.AppRunner(
             self.app,

@@ -44,6 +44,8 @@ from regions.balancer.types import Endpoint, RequestInfo
 from regions.balancer.upstream import UpstreamPool, UpstreamResponse
 
 WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
+METER = web.RequestKey("director.meter", StreamMeter)  # a meter of the caller's, if any
+EXTRA_HEADERS = web.RequestKey("director.extra_headers", dict)  # added to the answer
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
 REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
@@ -242,10 +244,11 @@ class Proxy:
         backend = lease.backend
         metrics = self.metrics.backend(backend.name)
         resp = response_for(
-            upstream, {REGION_HEADER: self.settings.region, BACKEND_HEADER: backend.name}
+            upstream, {**request.get(EXTRA_HEADERS, {}), REGION_HEADER: self.settings.region,
+                       BACKEND_HEADER: backend.name}
         )
         sse = upstream.content_type == "text/event-stream"
-        meter = StreamMeter()
+        meter = request.get(METER) or StreamMeter()
         first = True
 
         def on_chunk(chunk: bytes, now: float) -> None:
@@ -258,6 +261,8 @@ class Proxy:
                     self._ttft(backend, now - sent_at, lease.occupancy)
             if sse:
                 meter.observe(chunk, now)
+            else:
+                meter.body(chunk)
 
         try:
             end = await relay(request, upstream, resp, on_chunk, self.clock)

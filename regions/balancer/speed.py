@@ -111,6 +111,9 @@ class StreamMeter:
             self.tokens_after_first += tokens
         self.last_at = now
 
+    def body(self, chunk: bytes) -> None:
+        """A chunk of an answer that is not an event stream (``UsageMeter`` reads it)."""
+
     def rate(self) -> float | None:
         """Tokens per second between the first and the last token chunk, if measurable."""
         if self.first_at is None or self.last_at is None:

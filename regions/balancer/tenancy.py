@@ -72,8 +72,6 @@ class Tenancy:
             verifier = (old if old is not None and old.config == identity.jwt
                         else JwtVerifier(identity.jwt, self.base_dir))
         check_key = self.keys.check if self.keys is not None and identity.api_keys else None
-        if identity.api_keys and self.keys is None:
-            log.warning("tenant API keys need the shared state (--redis); only JWTs identify")
         self.identifier = Identifier(identity, self.tenants, check_key, verifier)
 
     async def check(self, request: web.Request) -> web.Request | web.Response:
@@ -115,6 +113,9 @@ class Tenancy:
         return web.json_response(body, status=status, headers=headers)
 
     async def __aenter__(self) -> Tenancy:
+        identity = self._policy.identity if self._policy is not None else None
+        if identity is not None and identity.api_keys and self.keys is None:
+            log.warning("tenant API keys need the shared state (--redis); only JWTs identify")
         if self.keys is not None:
             await self.keys.__aenter__()
         return self

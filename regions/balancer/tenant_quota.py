@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A tenant's quotas at this balancer: checked once its request is parsed, charged as the
+answer streams, settled when it ends (``tenants.quota.QuotaGate`` on the shared state).
+
+``admit`` refuses over quota with 429 (OpenAI's ``rate_limit_exceeded`` body, ``Retry-After``
+from the tenant's bucket and the ``x-ratelimit-*`` headers) or, for a ``redis-down closed``
+tenant while the state is unreachable, with 503; an admitted request carries its
+``RequestQuota`` (``request[QUOTA]``), whose meter the proxy feeds with the answer's chunks.
+Output tokens are charged about once a second while a stream runs and settled by
+``finish`` with the answer's own ``usage`` when it has one, else the token events counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from regions.balancer.proxy import EXTRA_HEADERS, METER
+from regions.balancer.speed import StreamMeter
+from regions.balancer.types import RequestInfo
+from state.aio import AsyncStateStore
+from tenants.identify import Identified
+from tenants.quota import Admission, QuotaGate
+
+CHARGE_EVERY_S = 1.0
+MAX_BODY_SCAN = 256 * 1024  # a non-streamed answer's body is read for its usage up to this
+
+
+class UsageMeter(StreamMeter):
+    """A ``StreamMeter`` that also reads the answer's ``usage`` (the last SSE chunk's when
+    the client asked for it, a JSON body's otherwise)."""
+
+    __slots__ = ("_body", "completion_tokens", "prompt_tokens")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self._body = bytearray()
+
+    def observe(self, chunk: bytes, now: float) -> None:
+        super().observe(chunk, now)
+        if b'"usage":{' in chunk or b'"usage": {' in chunk:
+            for line in chunk.split(b"\n"):
+                if line.startswith(b"data:") and b'"usage"' in line:
+                    self._read_usage(line[5:])
+
+    def body(self, chunk: bytes) -> None:
+        if len(self._body) + len(chunk) <= MAX_BODY_SCAN:
+            self._body += chunk
+
+    def output_tokens(self) -> int:
+        if self.completion_tokens is None and self._body:
+            self._read_usage(bytes(self._body))
+        return self.completion_tokens if self.completion_tokens is not None else self.events
+
+    def _read_usage(self, text: bytes) -> None:
+        try:
+            usage = json.loads(text).get("usage")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(usage, dict):
+            completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+            if isinstance(completion, int):
+                self.completion_tokens = completion
+            if isinstance(prompt, int):
+                self.prompt_tokens = prompt
+
+
+
+
+@dataclass
+class RequestQuota:
+    admission: Admission
+    meter: UsageMeter = field(default_factory=UsageMeter)
+    charged: int = 0
+    ticker: asyncio.Task[None] | None = None
+
+
+QUOTA = web.RequestKey("director.quota", RequestQuota)
+
+
+class TenantQuotas:
+    """The quota checks of one balancer; inactive until the shared state is attached."""
+
+    def __init__(self, local_share: float = 1.0) -> None:
+        self.local_share = local_share
+        self.gate: QuotaGate | None = None
+
+    def attach(self, store: AsyncStateStore) -> None:
+        self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share)
+
+    async def admit(self, request: web.Request, who: Identified,
+                    info: RequestInfo) -> web.Response | None:
+        """None to serve the request (its ``RequestQuota`` attached), else the refusal."""
+        quota = who.tenant.quota
+        if self.gate is None or not any((
+                quota.requests_per_minute, quota.input_tokens_per_minute,
+                quota.output_tokens_per_minute, quota.concurrent)):
+            return None
+        admission = await self.gate.admit(
+            who.tenant.name, quota, who.tenant.redis_down, input_tokens=info.prompt_tokens,
+            max_output_tokens=info.max_tokens, request_id=uuid.uuid4().hex)
+        if not admission.allowed:
+            unavailable = admission.status == 503
+            message = ("The shared state is unreachable and this tenant fails closed."
+                       if unavailable else f"Rate limit reached for tenant "
+                       f"'{who.tenant.name}' on {admission.limit}. Retry after "
+                       f"{admission.retry_after_s:.1f} s.")
+            body = {"error": {"message": message,
+                              "type": "service_unavailable" if unavailable else "requests",
+                              "param": None, "code": "service_unavailable" if unavailable
+                              else "rate_limit_exceeded"}}
+            return web.json_response(body, status=admission.status, headers=admission.headers)
+        held = RequestQuota(admission)
+        if quota.output_tokens_per_minute:
+            held.ticker = asyncio.create_task(self._charge_while_streaming(held))
+        request[QUOTA] = held
+        request[METER] = held.meter
+        request[EXTRA_HEADERS] = admission.headers
+        return None
+
+    async def finish(self, request: web.Request) -> None:
+        """Settle the request's output tokens and release its concurrency slot."""
+        held = request.get(QUOTA)
+        if not isinstance(held, RequestQuota):
+            return
+        if held.ticker is not None:
+            held.ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await held.ticker
+        await held.admission.finish(held.meter.output_tokens())
+
+    @staticmethod
+    async def _charge_while_streaming(held: RequestQuota) -> None:
+        while True:
+            await asyncio.sleep(CHARGE_EVERY_S)
+            streamed = held.meter.events
+            if streamed > held.charged:
+                await held.admission.charge_output(streamed - held.charged)
+                held.charged = streamed
+

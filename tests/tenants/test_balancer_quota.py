@@ -1,0 +1,128 @@
+"""Tenant quotas at real balancers sharing one Valkey, in front of simulated GPU servers:
+two balancers admit a tenant's requests jointly up to its limit and refuse the rest with 429,
+``Retry-After`` and the ``x-ratelimit-*`` headers; output tokens streamed through one
+balancer are charged and refuse the next request on the other; concurrency slots come back
+when streams end; a tenant without limits never touches the quota state."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+
+from policies.model import Identity, Policy, Tenant, TenantQuota
+from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
+from regions.simulator import Fleet, ServerSpec
+from state import AsyncStateStore, EmbeddedValkey
+from tenants.api_keys import new_key, store_key
+from tests.balancer.helpers import MODEL, completion
+
+
+@pytest.fixture
+def shared(valkey: EmbeddedValkey, prefix: str) -> SharedStateConfig:
+    return SharedStateConfig(valkey.url, prefix=prefix)
+
+
+@asynccontextmanager
+async def two_balancers(policy: Policy, shared: SharedStateConfig,
+                        ) -> AsyncIterator[list[aiohttp.ClientSession]]:
+    """One simulated GPU server behind two balancers (each with its own state client)."""
+    async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=50.0) as fleet:
+        backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 64) for s in fleet]
+        balancers = [build_balancer(f"r{i}", backends, shared_state=shared, policy=policy,
+                                    config=BalancerConfig(scrape_every_s=0))
+                     for i in range(2)]
+        async with balancers[0], balancers[1], \
+                aiohttp.ClientSession(base_url=balancers[0].url) as one, \
+                aiohttp.ClientSession(base_url=balancers[1].url) as two:
+            yield [one, two]
+
+
+async def keyed(shared: SharedStateConfig, tenant: str) -> dict[str, str]:
+    made = new_key(tenant)
+    store = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    await store_key(store, made.stored)
+    await store.close()
+    return {"Authorization": f"Bearer {made.token}"}
+
+
+def with_tenants(base: Policy, *tenants: Tenant) -> Policy:
+    return dataclasses.replace(base, identity=Identity(), tenants=tenants)
+
+
+async def test_two_balancers_share_a_tenants_request_limit(example_policy: Policy,
+                                                           shared: SharedStateConfig) -> None:
+    policy = with_tenants(example_policy,
+                          Tenant("acme", quota=TenantQuota(requests_per_minute=30)),
+                          Tenant("free"))
+    acme = await keyed(shared, "acme")
+    free = await keyed(shared, "free")
+    async with two_balancers(policy, shared) as clients:
+        statuses, refusals = [], []
+        for n in range(40):
+            async with clients[n % 2].post("/v1/completions",
+                                           json=completion(2, stream=False),
+                                           headers=acme) as resp:
+                statuses.append((n % 2, resp.status))
+                if resp.status == 429:
+                    refusals.append((dict(resp.headers), await resp.json()))
+                else:
+                    await resp.read()
+                    assert resp.headers["x-ratelimit-limit-requests"] == "30"
+        admitted = sum(status == 200 for _, status in statuses)
+        assert 30 <= admitted <= 31, statuses  # the burst, plus at most one refilled slot
+        assert {side for side, status in statuses if status == 429} == {0, 1}
+        headers, body = refusals[0]
+        assert body["error"]["code"] == "rate_limit_exceeded"
+        assert int(headers["Retry-After"]) >= 1
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        for client in clients:  # another tenant is not limited by acme's quota
+            async with client.post("/v1/completions", json=completion(2, stream=False),
+                                   headers=free) as resp:
+                assert resp.status == 200
+                assert "x-ratelimit-limit-requests" not in resp.headers
+                await resp.read()
+
+
+async def test_streamed_output_tokens_are_charged_and_refuse_on_the_other_balancer(
+        example_policy: Policy, shared: SharedStateConfig) -> None:
+    policy = with_tenants(example_policy, Tenant("acme", quota=TenantQuota(
+        output_tokens_per_minute=100)))
+    acme = await keyed(shared, "acme")
+    async with two_balancers(policy, shared) as clients:
+        for client in clients:  # 60 + 60 tokens: the bucket ends 20 in debt
+            async with client.post("/v1/completions", json=completion(60),
+                                   headers=acme) as resp:
+                assert resp.status == 200
+                assert (await resp.read()).count(b"data: {") == 60
+        async with clients[0].post("/v1/completions", json=completion(5),
+                                   headers=acme) as resp:
+            assert resp.status == 429
+            body = await resp.json()
+            assert "output_tokens" in body["error"]["message"]
+            assert 1 <= int(resp.headers["Retry-After"]) <= 13  # 20 tokens at 100/min: 12 s
+
+
+async def test_concurrency_slots_come_back_when_streams_end(example_policy: Policy,
+                                                            shared: SharedStateConfig) -> None:
+    policy = with_tenants(example_policy, Tenant("acme", quota=TenantQuota(concurrent=2)))
+    acme = await keyed(shared, "acme")
+    async with two_balancers(policy, shared) as clients:
+        long = [await clients[i].post("/v1/completions", json=completion(400), headers=acme)
+                for i in range(2)]
+        assert [r.status for r in long] == [200, 200]
+        async with clients[0].post("/v1/completions", json=completion(2),
+                                   headers=acme) as resp:
+            assert resp.status == 429
+        for resp in long:
+            await resp.read()
+            resp.release()
+        await asyncio.sleep(0.05)
+        async with clients[1].post("/v1/completions", json=completion(2),
+                                   headers=acme) as resp:
+            assert resp.status == 200
+            await resp.read()
