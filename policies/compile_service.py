@@ -28,7 +28,7 @@ from policies.model import (
     UnknownKind,
     UnknownLocation,
 )
-from policies.reading import Args, Ref, Reporter, read_block
+from policies.reading import Args, Ref, Reporter, keyword, read_block, single
 from policies.syntax import Arg, Directive
 
 
@@ -56,11 +56,11 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     def one(key: str) -> Directive | None:
         return found[key][0] if key in found else None
 
-    ttl = _single(one("ttl"), values.duration, "<duration>", report, zone_ttl)
-    degraded = _single(one("degraded-ttl"), values.duration, "<duration>", report,
-                       min(DEFAULT_DEGRADED_TTL, ttl))
-    answers = _single(one("answers"), lambda t: values.integer(t, 1, 8, "answer count"), "<count>",
-                      report, 1)
+    ttl = single(one("ttl"), values.duration, "<duration>", report, zone_ttl)
+    degraded = single(one("degraded-ttl"), values.duration, "<duration>", report,
+                      min(DEFAULT_DEGRADED_TTL, ttl))
+    answers = single(one("answers"), lambda t: values.integer(t, 1, 8, "answer count"), "<count>",
+                     report, 1)
 
     steer: tuple[str, ...] = ("latency", "geo")
     if (d := one("steer")) is not None:
@@ -85,10 +85,10 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
         unknown = _unknown_location(d, ctx) or unknown
     no_ecs = NoEcs.RESOLVER
     if (d := one("no-ecs")) is not None:
-        no_ecs = _keyword(d, NoEcs, report) or no_ecs
+        no_ecs = keyword(d, NoEcs, report) or no_ecs
     affinity = Affinity.SUBNET
     if (d := one("affinity")) is not None:
-        affinity = _keyword(d, Affinity, report) or affinity
+        affinity = keyword(d, Affinity, report) or affinity
     all_down = AllDown(AllDownKind.ANSWER_NOTHING)
     if (d := one("all-down")) is not None:
         all_down = _all_down(d, ctx) or all_down
@@ -115,15 +115,6 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     )
 
 
-def _single(directive: Directive | None, convert, usage: str, report: Reporter, default):
-    if directive is None:
-        return default
-    args = Args(directive, report)
-    value = args.take(convert, usage)
-    args.end(usage)
-    return default if value is None else value
-
-
 def _region_name(text: str) -> str:
     return values.name(text, "region name")
 
@@ -136,19 +127,6 @@ def _steering_method(text: str) -> str:
     return text
 
 
-def _keyword(directive: Directive, enum_type, report: Reporter):
-    choices = [member.value for member in enum_type]
-    usage = " | ".join(choices)
-
-    def convert(text: str):
-        if text not in choices:
-            raise values.ValueProblem(f"unknown value '{text}' for '{directive.name}'",
-                                      expected=one_of(choices), hint=did_you_mean(text, choices))
-        return enum_type(text)
-
-    return _single(directive, convert, usage, report, None)
-
-
 def _spillover(directive: Directive | None, ctx: _Context) -> Spillover | None:
     if directive is None:
         return None
@@ -157,9 +135,9 @@ def _spillover(directive: Directive | None, ctx: _Context) -> Spillover | None:
     found = read_block(directive.directives(), "spillover", directive, report)
     threshold = max_share = None
     if "at" in found:
-        threshold = _single(found["at"][0], values.percent, "<percent of capacity>", report, None)
+        threshold = single(found["at"][0], values.percent, "<percent of capacity>", report, None)
     if "max" in found:
-        max_share = _single(found["max"][0], values.percent, "<percent of traffic>", report, None)
+        max_share = single(found["max"][0], values.percent, "<percent of traffic>", report, None)
         if max_share is not None and not 0 < max_share <= 1:
             report.at_arg(found["max"][0].args[0], "the spill share must be above 0% and at "
                           "most 100%", expected="a percentage such as 30%")
@@ -183,7 +161,7 @@ def _failover(directive: Directive | None, report: Reporter) -> Failover:
     found = read_block(directive.directives(), "failover", directive, report)
 
     def get(key: str, convert, usage: str, default):
-        return _single(found[key][0], convert, usage, report, default) if key in found else default
+        return single(found[key][0], convert, usage, report, default) if key in found else default
 
     fall = get("fall", lambda t: values.integer(t, 1, 100, "fall count"), "<count>", DEFAULT_FALL)
     rise = get("rise", lambda t: values.integer(t, 1, 100, "rise count"), "<count>", DEFAULT_RISE)

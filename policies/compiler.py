@@ -2,17 +2,19 @@
 
 Includes are spliced in where they stand (at top level or inside a region block); the
 compiler never touches the file system itself: it asks ``include`` for each included file.
-Names used before they are declared are recorded as ``Ref`` objects for the validator.
+Names used before they are declared are recorded as ``Ref`` objects for the validator; files
+a policy names (a JWKS file) as ``FileRef`` objects for the loader, which checks them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policies import values
 from policies.compile_region import compile_region
 from policies.compile_service import compile_service
+from policies.compile_tenant import compile_identity, compile_tenant
 from policies.grammar import (
     DEFAULT_ADMIN_NETWORKS,
     DEFAULT_STALE_AFTER,
@@ -28,7 +30,7 @@ from policies.model import (
     SourcePos,
     Zone,
 )
-from policies.reading import Args, Ref, Reporter, read_block
+from policies.reading import Args, FileRef, Ref, Reporter, read_block
 from policies.syntax import Directive, File
 
 # Given the include's argument and the including file's name: the parsed file, or an error
@@ -40,6 +42,7 @@ IncludeLoader = Callable[[str, str], "File | str"]
 class Compiled:
     policy: Policy | None
     refs: list[Ref]
+    files: list[FileRef] = field(default_factory=list)  # files the loader checks
 
 
 def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compiled:
@@ -76,11 +79,19 @@ def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compil
         s for d in found.get("service", ())
         if (s := compile_service(d, regions, zone_ttl, report, refs)) is not None
     )
+    files: list[FileRef] = []
+    identity = None
+    for d in found.get("identity", ()):
+        identity = compile_identity(d, report, files)
+    tenants = tuple(
+        t for d in found.get("tenant", ()) if (t := compile_tenant(d, report, refs)) is not None
+    )
     if zone is None:
-        return Compiled(None, refs)
+        return Compiled(None, refs, files)
     policy = Policy(zone, jurisdictions, healthchecks, tuple(regions), services, stale_after,
+                    tenants=tenants, identity=identity,
                     pos=root.directives()[0].pos if root.directives() else zone.pos)
-    return Compiled(policy, refs)
+    return Compiled(policy, refs, files)
 
 
 def _expand(directives: list[Directive], include: IncludeLoader, report: Reporter,

@@ -29,6 +29,8 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "state": Spec("", block="state"),
         "region": Spec("<name>", block="region", repeat=True, required=True),
         "service": Spec("<host name>", block="service", repeat=True, required=True),
+        "identity": Spec("", block="identity"),
+        "tenant": Spec("<name>", block="tenant", repeat=True),
         "include": Spec('"<file>"', repeat=True),
     },
     "zone": {
@@ -116,6 +118,33 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "spillover-to": Spec("<region> ... | none"),
         "cross-border": Spec("<region> ..."),
     },
+    "identity": {
+        "api-keys": Spec("on | off"),
+        "jwt": Spec("", block="jwt"),
+    },
+    "jwt": {
+        "jwks": Spec("<file> | <https url>", required=True),
+        "issuer": Spec("<issuer>"),
+        "audience": Spec("<audience>"),
+        "tenant-claim": Spec("<claim name>"),
+        "leeway": Spec("<duration>"),
+    },
+    "tenant": {
+        "weight": Spec("<number>"),
+        "priority": Spec("<tier>"),
+        "quota": Spec("", block="quota"),
+        "services": Spec("<host name> ...", repeat=True),
+        "models": Spec("<model> ...", repeat=True),
+        "regions": Spec("<region> ..."),
+        "redis-down": Spec("open | closed"),
+        "reserve": Spec("<percent of capacity>"),
+    },
+    "quota": {
+        "requests": Spec("<count>/<unit>"),
+        "input-tokens": Spec("<count>/<unit>"),
+        "output-tokens": Spec("<count>/<unit>"),
+        "concurrent": Spec("<count>"),
+    },
 }
 
 # Defaults an operator does not have to write (documented in docs/policy-language.md).
@@ -128,3 +157,5 @@ DEFAULT_PROBE_INTERVAL = 5.0
 DEFAULT_PROBE_TIMEOUT = 2.0
 DEFAULT_ADMIN_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENGINES = ("vllm", "sglang", "tgi", "triton")
+TENANT_PRIORITY_RANGE = (-100, 100)
+DEFAULT_TENANT_CLAIM = "tenant"

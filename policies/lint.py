@@ -10,6 +10,11 @@ continents``). A rule acknowledges a crossing with ``cross-border <region> ...``
 acknowledgement of a region that does not cross is reported too, so that silencing stays
 exact. When nothing tells which jurisdictions the clients belong to (no declared jurisdiction
 matches), the rule is not linted.
+
+``tenants``: tenants declared without an ``identity`` block (no request is identified, so no
+tenant's settings apply); a tenant whose ``regions`` serve none of a service it lists in
+``services`` (its requests to that service are always refused); a tenant ``models`` entry
+that no GPU server of the policy serves (checked only when the policy declares GPU servers).
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 
 from policies.continents import CONTINENT_OF
-from policies.errors import Diagnostic
-from policies.model import Policy, ResidencyRule, Service
+from policies.errors import Diagnostic, did_you_mean
+from policies.model import Policy, ResidencyRule, Service, Tenant
 from policies.reading import Reporter
 
 
@@ -29,6 +34,7 @@ def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
     for service in policy.services:
         for rule in service.residency:
             _cross_border(policy, service, rule, report)
+    _tenants(policy, report)
     return [dataclasses.replace(d, severity="warning") for d in report.diagnostics]
 
 
@@ -79,3 +85,33 @@ def _cross_border(policy: Policy, service: Service, rule: ResidencyRule,
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _tenants(policy: Policy, report: Reporter) -> None:
+    if policy.tenants and policy.identity is None:
+        first = policy.tenants[0]
+        report.at_name(first.pos, "the policy declares tenants but no identity block, so no "
+                       "request is identified and no tenant's settings apply",
+                       hint="add identity { api-keys on } (or a jwt block)")
+    served = {model for region in policy.regions for gpu in region.gpus
+              for model in gpu.models}
+    for tenant in policy.tenants:
+        _tenant_services(policy, tenant, report)
+        for model in tenant.models:
+            if served and model not in served:
+                report.at_name(tenant.pos, f"tenant {tenant.name}: no GPU server of the policy "
+                               f"serves the model '{model}'", child="models", words=(model,),
+                               hint=did_you_mean(model, sorted(served)))
+
+
+def _tenant_services(policy: Policy, tenant: Tenant, report: Reporter) -> None:
+    if not tenant.regions:
+        return
+    for name in tenant.services:
+        service = next((s for s in policy.services if s.name == name), None)
+        if service is not None and not set(tenant.regions) & set(service.regions):
+            report.at_name(tenant.pos, f"tenant {tenant.name}: none of its regions serves "
+                           f"{name}, so its requests to it are always refused",
+                           child="services", words=(name,),
+                           hint=f"add a region of {name} ({' '.join(service.regions)}) to "
+                           "'regions', or drop it from 'services'")

@@ -1,7 +1,8 @@
 """Load a policy: parse, compile, validate and prove residency, reporting every problem.
 
 This is the one module of ``policies`` that reads files, through a ``SourceReader`` that
-tests and the admin API replace with an in-memory one.
+tests and the admin API replace with an in-memory one. Files a policy names without
+including them (a JWKS file) must exist when the policy is read from disk.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from policies.errors import Diagnostic, PolicyError
 from policies.lint import lint
 from policies.model import Policy, SourcePos
 from policies.parser import parse_text
-from policies.reading import Reporter
+from policies.reading import FileRef, Reporter
 from policies.residency import PathCheck, prove_residency
 from policies.syntax import File
 from policies.validate import validate
+from policies.values import JWKS_EXPECTED
 
 # Test-only: with this set to 1 in the environment, policies load WITHOUT the residency
 # proof. It exists so that chaos drills can show that the runtime checks catch a leaky
@@ -87,6 +89,10 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
     proof: list[PathCheck] = []
     if compiled.policy is not None:
         validate(compiled.policy, compiled.refs, report)
+        if reader is read_file:
+            # Only a policy read from disk names files of this machine; one from memory (the
+            # admin API, the followers) names files of the machine that wrote it.
+            _check_files(compiled.files, report)
         if prove and not report.diagnostics and not proof_disabled():
             proof = prove_residency(compiled.policy, report)
     policy = compiled.policy if not report.diagnostics else None
@@ -144,6 +150,16 @@ def sources_of(path: str, result: CheckResult) -> PolicySources:
     files = {os.path.relpath(name, folder or "."): text
              for name, text in result.sources.items() if name != path}
     return PolicySources(os.path.basename(path), result.sources[path], files)
+
+
+def _check_files(files: list[FileRef], report: Reporter) -> None:
+    for ref in files:
+        if os.path.isfile(ref.path):
+            continue
+        missing = "is a folder, not a file" if os.path.isdir(ref.path) else "does not exist"
+        looked = f"looked for {ref.path}" if ref.path != ref.written else None
+        report.at(ref.pos, f"the JWKS file '{ref.written}' {missing}", length=ref.width,
+                  expected=JWKS_EXPECTED, hint=looked)
 
 
 def _reason(exc: Exception) -> str:

@@ -256,7 +256,8 @@ class Tenant:
 @dataclass(frozen=True)
 class JwtIdentity:
     """JWTs verified against a JWKS (a file path, or an https URL), with the claim naming the
-    tenant; ``issuer`` and ``audience`` are checked when set."""
+    tenant; ``issuer`` and ``audience`` are checked when set. A file path is resolved against
+    the folder of the policy file that names it, as ``include`` paths are."""
 
     jwks: str
     issuer: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import TypeVar
 
 from policies.errors import Diagnostic, did_you_mean, one_of
@@ -24,6 +25,17 @@ class Ref:
     pos: SourcePos
     width: int
     context: str  # e.g. "service chat.infer.example.com"
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file the policy names (a JWKS file): as written, and resolved against the folder
+    of the file that names it. The loader checks that it exists when it reads from disk."""
+
+    written: str
+    path: str
+    pos: SourcePos
+    width: int
 
 
 class Reporter:
@@ -250,3 +262,33 @@ class Args:
                             directive.pos.col + len(directive.name))
         self.report.at(pos, f"'{directive.name}' is missing an argument",
                        expected=f"{directive.name} {usage}".strip())
+
+
+def single(directive: Directive | None, convert: Callable[[str], T], usage: str,
+           report: Reporter, default):
+    """The one argument of ``directive`` converted, or ``default`` when there is no directive
+    or its argument is missing or invalid (reported)."""
+    if directive is None:
+        return default
+    args = Args(directive, report)
+    value = args.take(convert, usage)
+    args.end(usage)
+    return default if value is None else value
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def keyword(directive: Directive, enum_type: type[E], report: Reporter) -> E | None:
+    """The one argument of ``directive`` as a member of ``enum_type`` (by value), or None
+    (reported, with the choices and a did-you-mean hint)."""
+    choices = [member.value for member in enum_type]
+    usage = " | ".join(choices)
+
+    def convert(text: str) -> E:
+        if text not in choices:
+            raise ValueProblem(f"unknown value '{text}' for '{directive.name}'",
+                               expected=one_of(choices), hint=did_you_mean(text, choices))
+        return enum_type(text)
+
+    return single(directive, convert, usage, report, None)

@@ -5,12 +5,13 @@ Residency is proved separately (``policies.residency``); this module checks ever
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Protocol
 
 from policies.errors import did_you_mean
-from policies.model import Policy, SourcePos
+from policies.model import Policy, SourcePos, Tenant
 from policies.reading import Ref, Reporter
 
 
@@ -34,6 +35,10 @@ def validate(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
     _zone(policy, report)
     for service in policy.services:
         _service(policy, service, report)
+    _unique("tenant", policy.tenants, report)
+    for tenant in policy.tenants:
+        _tenant_regions(policy, tenant, report)
+    _reserves(policy, report)
 
 
 def _unique(kind: str, items: Iterable[_Named], report: Reporter, prefix: str = "") -> None:
@@ -50,6 +55,7 @@ def _unique(kind: str, items: Iterable[_Named], report: Reporter, prefix: str = 
 def _references(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
     known = {
         "region": policy.region_names,
+        "service": tuple(s.name for s in policy.services),
         "healthcheck": tuple(h.name for h in policy.healthchecks),
         "jurisdiction": tuple(j.name for j in policy.jurisdictions),
     }
@@ -115,3 +121,41 @@ def _service(policy: Policy, service, report: Reporter) -> None:
                 report.at_name(spill.pos, f"spillover target '{target}' does not serve "
                                f"{service.name}", child="to", words=(target,),
                                hint="add it to the service's 'regions', or drop it from 'to'")
+
+
+def _tenant_regions(policy: Policy, tenant: Tenant, report: Reporter) -> None:
+    """A tenant's ``regions`` may only narrow: each must serve one of the tenant's services."""
+    services = [s for s in policy.services if not tenant.services or s.name in tenant.services]
+    if not services:
+        return  # every service it names is unknown, and reported as such
+    declared = set(policy.region_names)
+    for region in tenant.regions:
+        if region in declared and not any(region in s.regions for s in services):
+            names = ", ".join(s.name for s in services)
+            report.at_name(tenant.pos, f"tenant {tenant.name}: region '{region}' serves none "
+                           "of its services", child="regions", words=(region,),
+                           expected=f"a region that serves {names}",
+                           hint="a tenant's regions may only narrow where its services run; "
+                           f"drop {region} from 'regions'")
+
+
+def _reserves(policy: Policy, report: Reporter) -> None:
+    """Together, the tenants' reserves are at most all of a region's capacity."""
+    total = math.fsum(t.reserve for t in policy.tenants)
+    if total <= 1.0 + 1e-9:
+        return
+    running = 0.0
+    for tenant in policy.tenants:
+        running += tenant.reserve
+        if running > 1.0 + 1e-9:
+            shares = ", ".join(f"{t.name} {_percent(t.reserve)}" for t in policy.tenants
+                               if t.reserve > 0)
+            report.at_name(tenant.pos, f"the tenants' reserves add up to {_percent(total)}, "
+                           "more than 100% of a region's capacity", child="reserve",
+                           words=(), expected="reserves that add up to at most 100%",
+                           hint=f"{shares}: lower some")
+            return
+
+
+def _percent(share: float) -> str:
+    return f"{round(share * 100, 6):g}%"

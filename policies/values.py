@@ -88,9 +88,10 @@ def rate(text: str) -> float:
 
 
 def integer(text: str, minimum: int | None = None, maximum: int | None = None,
-            what: str = "") -> int:
-    """A whole number, optionally within [minimum, maximum]; ``what`` names it in messages."""
-    if not re.fullmatch(r"[0-9]+", text):
+            what: str = "", *, signed: bool = False) -> int:
+    """A whole number, optionally within [minimum, maximum]; ``what`` names it in messages.
+    With ``signed``, a leading ``-`` or ``+`` is allowed (a tenant's ``priority -5``)."""
+    if not re.fullmatch(r"[-+]?[0-9]+" if signed else r"[0-9]+", text):
         raise ValueProblem(f"'{text}' is not a whole number",
                            expected=_range_expected("a whole number", minimum, maximum))
     value = int(text)
@@ -230,6 +231,91 @@ def url(text: str) -> str:
 def path(text: str) -> str:
     if not text.startswith("/") or any(ch.isspace() for ch in text):
         raise ValueProblem(f"'{text}' is not an HTTP path", expected="a path such as /health")
+    return text
+
+
+_QUOTA_RATE = re.compile(_NUMBER + r"(?P<scale>[kM]?)/(?P<unit>s|min|h)$")
+_PER_MINUTE = {"s": 60.0, "min": 1.0, "h": 1.0 / 60.0}
+_SCALE = {"": 1.0, "k": 1_000.0, "M": 1_000_000.0}
+QUOTA_RATE_EXPECTED = "a count per unit of time such as 600/min, 10/s, 36000/h or 200k/min"
+
+
+def per_minute(text: str) -> float:
+    """A quota rate, returned per minute: a count, optionally with ``k`` (thousand) or ``M``
+    (million), then ``/s``, ``/min`` or ``/h`` (``10/s`` -> 600.0, ``200k/min`` ->
+    200000.0, ``36000/h`` -> 600.0)."""
+    match = _QUOTA_RATE.match(text)
+    if match:
+        count = float(match["num"]) * _SCALE[match["scale"]]
+        return count * _PER_MINUTE[match["unit"]]
+    if re.fullmatch(_NUMBER + r"[kM]?", text):
+        raise ValueProblem(f"'{text}' has no unit", expected=QUOTA_RATE_EXPECTED,
+                           hint=f"write {text}/min for a count per minute")
+    rps = re.fullmatch(_NUMBER + r"(?P<unit>rps|rpm)", text)
+    if rps:
+        unit = "s" if rps["unit"] == "rps" else "min"
+        hint: str | None = f"quotas are written per unit of time: {rps['num']}/{unit}"
+    elif re.fullmatch(_NUMBER + r"[kKmM]?/.*", text):
+        hint = "known units: /s /min /h; counts may end in k (thousand) or M (million)"
+    else:
+        hint = None
+    raise ValueProblem(f"'{text}' is not a quota rate", expected=QUOTA_RATE_EXPECTED, hint=hint)
+
+
+def on_off(text: str) -> bool:
+    """``on`` or ``off``, as True or False."""
+    if text not in ("on", "off"):
+        raise ValueProblem(f"'{text}' is neither on nor off", expected="'on' or 'off'")
+    return text == "on"
+
+
+_TENANT = re.compile(r"[a-z0-9][a-z0-9_-]*$")
+TENANT_NAME_MAX = 64
+
+
+def tenant_name(text: str) -> str:
+    """A tenant's name: lower-case letters, digits, '-' and '_', at most 64 characters (it
+    becomes part of state-store keys and a metric label value)."""
+    expected = (f"lower-case letters, digits, '-' and '_', starting with a letter or digit, "
+                f"at most {TENANT_NAME_MAX} characters")
+    if len(text) > TENANT_NAME_MAX:
+        raise ValueProblem(f"tenant name '{text[:20]}...' is {len(text)} characters long",
+                           expected=expected)
+    if not _TENANT.match(text):
+        fixed = text.lower()
+        hint = f"write {fixed}" if _TENANT.match(fixed) else None
+        raise ValueProblem(f"'{text}' is not a valid tenant name", expected=expected,
+                           hint=hint)
+    return text
+
+
+JWKS_EXPECTED = "a file path (relative to this policy file) or an https:// URL"
+
+
+def jwks_source(text: str) -> str:
+    """Where a JWKS is read: an ``https://`` URL with a host, or a file path (any text
+    without a scheme). Whether the file exists is checked by the loader, not here."""
+    if not text.strip():
+        raise ValueProblem("the JWKS location is empty", expected=JWKS_EXPECTED)
+    if "://" not in text:
+        return text
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:
+        raise ValueProblem(f"'{text}' is not an https URL", expected=JWKS_EXPECTED) from None
+    if parts.scheme == "https" and host:
+        return text
+    hint = ("keys are only fetched over https, so that nobody on the path can replace them"
+            if parts.scheme == "http" else None)
+    raise ValueProblem(f"'{text}' is neither a file path nor an https URL",
+                       expected=JWKS_EXPECTED, hint=hint)
+
+
+def word(text: str, what: str) -> str:
+    """Any non-empty text (an issuer, an audience, a claim name); ``what`` names it."""
+    if not text.strip():
+        raise ValueProblem(f"the {what} is empty", expected=f"a non-empty {what}")
     return text
 
 

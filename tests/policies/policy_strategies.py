@@ -113,13 +113,83 @@ def _service(draw, host: str, regions: list[str]) -> Node:
 
 
 @st.composite
+def _identity(draw) -> Node:
+    body = []
+    api_keys = draw(st.sampled_from(["on", "off", None]))
+    if api_keys is not None:
+        body.append(_leaf("api-keys", api_keys))
+    if api_keys == "off" or draw(st.booleans()):
+        jwt = [_leaf("jwks", draw(st.sampled_from(
+            ["https://auth.example.com/.well-known/jwks.json", "https://idp.example.net/k"])))]
+        if draw(st.booleans()):
+            jwt.append(_leaf("issuer", "https://auth.example.com/"))
+        if draw(st.booleans()):
+            jwt.append(_leaf("audience", "director"))
+        if draw(st.booleans()):
+            jwt.append(_leaf("tenant-claim", draw(st.sampled_from(["org", "tenant"]))))
+        if draw(st.booleans()):
+            jwt.append(_leaf("leeway", f"{draw(st.integers(0, 60))}s"))
+        draw(st.randoms()).shuffle(jwt)
+        body.append(Node(["jwt"], jwt))
+    return Node(["identity"], body)
+
+
+def _quota_rate(draw) -> str:
+    scale = draw(st.sampled_from(["", "k", "M"]))
+    return f"{draw(st.integers(1, 999))}{scale}/{draw(st.sampled_from(['s', 'min', 'h']))}"
+
+
+@st.composite
+def _tenant(draw, name: str, services: dict[str, list[str]]) -> Node:
+    body = []
+    if draw(st.booleans()):
+        body.append(_leaf("weight", str(draw(st.integers(1, 10)))))
+    if draw(st.booleans()):
+        body.append(_leaf("priority", str(draw(st.integers(-5, 5)))))
+    if draw(st.booleans()):
+        quota = [_leaf(key, _quota_rate(draw)) for key in ("requests", "input-tokens",
+                                                           "output-tokens")
+                 if draw(st.booleans())]
+        if draw(st.booleans()):
+            quota.append(_leaf("concurrent", str(draw(st.integers(1, 64)))))
+        body.append(Node(["quota"], quota))
+    used = list(services)
+    if draw(st.booleans()):
+        used = draw(st.lists(st.sampled_from(sorted(services)), min_size=1, unique=True))
+        body.append(_leaf("services", *used))
+    if draw(st.booleans()):
+        body.append(_leaf("models", "llama-3.1-8b"))
+    serving = sorted({r for host in used for r in services[host]})
+    if serving and draw(st.booleans()):
+        body.append(_leaf("regions", *draw(st.lists(st.sampled_from(serving), min_size=1,
+                                                    unique=True))))
+    if draw(st.booleans()):
+        body.append(_leaf("redis-down", draw(st.sampled_from(["open", "closed"]))))
+    if draw(st.booleans()):
+        body.append(_leaf("reserve", f"{draw(st.integers(0, 30))}%"))
+    draw(st.randoms()).shuffle(body)
+    return Node(["tenant", name], body)
+
+
+def _served(service: Node) -> list[str]:
+    return next(child.head[1:] for child in service.block or () if child.head[0] == "regions")
+
+
+@st.composite
 def policy_trees(draw) -> list[Node]:
     regions = draw(st.lists(st.sampled_from(REGION_POOL), min_size=1, max_size=4, unique=True))
     countries = draw(st.lists(st.sampled_from(EU_COUNTRIES), min_size=1, unique=True))
     nodes = [draw(_zone()), Node(["jurisdiction", "EU"], [_leaf("countries", *countries)])]
     nodes += [draw(_region(name)) for name in regions]
     hosts = draw(st.lists(st.sampled_from(["chat", "embed", "code"]), min_size=1, unique=True))
-    nodes += [draw(_service(f"{host}.{APEX}", regions)) for host in hosts]
+    services = [draw(_service(f"{host}.{APEX}", regions)) for host in hosts]
+    nodes += services
+    if draw(st.booleans()):
+        nodes.append(draw(_identity()))
+        served = {service.head[1]: _served(service) for service in services}
+        names = draw(st.lists(st.sampled_from(["acme", "globex", "free_tier"]), max_size=3,
+                              unique=True))
+        nodes += [draw(_tenant(name, served)) for name in names]
     if draw(st.booleans()):
         nodes.insert(1, Node(["state"], [_leaf("stale-after", draw(_duration()))]))
     return nodes
