@@ -96,12 +96,9 @@ class Jwks:
 class JwtVerifier:
     """Verifies bearer JWTs for one policy's ``identity { jwt { ... } }``."""
 
-    def __init__(self, config: JwtIdentity, base_dir: str | None = None) -> None:
+    def __init__(self, config: JwtIdentity) -> None:
         self.config = config
-        source = config.jwks
-        if not source.startswith(("https://", "http://")) and base_dir is not None:
-            source = str(Path(base_dir) / source)
-        self.jwks = Jwks(source)
+        self.jwks = Jwks(config.jwks)  # a file path the policy loader already resolved
 
     async def verify(self, token: str) -> VerifiedToken:
         """The tenant ``token`` names; raises ``JwtRefused``."""

@@ -39,11 +39,10 @@ class Tenancy:
     """Identity checks of one balancer; an async context manager (it follows the keys)."""
 
     def __init__(self, policy: Policy | None, store: AsyncStateStore | None,
-                 counter: Any = None, base_dir: str | None = None) -> None:
+                 counter: Any = None) -> None:
         self.store = store
         self.keys = KeyTable(store) if store is not None else None
         self.counter = counter  # prometheus Counter labelled by reason, or None
-        self.base_dir = base_dir
         self.identifier: Identifier | None = None
         self.tenants: Mapping[str, Tenant] = {}
         self.apply_policy(policy)
@@ -70,7 +69,7 @@ class Tenancy:
         if identity.jwt is not None:
             old = self.identifier.verifier if self.identifier is not None else None
             verifier = (old if old is not None and old.config == identity.jwt
-                        else JwtVerifier(identity.jwt, self.base_dir))
+                        else JwtVerifier(identity.jwt))
         check_key = self.keys.check if self.keys is not None and identity.api_keys else None
         self.identifier = Identifier(identity, self.tenants, check_key, verifier)
 

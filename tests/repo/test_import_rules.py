@@ -3,7 +3,7 @@
 ``ast``: every import counts, also those inside functions and under ``TYPE_CHECKING``.
 
 - ``policies``, ``engines`` and the routing core (``routing``) import no other package of
-  ours; ``state`` only ``policies``;
+  ours; ``state`` only ``policies``; ``tenants`` only ``policies`` and ``state``;
 - a tier (``regions``, ``workers``) imports the shared packages, never another tier, except
   the one policy gate every loaded policy passes (``director.policy_gate``); the drills (a
   client of the whole system) import the shared packages and three global-tier helpers;
@@ -25,12 +25,13 @@ import pytest
 
 from tests.packages import PACKAGES, ROOT
 
-SHARED = {"engines", "policies", "routing", "state"}
+SHARED = {"engines", "policies", "routing", "state", "tenants"}
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
     "engines": set(),
     "routing": set(),
     "state": {"policies"},
+    "tenants": {"policies", "state"},
     "regions": SHARED - {"regions"},
     "workers": set(SHARED),
     "drills": {"policies", "state"},
