@@ -20,6 +20,9 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
   wait plus its long service on top). When it is full, a new
   request evicts the lowest-priority queued one if its own priority is higher; otherwise
   it is shed. A queued request whose deadline passes is shed.
+- Once requests carry tenants (the policy identifies them), the queue is served by
+  ``fair_share``: priority tiers with aging, reserved shares, then the tenants' virtual
+  token counters; without tenants nothing changes.
 - ``on_bind`` hooks (``(request, backend)``; the balancer adds its profile's bind
   observers, e.g. the ``prefix-affinity`` scorer's index) run synchronously each time a
   request is bound, right after its lease is taken.
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field
 
 from regions.balancer.backends import BackendPool, Lease
 from regions.balancer.errors import NoBackendError, ShedError
+from regions.balancer.fair_share import FairShare
 from regions.balancer.pipeline import Decision, Profile
 from regions.balancer.types import BackendSnapshot, RequestInfo
 
@@ -86,6 +90,7 @@ class Dispatcher:
         self.shed_counts: dict[str, int] = {}
         self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
         self.holds = 0  # requests held for a better backend (counted once each)
+        self.fair = FairShare()
         self._waits_at = profile.waits_at | {HOLD}
         self._eligibility = tuple(f for f in profile.filters if f.name not in profile.waits_at)
         pool.on_change = self.pump
@@ -123,6 +128,7 @@ class Dispatcher:
         # only a stream's first byte says when its prompt has prefilled
         prefill = request.prompt_cost if request.stream else 0.0
         lease = self.pool.lease(chosen.index, request.cost_tokens, prefill)
+        self.fair.bound(request)
         for hook in self.on_bind:
             hook(request, chosen)
         return lease, decision, 0.0
@@ -153,6 +159,7 @@ class Dispatcher:
     async def acquire(self, request: RequestInfo, timeout_s: float | None = None) -> Lease:
         """A lease on a backend for ``request``; may wait in the queue up to the deadline."""
         request = self.refine(request)
+        self.fair.arrived(request.tenant, self._queue)
         lease, decision, hold = self._bind(request, 0.0)
         if lease is not None:
             return lease
@@ -205,9 +212,16 @@ class Dispatcher:
         if not entry.future.done():
             entry.future.cancel()
 
+    def finished(self, request: RequestInfo, output_tokens: float) -> None:
+        """A bound request ended with ``output_tokens`` (its tenant's fair share)."""
+        self.fair.finished(request, output_tokens)
+
     def pump(self) -> None:
         """Hand free slots to queued requests, highest priority first (synchronous)."""
         if self._pumping or not self._queue:
+            return
+        if FairShare.active(self._queue):
+            self._pump_fair()
             return
         self._pumping = True
         hold_ends = math.inf
@@ -237,6 +251,42 @@ class Dispatcher:
                     hold_ends = min(hold_ends, entry.hold_until)
                 i += 1
                 skipped += 1
+        finally:
+            self._pumping = False
+        self._schedule_wake(hold_ends)
+
+    def _pump_fair(self) -> None:
+        """``pump`` in the fair share's order (``fair_share.FairShare.next``)."""
+        self._pumping = True
+        hold_ends = math.inf
+        try:
+            now = self.pool.clock()
+            passed: list[_Entry] = []  # offered a slot and not bound: held, or no room
+            while len(passed) < self.config.max_scan:
+                snapshot = self.pool.snapshot()
+                if snapshot.free_slots == 0:
+                    break
+                self._queue = [e for e in self._queue if not e.future.done()]
+                waiting = [e for e in self._queue if e not in passed]
+                if not waiting:
+                    break
+                slots = sum(b.cap for b in snapshot.backends)
+                entry = waiting[self.fair.next(waiting, now, slots)]
+                lease, decision, hold = self._bind(entry.request, now - entry.since)
+                if lease is not None:
+                    self._queue.remove(entry)
+                    entry.future.set_result(lease)
+                    continue
+                if decision.stopped_at not in self._waits_at:
+                    self._queue.remove(entry)
+                    entry.future.set_exception(_no_backend(entry.request, decision))
+                    continue
+                if decision.stopped_at == HOLD:
+                    if entry.hold_until <= entry.since:
+                        self.holds += 1
+                    entry.hold_until = entry.since + hold
+                    hold_ends = min(hold_ends, entry.hold_until)
+                passed.append(entry)
         finally:
             self._pumping = False
         self._schedule_wake(hold_ends)

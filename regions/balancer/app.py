@@ -61,7 +61,7 @@ from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowColl
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
-from regions.balancer.proxy import Proxy, ProxySettings, error_response
+from regions.balancer.proxy import METER, Proxy, ProxySettings, error_response
 from regions.balancer.registry import (
     DEFAULT_FILTERS,
     DEFAULT_PICKER,
@@ -75,7 +75,7 @@ from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.tenancy import Tenancy, caller
-from regions.balancer.tenant_quota import TenantQuotas
+from regions.balancer.tenant_quota import TenantQuotas, UsageMeter
 from regions.balancer.types import Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
@@ -200,7 +200,7 @@ class Balancer:
             clock,
             admit=self._admit,
         )
-        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused)
+        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair)
         self.quotas = TenantQuotas()
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
@@ -269,15 +269,22 @@ class Balancer:
 
         return handler
 
-    async def _admit(self, request: web.Request, info: RequestInfo) -> web.Response | None:
-        """The tenant's refusal of a parsed request (model, quota), or None to serve it."""
+    async def _admit(self, request: web.Request,
+                     info: RequestInfo) -> RequestInfo | web.Response:
+        """The parsed request as its tenant sends it (its name, its priority tier, which a
+        priority header may only lower), or the refusal (model, quota)."""
         who = caller(request)
         if who is None:
-            return None
+            return info
         refusal = self.tenancy.model_refusal(who, info.model)
         if refusal is None:
             refusal = await self.quotas.admit(request, who, info)
-        return refusal
+        if refusal is not None:
+            return refusal
+        if METER not in request:  # the fair share settles with the answer's output tokens
+            request[METER] = UsageMeter()
+        return dataclasses.replace(info, tenant=who.tenant.name,
+                                   priority=who.tenant.priority + min(0, info.priority))
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)

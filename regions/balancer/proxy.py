@@ -23,10 +23,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 
@@ -90,11 +91,11 @@ class Proxy:
         metrics: BalancerMetrics,
         upstreams: dict[str, UpstreamPool],
         clock: Callable[[], float],
-        admit: Callable[[web.Request, RequestInfo], Awaitable[web.Response | None]]
+        admit: Callable[[web.Request, RequestInfo], Awaitable[RequestInfo | web.Response]]
         | None = None,
     ) -> None:
         self.settings = settings
-        self.admit = admit  # the tenant's refusal of a parsed request (model, quota), if any
+        self.admit = admit  # the request as its tenant sends it, or the refusal (model, quota)
         self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
@@ -157,9 +158,10 @@ class Proxy:
             error_type = "invalid_request_error"
             return error_response(exc.status, exc.message, error_type, param=exc.param)
         if self.admit is not None:
-            refusal = await self.admit(request, info)
-            if refusal is not None:
-                return refusal
+            admitted = await self.admit(request, info)
+            if isinstance(admitted, web.StreamResponse):
+                return admitted
+            info = admitted
         start = self.clock()
         path = request.rel_url.path_qs
         headers = upstream_request_headers(request.headers)
@@ -187,7 +189,7 @@ class Proxy:
                     "rate_limit_exceeded",
                     headers={"Retry-After": str(exc.retry_after)},
                 )
-            with lease:
+            with lease, self._finishing(request, attempt_info):
                 backend = lease.backend
                 self.metrics.backend(backend.name).decisions.inc()
                 pool = self.upstreams[backend.name]
@@ -209,6 +211,17 @@ class Proxy:
                     continue
                 return await self._relay(request, upstream, lease, info, start, sent_at)
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
+
+    @contextlib.contextmanager
+    def _finishing(self, request: web.Request, info: RequestInfo) -> Iterator[None]:
+        """Tell the dispatcher how a tenant's bound request ended (its fair share)."""
+        try:
+            yield
+        finally:
+            if info.tenant is not None:
+                meter = request.get(METER)
+                produced = meter.output_tokens() if meter is not None else 0
+                self.dispatcher.finished(info, produced)
 
     async def _consume_failure(
         self, upstream: UpstreamResponse, backend: Backend

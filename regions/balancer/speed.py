@@ -114,6 +114,10 @@ class StreamMeter:
     def body(self, chunk: bytes) -> None:
         """A chunk of an answer that is not an event stream (``UsageMeter`` reads it)."""
 
+    def output_tokens(self) -> int:
+        """The answer's output tokens as far as this meter can tell: its token events."""
+        return self.events
+
     def rate(self) -> float | None:
         """Tokens per second between the first and the last token chunk, if measurable."""
         if self.first_at is None or self.last_at is None:

@@ -24,6 +24,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from policies.model import Policy, Tenant
+from regions.balancer.fair_share import FairShare
 from state.aio import AsyncStateStore
 from tenants.api_keys import KeyTable
 from tenants.identify import Identified, Identifier, Refused
@@ -39,10 +40,11 @@ class Tenancy:
     """Identity checks of one balancer; an async context manager (it follows the keys)."""
 
     def __init__(self, policy: Policy | None, store: AsyncStateStore | None,
-                 counter: Any = None) -> None:
+                 counter: Any = None, fair: FairShare | None = None) -> None:
         self.store = store
         self.keys = KeyTable(store) if store is not None else None
         self.counter = counter  # prometheus Counter labelled by reason, or None
+        self.fair = fair  # the region queue's fair share, told the tenants' weights
         self.identifier: Identifier | None = None
         self.tenants: Mapping[str, Tenant] = {}
         self.apply_policy(policy)
@@ -62,6 +64,9 @@ class Tenancy:
         self._policy = policy
         identity = policy.identity if policy is not None else None
         self.tenants = {t.name: t for t in policy.tenants} if policy is not None else {}
+        if self.fair is not None:
+            self.fair.set_tenants({t.name: t.weight for t in self.tenants.values()},
+                                  {t.name: t.reserve for t in self.tenants.values()})
         if identity is None:
             self.identifier = None
             return

@@ -43,6 +43,7 @@ class RequestInfo:
     exclude: frozenset[str] = frozenset()
     prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
     token_prefix: tuple[int, ...] = ()  # keys of its token blocks (the KV-event index)
+    tenant: str | None = None  # who sent it, when the policy identifies tenants
 
     @property
     def prompt_cost(self) -> float:

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which tenant's queued request goes next: strict priority tiers with aging, reserved
+capacity, then the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
+Models", OSDI 2024) weighted by each tenant's policy weight.
+
+- **Tiers.** A queued request's tier is its priority plus one for every ``aging_s`` seconds
+  it has waited, so a low tier is never starved: it rises until it is served. The highest
+  tier present goes first.
+- **Reserved capacity.** Within the tier, a tenant holding less than its ``reserve`` share
+  of the region's slots (in flight) goes first, the furthest below its share first.
+- **VTC.** Otherwise the tenant with the smallest counter goes, its oldest request first.
+  A tenant's counter grows by ``(input_weight x prompt tokens + output_weight x output
+  tokens) / weight`` (the paper's w_p = 1, w_q = 2 by default): the prompt and the predicted
+  output when a request is bound, the difference to the real output when it ends. A tenant
+  that becomes backlogged is lifted to the smallest counter of those queued (to the counter
+  of the last tenant served when none is), so idle time does not bank credit; that keeps
+  any two backlogged tenants' weighted service within the paper's bound of each other.
+
+Requests without a tenant (no ``identity`` in the policy) are never reordered: the
+dispatcher keeps its plain priority-then-arrival queue for them (``active``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from regions.balancer.types import RequestInfo
+
+
+@dataclass(frozen=True)
+class FairShareConfig:
+    input_weight: float = 1.0  # VTC's w_p, per prompt token
+    output_weight: float = 2.0  # VTC's w_q, per output token
+    aging_s: float = 10.0  # a queued request rises one priority tier per this long waited
+
+
+class Queued(Protocol):
+    """What the fair share reads of a queue entry."""
+
+    @property
+    def request(self) -> RequestInfo: ...
+    @property
+    def since(self) -> float: ...
+
+
+class FairShare:
+    """The tenants' virtual token counters and the choice of the next queued request."""
+
+    def __init__(self, config: FairShareConfig | None = None) -> None:
+        self.config = config or FairShareConfig()
+        self.counters: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.reserves: dict[str, float] = {}
+        self.in_flight: dict[str, int] = {}
+        self._last_served = 0.0  # counter of the tenant served last (the lift when none wait)
+
+    def set_tenants(self, weights: Mapping[str, float], reserves: Mapping[str, float]) -> None:
+        """Tenants' weights and reserved shares (in [0, 1]) from the policy."""
+        self.weights = {name: w for name, w in weights.items() if w > 0}
+        self.reserves = {name: r for name, r in reserves.items() if r > 0}
+
+    @staticmethod
+    def active(entries: Iterable[Queued]) -> bool:
+        return any(entry.request.tenant is not None for entry in entries)
+
+    def arrived(self, tenant: str | None, queued: Iterable[Queued]) -> None:
+        """``tenant``'s request joins the queue (``queued``: the entries already there)."""
+        if tenant is None:
+            return
+        waiting = {e.request.tenant for e in queued if e.request.tenant is not None}
+        if tenant in waiting:
+            return
+        floor = min((self.counter(t) for t in waiting), default=self._last_served)
+        self.counters[tenant] = max(self.counter(tenant), floor)
+
+    def bound(self, request: RequestInfo) -> None:
+        """``request`` got a backend: charge its prompt and predicted output."""
+        tenant = request.tenant
+        if tenant is None:
+            return
+        cfg = self.config
+        cost = cfg.input_weight * request.prompt_tokens + cfg.output_weight * request.output_tokens
+        self.counters[tenant] = self.counter(tenant) + cost / self.weight(tenant)
+        self._last_served = self.counters[tenant]
+        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+
+    def finished(self, request: RequestInfo, output_tokens: float) -> None:
+        """``request`` ended having produced ``output_tokens``: charge the difference to
+        its prediction, and free its slot."""
+        tenant = request.tenant
+        if tenant is None:
+            return
+        correction = self.config.output_weight * (output_tokens - request.output_tokens)
+        self.counters[tenant] = self.counter(tenant) + correction / self.weight(tenant)
+        left = self.in_flight.get(tenant, 0) - 1
+        if left > 0:
+            self.in_flight[tenant] = left
+        else:
+            self.in_flight.pop(tenant, None)
+
+    def counter(self, tenant: str) -> float:
+        return self.counters.get(tenant, 0.0)
+
+    def weight(self, tenant: str) -> float:
+        return self.weights.get(tenant, 1.0)
+
+    def tier(self, entry: Queued, now: float) -> int:
+        aged = math.floor(max(0.0, now - entry.since) / self.config.aging_s)
+        return entry.request.priority + aged
+
+    def next(self, entries: Sequence[Queued], now: float, slots: int) -> int:
+        """Index in ``entries`` (in queue order) of the request to offer a slot next;
+        ``slots``: the region's request slots, for reserved shares."""
+        tiers = [self.tier(e, now) for e in entries]
+        top = max(tiers)
+        best: tuple[float, float, int] | None = None
+        seen: set[str | None] = set()
+        for i, entry in enumerate(entries):
+            tenant = entry.request.tenant
+            if tiers[i] != top or tenant in seen:
+                continue  # a tenant's first entry in queue order is its oldest
+            seen.add(tenant)
+            if tenant is None:
+                rank = (1.0, -math.inf, i)  # untenanted entries: before tenants over share
+            else:
+                reserve = self.reserves.get(tenant, 0.0) * slots
+                held = self.in_flight.get(tenant, 0)
+                below = reserve > 0 and held < reserve
+                rank = ((0.0, held / reserve, i) if below
+                        else (1.0, self.counter(tenant), i))
+            if best is None or rank < best:
+                best = rank
+        assert best is not None
+        return best[2]

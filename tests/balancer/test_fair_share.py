@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The region queue's fair share across tenants (``fair_share``): table tests of the order
+(tiers, aging, reserves, the virtual token counters and their lift) and the dispatcher
+serving two backlogged tenants of weights 1 and 2 within VTC's bound of 1:2 at every
+point, with variable request sizes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from regions.balancer.admission import AdmissionConfig, Dispatcher
+from regions.balancer.backends import BackendPool, BackendSpec
+from regions.balancer.fair_share import FairShare, FairShareConfig
+from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.types import RequestInfo
+from tests.balancer.helpers import MODEL, req
+
+
+@dataclass
+class Entry:
+    request: RequestInfo
+    since: float = 0.0
+
+
+def ask(tenant: str | None, priority: int = 0, prompt: int = 100, output: float = 10.0,
+        since: float = 0.0) -> Entry:
+    return Entry(req(tenant=tenant, priority=priority, prompt_tokens=prompt,
+                     output_tokens=output), since)
+
+
+@pytest.mark.parametrize(("counters", "queue", "chosen"), [
+    ({"a": 5.0, "b": 1.0}, [("a", 0), ("b", 0)], 1),  # smallest counter first
+    ({"a": 1.0, "b": 5.0}, [("a", 0), ("b", 0)], 0),
+    ({"a": 5.0, "b": 1.0}, [("a", 1), ("b", 0)], 0),  # a higher tier beats any counter
+    ({"a": 1.0, "b": 1.0}, [("b", 0), ("a", 0)], 0),  # a tie: queue order
+    ({"a": 0.0, "b": 9.0}, [("b", 0), ("b", 0), ("a", 0)], 2),  # a tenant's oldest entry
+])
+def test_the_next_request_by_tier_then_counter(counters, queue, chosen) -> None:
+    fair = FairShare()
+    fair.counters = dict(counters)
+    entries = [ask(tenant, priority) for tenant, priority in queue]
+    assert fair.next(entries, now=0.0, slots=4) == chosen
+
+
+def test_a_waiting_low_tier_rises_one_tier_per_aging_period() -> None:
+    fair = FairShare(FairShareConfig(aging_s=10.0))
+    old_low = ask("a", priority=0, since=0.0)
+    new_high = ask("b", priority=2, since=19.0)
+    assert fair.next([old_low, new_high], now=19.0, slots=4) == 1  # 0 + 1 < 2: b
+    assert fair.next([old_low, new_high], now=31.0, slots=4) == 0  # 0 + 3 > 2: a
+
+
+def test_a_tenant_below_its_reserve_goes_first_whatever_its_counter() -> None:
+    fair = FairShare()
+    fair.set_tenants({"a": 1.0, "b": 1.0}, {"b": 0.25})
+    fair.counters = {"a": 0.0, "b": 100.0}
+    fair.in_flight = {"b": 1}
+    entries = [ask("a"), ask("b")]
+    assert fair.next(entries, now=0.0, slots=8) == 1  # holds 1 of its 2 reserved slots
+    fair.in_flight = {"b": 2}
+    assert fair.next(entries, now=0.0, slots=8) == 0  # at its reserve: counters decide
+
+
+def test_counters_charge_weighted_tokens_and_settle_the_real_output() -> None:
+    fair = FairShare()
+    fair.set_tenants({"a": 1.0, "b": 2.0}, {})
+    request = req(tenant="b", prompt_tokens=100, output_tokens=50.0)
+    fair.bound(request)
+    assert fair.counter("b") == pytest.approx((100 + 2 * 50) / 2)
+    assert fair.in_flight == {"b": 1}
+    fair.finished(request, 80)  # 30 more than predicted, output weighs 2, weight 2
+    assert fair.counter("b") == pytest.approx((100 + 2 * 80) / 2)
+    assert fair.in_flight == {}
+
+
+def test_a_newly_backlogged_tenant_is_lifted_and_banks_no_credit() -> None:
+    fair = FairShare()
+    fair.counters = {"a": 500.0, "b": 0.0}
+    queued = [ask("a")]
+    fair.arrived("b", queued)
+    assert fair.counter("b") == 500.0  # lifted to the smallest queued counter
+    fair.arrived("a", queued)
+    assert fair.counter("a") == 500.0  # already backlogged: unchanged
+    fair.counters["c"] = 900.0
+    fair.arrived("c", queued)
+    assert fair.counter("c") == 900.0  # never lowered
+
+
+def dispatcher(slots: int = 1) -> Dispatcher:
+    specs = [BackendSpec("b0", "http://127.0.0.1:9000", (MODEL,), slots)]
+    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+    return Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=4096))
+
+
+async def test_two_backlogged_tenants_weighted_one_to_two_stay_within_the_vtc_bound() -> None:
+    d = dispatcher()
+    d.fair.set_tenants({"a": 1.0, "b": 2.0}, {})
+    rng = random.Random(7)
+    held = await d.acquire(req())  # the only slot: everything else queues
+    sizes = {}
+    tasks = []
+    for _ in range(300):
+        for tenant in ("a", "b"):
+            prompt, output = rng.randint(50, 400), float(rng.randint(5, 100))
+            request = req(tenant=tenant, prompt_tokens=prompt, output_tokens=output)
+            task = asyncio.create_task(d.acquire(request))
+            sizes[task] = request
+            tasks.append(task)
+    await asyncio.sleep(0.01)
+    assert d.queued == 600
+    served = {"a": 0.0, "b": 0.0}
+    biggest = max(r.prompt_tokens + 2 * r.output_tokens for r in sizes.values())
+    worst = 0.0
+    held.release()
+    for _ in range(400):  # both stay backlogged throughout
+        while not any(t.done() for t in tasks):
+            await asyncio.sleep(0)
+        done = next(t for t in tasks if t.done())
+        tasks.remove(done)
+        request, lease = sizes[done], done.result()
+        served[request.tenant] += request.prompt_tokens + 2 * request.output_tokens
+        worst = max(worst, abs(served["a"] / 1.0 - served["b"] / 2.0))
+        d.finished(request, request.output_tokens)
+        lease.release()
+        await asyncio.sleep(0)
+    # Sheng et al., Theorem 4.4: two backlogged clients' weighted service differs by at
+    # most 2U, U the largest weighted cost of one request
+    assert worst <= 2 * biggest, (worst, biggest)
+    assert served["b"] / served["a"] == pytest.approx(2.0, rel=0.1)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_without_tenants_the_queue_keeps_priority_then_arrival() -> None:
+    d = dispatcher()
+    held = await d.acquire(req())
+    order = []
+
+    async def take(name: str, priority: int) -> None:
+        lease = await d.acquire(req(priority=priority))
+        order.append(name)
+        lease.release()
+
+    tasks = [asyncio.create_task(take(n, p)) for n, p in (("x", 0), ("y", 1), ("z", 0))]
+    await asyncio.sleep(0.01)
+    held.release()
+    await asyncio.gather(*tasks)
+    assert order == ["y", "x", "z"]
+    assert req().tenant is None  # requests of a policy without identity
