@@ -22,7 +22,7 @@ from director.api.docs import mount_docs
 from director.api.errors import ApiError
 from director.api.limits import BodyLimit
 from director.api.metrics import RequestCounter
-from director.api.routes import admin, chaos, public, read, tenants
+from director.api.routes import admin, chaos, public, read, tenants, usage
 from director.api.runtime import ApiRuntime
 from state import StateError
 
@@ -51,7 +51,8 @@ def build_api(config: ApiConfig) -> FastAPI:
     app = FastAPI(title="director admin API", version="1", description=DESCRIPTION,
                   lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
-    for router in (public.router, read.router, admin.router, chaos.router, tenants.router):
+    for router in (public.router, read.router, admin.router, chaos.router, tenants.router,
+                   usage.router):
         app.include_router(router)
     static = resources.files("director.api").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

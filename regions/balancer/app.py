@@ -61,7 +61,15 @@ from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowColl
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
-from regions.balancer.proxy import METER, Proxy, ProxySettings, error_response
+from regions.balancer.proxy import (
+    ASK_USAGE,
+    METER,
+    RELAY_END,
+    SERVED_BY,
+    Proxy,
+    ProxySettings,
+    error_response,
+)
 from regions.balancer.registry import (
     DEFAULT_FILTERS,
     DEFAULT_PICKER,
@@ -70,16 +78,18 @@ from regions.balancer.registry import (
     build_profile,
     register_builtin_plugins,
 )
+from regions.balancer.relay import RelayEnd
 from regions.balancer.request_info import parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
-from regions.balancer.tenancy import Tenancy, caller
+from regions.balancer.tenancy import ADMITTED, Tenancy, caller
 from regions.balancer.tenant_quota import TenantQuotas, UsageMeter
 from regions.balancer.types import Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
+from tenants.usage import UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
 MODELS_TIMEOUT_S = 2.0
@@ -202,6 +212,7 @@ class Balancer:
         )
         self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair)
         self.quotas = TenantQuotas()
+        self.usage: UsageLedger | None = None
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
@@ -258,10 +269,13 @@ class Balancer:
                             "x-director-region": self.region,
                         },
                     )
+            cancelled = True
             try:
                 response = await self.proxy.handle(request, endpoint)
+                cancelled = False
             finally:
                 if self.tenancy.enabled:
+                    self._record_usage(request, cancelled)
                     await self.quotas.finish(request)
             if self.overflow is not None and not overflowed and is_shed(response):
                 return await self.overflow.handle(request, response)
@@ -283,8 +297,41 @@ class Balancer:
             return refusal
         if METER not in request:  # the fair share settles with the answer's output tokens
             request[METER] = UsageMeter()
-        return dataclasses.replace(info, tenant=who.tenant.name,
+        request[ASK_USAGE] = True  # exact token counts for the usage accounting
+        info = dataclasses.replace(info, tenant=who.tenant.name,
                                    priority=who.tenant.priority + min(0, info.priority))
+        request[ADMITTED] = info
+        return info
+
+    def _record_usage(self, request: web.Request, cancelled: bool) -> None:
+        """Account a tenant's answered request (``tenants.usage``, Prometheus)."""
+        info, backend = request.get(ADMITTED), request.get(SERVED_BY)
+        if info is None or backend is None or info.tenant is None:
+            return
+        meter = request.get(METER)
+        usage = meter if isinstance(meter, UsageMeter) else None
+        output = meter.output_tokens() if meter is not None else 0
+        prompt = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None \
+            else info.prompt_tokens
+        cancelled = cancelled or request.get(RELAY_END) in (RelayEnd.CLIENT_GONE,)
+        snap = next((b for b in self.pool.snapshot().backends if b.name == backend), None)
+        work = prompt / self.config.prefill_ratio + output
+        gpu_s = work / (snap.tokens_per_s * max(1, snap.cap)) if snap and snap.tokens_per_s \
+            else 0.0
+        tenant, model = info.tenant, info.model
+        m = self.metrics
+        m.tenant_requests.labels(tenant, model).inc()
+        m.tenant_tokens.labels(tenant, model, "input").inc(prompt)
+        m.tenant_tokens.labels(tenant, model, "output").inc(output)
+        if cancelled:
+            m.tenant_cancelled.labels(tenant).inc()
+        m.tenant_gpu_seconds.labels(tenant).inc(gpu_s)
+        if self.usage is not None:
+            host = (request.host or "").rsplit(":", 1)[0].lower().rstrip(".")
+            service = host if host in self.tenancy.services else "*"
+            self.usage.record(UsageEvent(time.time(), UsageKey(
+                tenant, service, model, self.region, backend), prompt, output, cancelled,
+                gpu_s))
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)
@@ -319,6 +366,8 @@ class Balancer:
         if self.link is not None:
             self.tenancy.attach(self.link.store)
             self.quotas.attach(self.link.store)
+            self.usage = UsageLedger(self.link.store)
+            await self.usage.__aenter__()
         await self.tenancy.__aenter__()
         runner = web.AppRunner(
             self.app,
@@ -345,6 +394,8 @@ class Balancer:
             runner, self.runner = self.runner, None
             await runner.cleanup()
         await self.tenancy.__aexit__(None, None, None)
+        if self.usage is not None:
+            await self.usage.__aexit__(None, None, None)
         if self.link is not None:
             link, self.link = self.link, None
             await link.stop()

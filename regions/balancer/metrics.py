@@ -15,6 +15,9 @@
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
 - ``director_balancer_auth_refused_total{reason}``: requests refused by tenant identity;
+- per tenant (the policy's names: a bounded set): ``director_balancer_tenant_requests_total``
+  and ``director_balancer_tenant_tokens_total{kind}`` by model,
+  ``director_balancer_tenant_cancelled_total``, ``director_balancer_tenant_gpu_seconds_total``;
 - with overflow on, ``director_balancer_overflow_total{outcome,sibling}``: what would have
   been shed, by outcome (``redirect``, ``proxy``, ``unreachable``, ``none-allowed``).
 """
@@ -139,6 +142,20 @@ class BalancerMetrics:
             ["service"],
             registry=r,
         )
+        self.tenant_requests = Counter(
+            "director_balancer_tenant_requests", "Answered requests per tenant and model",
+            ["tenant", "model"], registry=r)
+        self.tenant_tokens = Counter(
+            "director_balancer_tenant_tokens",
+            "Tokens per tenant and model, as the engine counted them (kind input or output)",
+            ["tenant", "model", "kind"], registry=r)
+        self.tenant_cancelled = Counter(
+            "director_balancer_tenant_cancelled", "Requests whose client left before the end",
+            ["tenant"], registry=r)
+        self.tenant_gpu_seconds = Counter(
+            "director_balancer_tenant_gpu_seconds",
+            "GPU time per tenant, estimated from the backends' learned speeds",
+            ["tenant"], registry=r)
         self.auth_refused = Counter(
             "director_balancer_auth_refused",
             "Requests refused by tenant identity, by reason (401 credentials, 403 service "

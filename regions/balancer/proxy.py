@@ -43,10 +43,14 @@ from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
 from regions.balancer.upstream import UpstreamPool, UpstreamResponse
+from regions.balancer.usage_stream import UsageEventFilter, ask_for_usage
 
 WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
 METER = web.RequestKey("director.meter", StreamMeter)  # a meter of the caller's, if any
 EXTRA_HEADERS = web.RequestKey("director.extra_headers", dict)  # added to the answer
+ASK_USAGE = web.RequestKey("director.ask_usage", bool)  # get the engine's usage of a stream
+SERVED_BY = web.RequestKey("director.served_by", str)  # the backend that answered
+RELAY_END = web.RequestKey("director.relay_end", RelayEnd)  # how the answer ended
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
 REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
@@ -162,6 +166,11 @@ class Proxy:
             if isinstance(admitted, web.StreamResponse):
                 return admitted
             info = admitted
+        strip_usage = False
+        if info.stream and request.get(ASK_USAGE):
+            asked = ask_for_usage(raw)
+            if asked is not None:
+                raw, strip_usage = asked, True
         start = self.clock()
         path = request.rel_url.path_qs
         headers = upstream_request_headers(request.headers)
@@ -209,7 +218,8 @@ class Proxy:
                     last_failure = await self._consume_failure(upstream, backend)
                     excluded.add(backend.name)
                     continue
-                return await self._relay(request, upstream, lease, info, start, sent_at)
+                return await self._relay(request, upstream, lease, info, start, sent_at,
+                                         strip_usage)
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
 
     @contextlib.contextmanager
@@ -253,8 +263,10 @@ class Proxy:
         info: RequestInfo,
         start: float,
         sent_at: float,
+        strip_usage: bool = False,
     ) -> web.StreamResponse:
         backend = lease.backend
+        request[SERVED_BY] = backend.name
         metrics = self.metrics.backend(backend.name)
         resp = response_for(
             upstream, {**request.get(EXTRA_HEADERS, {}), REGION_HEADER: self.settings.region,
@@ -278,7 +290,9 @@ class Proxy:
                 meter.body(chunk)
 
         try:
-            end = await relay(request, upstream, resp, on_chunk, self.clock)
+            end = await relay(request, upstream, resp, on_chunk, self.clock,
+                              UsageEventFilter() if strip_usage and sse else None)
+            request[RELAY_END] = end
         except asyncio.CancelledError:  # the client went away while we waited upstream
             self.metrics.client_gone.labels("before_end").inc()
             raise

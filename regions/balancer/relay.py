@@ -21,6 +21,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from aiohttp import web
 
@@ -31,6 +32,13 @@ UPSTREAM_ERRORS = (OSError, ValueError)  # ConnectionError, TimeoutError; a bad 
 HIGH_WATER = 64 * 1024
 
 OnChunk = Callable[[bytes, float], None]  # (piece, when it was read), after writing it on
+
+
+class Transform(Protocol):
+    """Rewrites the body piece by piece (``usage_stream.UsageEventFilter``)."""
+
+    def __call__(self, piece: bytes) -> bytes: ...
+    def rest(self) -> bytes: ...
 
 
 class RelayEnd(enum.Enum):
@@ -66,8 +74,10 @@ class _ToClient(BodySink):
         upstream: UpstreamResponse,
         on_chunk: OnChunk | None,
         clock: Callable[[], float],
+        transform: Transform | None = None,
     ) -> None:
         self.transport = transport
+        self.transform = transform
         self.chunked = chunked
         self.upstream = upstream
         self.on_chunk = on_chunk
@@ -84,16 +94,21 @@ class _ToClient(BodySink):
             self._stop(RelayEnd.CLIENT_GONE)
             return
         now = self.clock()
-        if self.chunked:
-            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
-        else:
-            transport.write(payload)
+        self.write(self.transform(payload) if self.transform is not None else payload)
         if self.on_chunk is not None:
             self.on_chunk(payload, now)
         if transport.get_write_buffer_size() > HIGH_WATER:
             self.paused = True
             self.upstream.pause()
             self._wake()
+
+    def write(self, payload: bytes) -> None:
+        if not payload:
+            return
+        if self.chunked:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+        else:
+            self.transport.write(payload)
 
     def end(self, error: BaseException | None) -> None:
         if self.end_state is None:
@@ -114,10 +129,12 @@ async def relay(
     resp: web.StreamResponse,
     on_chunk: OnChunk | None = None,
     clock: Callable[[], float] = time.monotonic,
+    transform: Transform | None = None,
 ) -> RelayEnd:
     """Send ``resp``'s headers, then every piece of ``upstream``'s body as it arrives.
 
-    ``on_chunk`` runs after each piece is written (the accounting never delays a piece).
+    ``on_chunk`` runs after each piece is written (the accounting never delays a piece),
+    with the piece as it came; ``transform`` rewrites what the client gets.
     """
     finished = False
     try:
@@ -132,7 +149,7 @@ async def relay(
             return RelayEnd.CLIENT_GONE
         # the transport pauses the server's protocol above HIGH_WATER, so drain() waits
         transport.set_write_buffer_limits(high=HIGH_WATER)
-        sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock)
+        sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock, transform)
         upstream.stream(sink)
         while sink.end_state is None:
             await sink.wake
@@ -153,6 +170,8 @@ async def relay(
         finished = True
         if transport.is_closing():
             return RelayEnd.CLIENT_GONE_AT_END
+        if transform is not None:
+            sink.write(transform.rest())
         try:
             await resp.write_eof()
         except ConnectionResetError:

@@ -25,12 +25,14 @@ from multidict import CIMultiDict
 
 from policies.model import Policy, Tenant
 from regions.balancer.fair_share import FairShare
+from regions.balancer.types import RequestInfo
 from state.aio import AsyncStateStore
 from tenants.api_keys import KeyTable
 from tenants.identify import Identified, Identifier, Refused
 from tenants.jwt_auth import JwtVerifier
 
 TENANT = web.RequestKey("director.tenant", Identified)  # the identified caller
+ADMITTED = web.RequestKey("director.admitted", RequestInfo)  # as its tenant sends it
 CREDENTIAL_HEADERS = ("Authorization", "api-key")
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ class Tenancy:
         self.fair = fair  # the region queue's fair share, told the tenants' weights
         self.identifier: Identifier | None = None
         self.tenants: Mapping[str, Tenant] = {}
+        self.services: frozenset[str] = frozenset()
         self.apply_policy(policy)
 
     def attach(self, store: AsyncStateStore) -> None:
@@ -64,6 +67,7 @@ class Tenancy:
         self._policy = policy
         identity = policy.identity if policy is not None else None
         self.tenants = {t.name: t for t in policy.tenants} if policy is not None else {}
+        self.services = frozenset(s.name for s in policy.services) if policy else frozenset()
         if self.fair is not None:
             self.fair.set_tenants({t.name: t.weight for t in self.tenants.values()},
                                   {t.name: t.reserve for t in self.tenants.values()})

@@ -212,10 +212,13 @@ async def _stream(
         return resp
     except ConnectionResetError:  # client gone (when handler cancellation is off)
         return resp
-    if req.include_usage:
-        await resp.write(oai.sse(oai.usage_chunk(req, rid, created)))
-    await resp.write(oai.SSE_DONE)
-    await resp.write_eof()
+    try:
+        if req.include_usage:
+            await resp.write(oai.sse(oai.usage_chunk(req, rid, created)))
+        await resp.write(oai.SSE_DONE)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client left after the last token
+        pass
     return resp
 
 
