@@ -3,9 +3,11 @@
 capacity, then the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
 Models", OSDI 2024) weighted by each tenant's policy weight.
 
-- **Tiers.** A queued request's tier is its priority plus one for every ``aging_s`` seconds
-  it has waited, so a low tier is never starved: it rises until it is served. The highest
-  tier present goes first.
+- **Tiers.** Priorities are strict tiers; a tier ranks as its priority plus one for every
+  ``aging_s`` seconds its oldest queued request has waited, so a low tier is never
+  starved: it rises until it is served. The best-ranked tier goes first (on a tie, the
+  higher priority). Aging moves whole tiers, never requests within one, so a tenant's
+  old backlog cannot overtake another tenant of the same tier.
 - **Reserved capacity.** Within the tier, a tenant holding less than its ``reserve`` share
   of the region's slots (in flight) goes first, the furthest below its share first.
 - **VTC.** Otherwise the tenant with the smallest counter goes, its oldest request first.
@@ -107,31 +109,34 @@ class FairShare:
     def weight(self, tenant: str) -> float:
         return self.weights.get(tenant, 1.0)
 
-    def tier(self, entry: Queued, now: float) -> int:
-        aged = math.floor(max(0.0, now - entry.since) / self.config.aging_s)
-        return entry.request.priority + aged
+    def aged(self, entry: Queued, now: float) -> int:
+        """Tiers ``entry`` has risen by waiting."""
+        return math.floor(max(0.0, now - entry.since) / self.config.aging_s)
 
     def next(self, entries: Sequence[Queued], now: float, slots: int) -> int:
         """Index in ``entries`` (in queue order) of the request to offer a slot next;
         ``slots``: the region's request slots, for reserved shares."""
-        tiers = [self.tier(e, now) for e in entries]
-        top = max(tiers)
+        rank: dict[int, int] = {}  # priority -> its rank (priority + its oldest's aging)
+        for entry in entries:
+            priority = entry.request.priority
+            rank[priority] = max(rank.get(priority, priority), priority + self.aged(entry, now))
+        tier = max(rank, key=lambda p: (rank[p], p))
         best: tuple[float, float, int] | None = None
         seen: set[str | None] = set()
         for i, entry in enumerate(entries):
             tenant = entry.request.tenant
-            if tiers[i] != top or tenant in seen:
+            if entry.request.priority != tier or tenant in seen:
                 continue  # a tenant's first entry in queue order is its oldest
             seen.add(tenant)
             if tenant is None:
-                rank = (1.0, -math.inf, i)  # untenanted entries: before tenants over share
+                order = (1.0, -math.inf, i)  # untenanted entries: before tenants over share
             else:
                 reserve = self.reserves.get(tenant, 0.0) * slots
                 held = self.in_flight.get(tenant, 0)
                 below = reserve > 0 and held < reserve
-                rank = ((0.0, held / reserve, i) if below
-                        else (1.0, self.counter(tenant), i))
-            if best is None or rank < best:
-                best = rank
+                order = ((0.0, held / reserve, i) if below
+                         else (1.0, self.counter(tenant), i))
+            if best is None or order < best:
+                best = order
         assert best is not None
         return best[2]

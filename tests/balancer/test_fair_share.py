@@ -49,9 +49,19 @@ def test_the_next_request_by_tier_then_counter(counters, queue, chosen) -> None:
 def test_a_waiting_low_tier_rises_one_tier_per_aging_period() -> None:
     fair = FairShare(FairShareConfig(aging_s=10.0))
     old_low = ask("a", priority=0, since=0.0)
-    new_high = ask("b", priority=2, since=19.0)
-    assert fair.next([old_low, new_high], now=19.0, slots=4) == 1  # 0 + 1 < 2: b
-    assert fair.next([old_low, new_high], now=31.0, slots=4) == 0  # 0 + 3 > 2: a
+    assert fair.next([old_low, ask("b", priority=2, since=19.0)], now=19.0, slots=4) == 1
+    # the low tier's oldest has waited 31 s (0 + 3), the high tier's 6 s (2 + 0)
+    assert fair.next([old_low, ask("b", priority=2, since=25.0)], now=31.0, slots=4) == 0
+
+
+def test_aging_never_reorders_tenants_within_a_tier() -> None:
+    """A tenant's long backlog does not overtake a newly arrived tenant of the same tier
+    with a smaller counter (aging ranks tiers, not requests)."""
+    fair = FairShare(FairShareConfig(aging_s=10.0))
+    fair.counters = {"a": 900.0, "b": 100.0}
+    backlog = [ask("a", since=0.0) for _ in range(3)]
+    fresh = ask("b", since=59.0)
+    assert fair.next([*backlog, fresh], now=60.0, slots=4) == 3
 
 
 def test_a_tenant_below_its_reserve_goes_first_whatever_its_counter() -> None:
