@@ -5,11 +5,12 @@ and prove that traffic moved in time, residency held on every request, nothing w
 A drill file (YAML, ``docs/drills.md``) is read by ``loader`` (positions kept by
 ``schema``, the grammar in ``document``) into the frozen ``model``. ``prepare`` resolves it
 against a running system through the admin API (``admin``, ``topology``, ``faults``,
-``cohorts``, ``arrivals``, ``traces``); ``runner`` plays it: the ``loadgen`` sends each
-arrival as a ``client`` request (a DNS query with ECS by ``dnsclient``, then a streamed
-completion), faults are injected with a dead-man ttl and always restored, ``guards`` may
-stop it, ``progress`` shows it live. ``records`` is what is recorded; ``accounting``,
-``violations``, ``failover`` and ``checks`` judge it (pure functions); ``result`` gives the
+``cohorts``, ``arrivals``, ``traces``, and ``tenant_keys`` for the tenants it sends as);
+``runner`` plays it: the ``loadgen`` sends each arrival as a ``client`` request (a DNS query
+with ECS by ``dnsclient``, then a streamed completion, with its tenant's API key), faults are
+injected with a dead-man ttl and always restored, ``guards`` may stop it, ``progress`` shows
+it live. ``records`` is what is recorded; ``accounting``, ``violations``, ``failover``,
+``throttling`` and ``checks`` judge it (pure functions); ``result`` gives the
 verdict and summary; ``journal``, ``html`` (with ``charts``), ``junit`` and ``reports``
 write it down; ``timeline`` prints the plan for a dry run.
 

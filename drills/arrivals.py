@@ -11,17 +11,24 @@ The offered rate at time t is ``base(t) * spike(t)``:
 With ``rate`` the arrivals are a Poisson process (by thinning) or evenly spaced; with a
 ``trace`` they are the trace's own arrivals from ``offset`` on (time divided by
 ``speedup``), each repeated ``m(t)`` times on average, where m is the multiplier over the
-trace's own rate, copies spread over the next gap. Each arrival is given a cohort by share.
+trace's own rate, copies spread over the next gap. Each arrival is given a cohort by share
+and, when the load names ``tenants``, a tenant by share (smooth weighted round robin, so the
+shares hold exactly over any stretch of the load).
+
+A ``tenant.flood`` fault makes its tenant send ``flood_rates[fault id]`` requests per second
+in all while it lasts: its share of the load plus arrivals of its own at the rest, evenly
+spaced or Poisson as the load's ``arrivals`` say (a trace's load: Poisson), each from a
+client of a cohort drawn by share.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from drills.model import Fault, FaultType, Load, TraceSource
+from drills.model import Fault, FaultType, Load, TenantShare, TraceSource
 from drills.traces import TraceRequest, read_trace
 
 
@@ -32,6 +39,7 @@ class Arrival:
     cohort: str
     prompt_tokens: int
     output_tokens: int
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,28 +86,81 @@ def offered_rate(load: Load, faults: Sequence[Fault], baseline: float, t: float)
 
 def _times_from_rate(load: Load, faults: Sequence[Fault], rng: random.Random,
                      baseline: float, arrivals: str) -> list[float]:
+    return _times(lambda t: offered_rate(load, faults, baseline, t), 0.0, load.duration,
+                  rng, arrivals)
+
+
+def _times(rate: Callable[[float], float], start: float, end: float, rng: random.Random,
+           arrivals: str) -> list[float]:
+    """Arrival times in ``[start, end)`` at ``rate(t)`` per second: Poisson (by thinning)
+    or evenly spaced."""
     step = 0.05
-    peak = max(offered_rate(load, faults, baseline, i * step)
-               for i in range(int(load.duration / step) + 1))
+    steps = int((end - start) / step)
+    peak = max((rate(start + i * step) for i in range(steps + 1)), default=0.0)
     if peak <= 0:
         return []
     times: list[float] = []
     if arrivals == "poisson":
-        t = 0.0
+        t = start
         while True:
             t += rng.expovariate(peak)
-            if t >= load.duration:
+            if t >= end:
                 break
-            if rng.random() * peak < offered_rate(load, faults, baseline, t):
+            if rng.random() * peak < rate(t):
                 times.append(t)
         return times
     owed = 0.0
-    for i in range(int(load.duration / step)):
-        owed += offered_rate(load, faults, baseline, i * step) * step
+    for i in range(steps):
+        owed += rate(start + i * step) * step
         while owed >= 1.0:
             owed -= 1.0
-            times.append(i * step)
+            times.append(start + i * step)
     return times
+
+
+def tenant_order(tenants: Sequence[TenantShare], count: int) -> list[str | None]:
+    """The tenant of each of ``count`` arrivals: smooth weighted round robin by share
+    (nginx's), so every stretch of arrivals holds the shares as closely as whole requests
+    can; all None without tenants."""
+    if not tenants:
+        return [None] * count
+    current = [0.0] * len(tenants)
+    out: list[str | None] = []
+    for _ in range(count):
+        for i, t in enumerate(tenants):
+            current[i] += t.share
+        best = max(range(len(tenants)), key=lambda i: current[i])
+        current[best] -= 1.0
+        out.append(tenants[best].name)
+    return out
+
+
+def flood_base_rate(load: Load, faults: Sequence[Fault], baseline: float, fault: Fault,
+                    t: float) -> float:
+    """What the flooding tenant sends at ``t`` as its share of the load (0 without one)."""
+    share = next((s.share for s in load.tenants if s.name == fault.params.get("tenant")), 0.0)
+    return share * offered_rate(load, faults, baseline, t)
+
+
+def _flood_items(load: Load, faults: Sequence[Fault], baseline: float,
+                 flood_rates: Mapping[str, float]) -> list[tuple[float, str, str]]:
+    """(time, cohort, tenant) of every flood's own arrivals."""
+    names = [c.name for c in load.cohorts]
+    weights = [c.share for c in load.cohorts]
+    arrivals = load.rate.arrivals if load.rate is not None else "poisson"
+    out = []
+    for f in faults:
+        if f.type is not FaultType.TENANT_FLOOD or f.id not in flood_rates:
+            continue
+        total = flood_rates[f.id]
+        rng = random.Random(f"flood:{load.seed}:{f.id}")
+
+        def extra(t: float, f: Fault = f, total: float = total) -> float:
+            return max(0.0, total - flood_base_rate(load, faults, baseline, f, t))
+
+        for t in _times(extra, f.start, min(f.end, load.duration), rng, arrivals):
+            out.append((t, rng.choices(names, weights)[0], str(f.params["tenant"])))
+    return out
 
 
 def _trace_rows(load: Load, faults: Sequence[Fault], rng: random.Random,
@@ -123,8 +184,12 @@ def _trace_rows(load: Load, faults: Sequence[Fault], rng: random.Random,
 
 
 def build_schedule(load: Load, faults: Sequence[Fault] = (),
-                   trace_rows: Sequence[TraceRequest] | None = None) -> Schedule:
-    """Every arrival of the drill, in time order, with its cohort and token counts."""
+                   trace_rows: Sequence[TraceRequest] | None = None,
+                   flood_rates: Mapping[str, float] | None = None) -> Schedule:
+    """Every arrival of the drill, in time order, with its cohort, tenant and token counts.
+    ``flood_rates``: each ``tenant.flood`` fault's total rate for its tenant (requests per
+    second, resolved against the running system's quotas); a flood left out sends nothing
+    of its own."""
     rng = random.Random(load.seed)
     names = [c.name for c in load.cohorts]
     weights = [c.share for c in load.cohorts]
@@ -142,10 +207,15 @@ def build_schedule(load: Load, faults: Sequence[Fault] = (),
                  for t in _times_from_rate(load, faults, rng, baseline, load.rate.arrivals)]
     else:
         baseline = 0.0
-    arrivals = []
-    for seq, (t, prompt, output) in enumerate(items):
-        cohort = rng.choices(names, weights)[0]
-        arrivals.append(Arrival(seq, round(t, 6), cohort, prompt, output))
+    base = [(t, rng.choices(names, weights)[0], prompt, output) for t, prompt, output in items]
+    tenants = tenant_order(load.tenants, len(base))
+    merged = [(t, cohort, tenant, prompt, output)
+              for (t, cohort, prompt, output), tenant in zip(base, tenants, strict=True)]
+    merged += [(t, cohort, tenant, req.prompt_tokens, req.max_tokens)
+               for t, cohort, tenant in _flood_items(load, faults, baseline, flood_rates or {})]
+    merged.sort(key=lambda x: x[0])
+    arrivals = [Arrival(seq, round(t, 6), cohort, prompt, output, tenant)
+                for seq, (t, cohort, tenant, prompt, output) in enumerate(merged)]
     truncated = max(0, len(arrivals) - load.max_requests)
     return Schedule(tuple(arrivals[:load.max_requests]), baseline, truncated)
 

@@ -10,8 +10,19 @@ A check's ``when`` picks the requests it reads and the moment it is judged:
 - ``continuous``: every request; judged on every tick for the display, and at the end for
   the verdict (residency: the first violation fails and stops the drill).
 
+A check reads the requests of its ``cohorts`` and ``tenants`` (every one when not named).
 A ratio or latency check with no request to judge fails: an unobserved hypothesis is not
 a confirmed one.
+
+Tenant checks: ``ttft`` and ``goodput`` may ``compare_to`` the same requests in another
+window (``{when: before, max_ratio: 1.2}``: the other tenants' p99 TTFT during a flood at
+most 1.2 times theirs before it; ``{when: before, min_ratio: 0.9}``: their completed
+requests per second at least 0.9 times). ``throttled`` judges a tenant's attempts in the
+window against its request quota (R per minute, from the running policy): at most
+``R/60 * (W + burst)`` can be admitted in W seconds (GCRA, whose bucket holds ``burst``
+seconds of the rate: a minute by default), so the answers above that are the excess, which
+must be refused with 429 and Retry-After (``expect.min``: the share of the excess, default
+0.9), while the tenant still gets ``min_admitted`` (0.8) of ``R/60 * W``.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from drills import accounting as acc
 from drills.failover import failover_time
 from drills.model import Check, CheckType, Drill, When
 from drills.records import FaultRecord, RequestRecord, StatusSample
+from drills.throttling import throttling
 from drills.violations import violations
 
 
@@ -97,6 +109,7 @@ class Judge:
     allowed: Mapping[str, frozenset[str] | None]     # cohort -> allowed regions
     region_of: Callable[[str], str | None]
     all_regions: tuple[str, ...]
+    quotas: Mapping[str, float | None] = field(default_factory=dict)  # tenant -> req/min
 
     def evaluate(self, check: Check, records: Sequence[RequestRecord],
                  faults: Sequence[FaultRecord], now: float,
@@ -106,11 +119,11 @@ class Judge:
         cohorts = check.cohorts
         if check.type is CheckType.RESIDENCY and not cohorts:
             cohorts = tuple(c for c, a in self.allowed.items() if a is not None)
-        chosen = [r for r in records if start <= r.t_issue < end
-                  and (not cohorts or r.cohort in cohorts)]
+        chosen = [r for r in records if start <= r.t_issue < end and _picked(check, cohorts, r)]
         scope = _Scope(check, chosen, records, faults, status, cohorts, start, end)
         passed, value, detail, evidence, data = handler(scope)
-        unit = "s" if check.type in (CheckType.TTFT, CheckType.FAILOVER_TIME) else ""
+        unit = {CheckType.TTFT: "s", CheckType.FAILOVER_TIME: "s",
+                CheckType.GOODPUT: " rps"}.get(check.type, "")
         expected = self._expected(check, unit)
         return CheckResult(check.name, check.type.value, check.when.value, passed, value,
                            expected, detail, now, tuple(evidence), data)
@@ -128,10 +141,18 @@ class Judge:
             return "; ".join(parts)
         if check.type is CheckType.LOST and "max_ratio" in check.params:
             return f"lost ratio <= {check.params['max_ratio']:g}"
-        text = check.expect.describe(unit)
-        if check.type is CheckType.TTFT and check.params.get("compare_to"):
-            cmp = check.params["compare_to"]
-            text += f" and <= {cmp['max_ratio']:g}x {cmp['cohort']}"
+        if check.type is CheckType.THROTTLED:
+            return (f"429 with Retry-After for >= {check.expect.min or 0:g} of the requests "
+                    f"above the quota; >= {check.params.get('min_admitted', 0.8):g} of the "
+                    "quota's rate admitted")
+        cmp = check.params.get("compare_to")
+        text = check.expect.describe(unit) if check.expect.min is not None or \
+            check.expect.max is not None or not cmp else ""
+        if cmp:
+            other = cmp.get("cohort") or cmp.get("when")
+            bound = f"<= {cmp['max_ratio']:g}x" if "max_ratio" in cmp \
+                else f">= {cmp['min_ratio']:g}x"
+            text = (f"{text} and " if text else "") + f"{bound} {other}"
         return text
 
     # -- one method per check type: (passed, value, detail, evidence, data) ----------------
@@ -191,16 +212,84 @@ class Judge:
         data: dict[str, Any] = {"quantile": q, "count": len(values)}
         cmp = s.check.params.get("compare_to")
         if cmp:
-            others = [r for r in s.records if r.cohort == cmp["cohort"]
-                      and s.start <= r.t_issue < s.end]
+            label = cmp.get("cohort") or cmp["when"]
+            others = self._compared(s, cmp)
             other = acc.quantile(acc.ttfts(acc.classify(r, s.faults) for r in others), q)
             if other is None or other <= 0:
-                return False, value, detail + f"; no {cmp['cohort']} TTFT to compare", [], data
+                return False, value, detail + f"; no {label} TTFT to compare", [], data
             ratio = value / other
-            data["ratio"] = ratio
-            detail += f"; {ratio:.2f}x {cmp['cohort']} ({other:.3f}s)"
+            data.update(ratio=ratio, compared=other)
+            detail += f"; {ratio:.2f}x {label} ({other:.3f}s)"
             passed = passed and ratio <= cmp["max_ratio"]
         return passed, value, detail, [], data
+
+    def _compared(self, s: _Scope, cmp: Mapping[str, Any]) -> list[RequestRecord]:
+        """The requests a ``compare_to`` names: another cohort in the same window, or the
+        check's own requests in another window."""
+        if cmp.get("cohort"):
+            return [r for r in s.records if r.cohort == cmp["cohort"]
+                    and s.start <= r.t_issue < s.end
+                    and (not s.check.tenants or r.tenant in s.check.tenants)]
+        start, end = windows_of(self.drill, s.faults).of(When(cmp["when"]))
+        return [r for r in s.records if start <= r.t_issue < end
+                and _picked(s.check, s.cohorts, r)]
+
+    def _span(self, start: float, end: float) -> float:
+        return max(0.0, min(end, self.drill.duration) - start)
+
+    def _goodput(self, s: _Scope) -> Verdict:
+        """Completed requests per second: those issued in the window that completed, over
+        the window's length."""
+        span = self._span(s.start, s.end)
+        t = acc.tally(acc.classify(r, s.faults) for r in s.chosen)
+        if span <= 0 or not t.terminal:
+            return False, None, "no terminal request to judge the goodput on", [], {}
+        value = t.completed / span
+        detail = f"{value:.2f} completed/s ({t.completed} of {t.terminal} in {span:.1f}s)"
+        data: dict[str, Any] = {**t.as_dict(), "seconds": span}
+        passed = s.check.expect.holds(value) if s.check.expect.min is not None or \
+            s.check.expect.max is not None else True
+        cmp = s.check.params.get("compare_to")
+        if cmp:
+            start, end = windows_of(self.drill, s.faults).of(When(cmp["when"]))
+            other_span = self._span(start, end)
+            done = acc.tally(acc.classify(r, s.faults) for r in self._compared(s, cmp))
+            if other_span <= 0 or not done.completed:
+                return False, value, detail + f"; nothing completed {cmp['when']} to " \
+                    "compare", [], data
+            other = done.completed / other_span
+            ratio = value / other
+            data.update(ratio=ratio, compared=other)
+            detail += f"; {ratio:.2f}x {cmp['when']} ({other:.2f}/s)"
+            passed = passed and ratio >= cmp["min_ratio"]
+        return passed, value, detail, [], data
+
+    def _throttled(self, s: _Scope) -> Verdict:
+        """Per tenant named: its answers above its quota refused with 429 and Retry-After
+        (the value: the smallest share refused), and what the quota owes it admitted."""
+        if not s.check.tenants:
+            return False, None, "no tenant named", [], {}
+        span = self._span(s.start, s.end)
+        ratios: list[float | None] = []
+        passed = True
+        evidence: list[str] = []
+        data: dict[str, Any] = {}
+        for tenant in s.check.tenants:
+            rpm = self.quotas.get(tenant)
+            if not rpm:
+                evidence.append(f"{tenant}: no requests quota in the running policy")
+                ratios.append(None)
+                continue
+            judged = throttling(s.records, tenant, s.cohorts, s.start, s.start + span, rpm,
+                                float(s.check.params.get("min_admitted", 0.8)),
+                                float(s.check.params.get("burst", 60.0)))
+            data[tenant] = judged.as_dict()
+            evidence.append(judged.describe(tenant))
+            ratios.append(judged.ratio)
+            passed = passed and judged.holds and s.check.expect.holds(judged.ratio)
+        known = [r for r in ratios if r is not None]
+        value = min(known) if len(known) == len(ratios) else None
+        return passed and value is not None, value, "; ".join(evidence), evidence, data
 
     def _failover_time(self, s: _Scope) -> Verdict:
         params = s.check.params
@@ -263,6 +352,12 @@ class Judge:
             if state is None or state.get("healthy") is not False:
                 wrong.append(f"{name} is not unhealthy ({_state(state)})")
         return not wrong, float(len(wrong)), "; ".join(wrong) or "as expected", wrong, {}
+
+
+def _picked(check: Check, cohorts: Sequence[str], record: RequestRecord) -> bool:
+    """Whether a request is one of the check's cohorts and tenants."""
+    return (not cohorts or record.cohort in cohorts) and \
+        (not check.tenants or record.tenant in check.tenants)
 
 
 def _describe_lost(c: acc.Classified) -> str:

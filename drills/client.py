@@ -4,9 +4,10 @@
 Each attempt: a DNS query with ECS for the client's subnet, then an OpenAI-compatible
 streaming completion (SSE) to the answered address on the balancer port, with ``Host``
 set to the service's name and ``X-Director-Client-IP`` to an address in the subnet (the
-balancer's residency re-check believes it from a trusted edge such as loopback). What is
-recorded: the DNS answer, the ``x-director-region`` / ``x-director-backend`` headers, the
-status, Retry-After, the time to the first token and whether the stream reached
+balancer's residency re-check believes it from a trusted edge such as loopback); a
+tenant's request carries its API key (``Authorization: Bearer``). What is recorded: the
+DNS answer, the ``x-director-region`` / ``x-director-backend`` headers, the status,
+Retry-After, the time to the first token and whether the stream reached
 ``data: [DONE]``.
 
 Retries (at most ``client.retries``, each with a fresh DNS answer, after an exponential
@@ -24,7 +25,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -87,7 +88,8 @@ class Client:
     def __init__(self, topology: Topology, request: RequestSpec, spec: ClientSpec,
                  dns_client: DnsClient, session: aiohttp.ClientSession,
                  clock: Callable[[], float], observe: Observer | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, keys: Mapping[str, str] | None = None,
+                 ) -> None:
         self.topology = topology
         self.request = request
         self.spec = spec
@@ -96,6 +98,7 @@ class Client:
         self.clock = clock
         self.observe = observe or (lambda kind, record, attempt: None)
         self.deadline = deadline  # drill clock: no retry starts after it
+        self.keys = keys or {}    # tenant -> API key
 
     async def run(self, record: RequestRecord) -> None:
         """Make the request with its retries; the record is filled in as it goes."""
@@ -141,6 +144,9 @@ class Client:
         url = f"http://{address}:{port}{self.request.route}"
         headers = {"Host": self.topology.service, CLIENT_IP_HEADER: record.client_ip,
                    "Idempotency-Key": record.id, "Accept": "text/event-stream"}
+        key = self.keys.get(record.tenant) if record.tenant is not None else None
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
         try:
             async with asyncio.timeout(self.spec.total_timeout):
                 await self._http(url, headers, body, record, attempt)

@@ -9,10 +9,10 @@ The grammar, in short (``docs/drills.md`` has the reference)::
     vars: {name: scalar}          # ${name} anywhere below; ${env:NAME} reads the environment
     blast_radius: {regions, max_duration, ttl_margin}
     targets: {name: {kind: region|gpu, select: {region, jurisdiction, gpu}, mode, on_empty}}
-    load: {service, request, rate | trace, phases, cohorts, client, dns, geoip, seed,
-           max_requests}
+    load: {service, request, rate | trace, phases, cohorts, tenants, client, dns, geoip,
+           seed, max_requests}
     method: [{id, type, target, start, duration, params}]
-    checks: [{name, type, when, cohorts, expect, ...type fields}]
+    checks: [{name, type, when, cohorts, tenants, expect, ...type fields}]
     guards: {evaluate_every, stop_when: [{check} | {name, type, window, expect} |
              {name, type: kill_switch, file}]}
     restore: {strategy: always|never, steps, wait_healthy}
@@ -75,6 +75,15 @@ COHORT = Obj({
     "residency": Field(RESIDENCY),
 }, "a cohort {name, share, countries | subnets, residency}")
 
+TENANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+
+TENANT = Obj({
+    "name": Field(Str(pattern=TENANT_NAME, expected="a tenant of the running policy"),
+                  required=True),
+    "share": Field(Num(0, 1, lo_open=True), required=True,
+                   hint="the fraction of the load this tenant sends, e.g. 0.4"),
+}, "a tenant {name, share}")
+
 PHASE = Obj({
     "name": Field(Str(pattern=NAME, expected="a phase name"), required=True),
     "duration": Field(Duration(positive=True, hi=6 * 3600), required=True),
@@ -104,6 +113,7 @@ LOAD = Obj({
     })),
     "phases": Field(ListOf(PHASE, min_len=1), required=True),
     "cohorts": Field(ListOf(COHORT, min_len=1), required=True),
+    "tenants": Field(ListOf(TENANT, min_len=1)),
     "client": Field(Obj({
         "connect_timeout": Field(Duration(positive=True), default=2.0),
         "first_byte_timeout": Field(Duration(positive=True), default=10.0),
@@ -152,6 +162,7 @@ CHECK = Obj({
     "type": Field(Str(tuple(t.value for t in CheckType)), required=True),
     "when": Field(Str(tuple(w.value for w in When))),
     "cohorts": Field(Either(scalar=Str(("all",)), sequence=ListOf(Str(), min_len=1))),
+    "tenants": Field(Either(scalar=Str(("all",)), sequence=ListOf(Str(), min_len=1))),
     "expect": Field(EXPECT, default={}),
     # per type
     "fault": Field(Str()),
@@ -165,9 +176,15 @@ CHECK = Obj({
     "healthy": Field(_names()),
     "unhealthy": Field(_names()),
     "exclude_in_flight_at_fault": Field(Bool()),
-    "compare_to": Field(Obj({"cohort": Field(Str(), required=True),
-                             "max_ratio": Field(Num(0, lo_open=True), required=True)})),
-}, "a check {name, type, when, cohorts, expect}")
+    "compare_to": Field(Obj({"cohort": Field(Str()),
+                             "when": Field(Str(tuple(w.value for w in When
+                                                     if w is not When.CONTINUOUS))),
+                             "max_ratio": Field(Num(0, lo_open=True)),
+                             "min_ratio": Field(Num(0, lo_open=True))},
+                            "{cohort | when, max_ratio | min_ratio}")),
+    "min_admitted": Field(Num(0, 1)),
+    "burst": Field(Duration()),
+}, "a check {name, type, when, cohorts, tenants, expect}")
 
 GUARD = Obj({
     "name": Field(Str(pattern=NAME, expected="a guard name")),
@@ -247,6 +264,13 @@ FAULT_PARAMS: dict[FaultType, Obj] = {
     FaultType.TRAFFIC_SPIKE: Obj({"multiplier": Field(Num(0, 1000, lo_open=True),
                                                       required=True),
                                   "ramp": Field(Duration(), default=0.0)}),
+    FaultType.TENANT_FLOOD: Obj({
+        "tenant": Field(Str(pattern=TENANT_NAME, expected="a tenant of the running policy"),
+                        required=True),
+        "multiplier": Field(Num(0, 1000, lo_open=True), required=True,
+                            hint="N: the tenant sends N times its rate"),
+        "rate": Field(Num(0, 10_000, lo_open=True)),
+    }),
 }
 
 RATIO = Obj({"min": Field(Num(0, 1)), "max": Field(Num(0, 1))}, "{min, max} as fractions")
@@ -265,6 +289,11 @@ CHECK_EXPECT: dict[CheckType, tuple[Obj | None, When]] = {
     CheckType.SHED_RATIO: (RATIO, When.DURING),
     CheckType.ERROR_RATIO: (RATIO, When.DURING),
     CheckType.COMPLETED: (RATIO, When.DURING),
+    CheckType.GOODPUT: (Obj({"min": Field(Num(0)), "max": Field(Num(0))},
+                            "{min, max} in completed requests per second"), When.DURING),
+    CheckType.THROTTLED: (Obj({"min": Field(Num(0))},
+                              "{min: share of the requests above the quota refused}"),
+                          When.DURING),
     CheckType.TTFT: (SECONDS, When.DURING),
     CheckType.FAILOVER_TIME: (SECONDS, When.DURING),
     CheckType.TRAFFIC_SHARE: (RATIO, When.DURING),

@@ -115,7 +115,7 @@ def plan_fault(fault: Fault, resolved: Resolved, ttl: float) -> Plan:
     plan = Plan(fault, resolved)
     t, p = fault.type, fault.params
     names: list[str] = []
-    if resolved.skipped or t is FaultType.TRAFFIC_SPIKE:
+    if resolved.skipped or t.load_shape:
         return plan
     if t in (FaultType.REGION_KILL, FaultType.REGION_FREEZE):
         include = p.get("include") or ["balancer"]

@@ -86,6 +86,18 @@ def render_html(journal: dict[str, Any]) -> str:
           tally[name]["total"], tally[name]["completed"], tally[name]["shed_once"],
           tally[name]["refused"], tally[name]["lost"]]
          for name, c in journal["cohorts"].items()]))
+    if journal.get("tenants"):
+        by_tenant = journal["tally"]["by_tenant"]
+        parts.append("<h2>Tenants</h2>")
+        parts.append(_table(
+            ["tenant", "share", "requests per minute (quota)", "API keys (ids)", "requests",
+             "completed", "shed", "lost"],
+            [[name, f"{t['share']:.0%}",
+              "none" if not (t["quota"] or {}).get("requests_per_minute")
+              else f"{t['quota']['requests_per_minute']:g}", ", ".join(t["keys"]),
+              by_tenant[name]["total"], by_tenant[name]["completed"],
+              by_tenant[name]["shed_once"], by_tenant[name]["lost"]]
+             for name, t in journal["tenants"].items()]))
     parts.append("<h2>Faults</h2>")
     frows = []
     for f in journal["faults"]:

@@ -21,7 +21,9 @@ def tallies(run: Run) -> dict[str, Any]:
     items = [acc.classify(r, run.faults) for r in run.records]
     by_cohort = {c.name: acc.tally(i for i in items if i.record.cohort == c.name).as_dict()
                  for c in run.drill.load.cohorts}
-    return {"all": acc.tally(items).as_dict(), "by_cohort": by_cohort}
+    by_tenant = {name: acc.tally(i for i in items if i.record.tenant == name).as_dict()
+                 for name in run.drill.tenant_names}
+    return {"all": acc.tally(items).as_dict(), "by_cohort": by_cohort, "by_tenant": by_tenant}
 
 
 def journal(run: Run, target: str) -> dict[str, Any]:
@@ -55,6 +57,12 @@ def journal(run: Run, target: str) -> dict[str, Any]:
                            "countries": list(c.cohort.countries), "share": c.cohort.share,
                            "allowed": _sorted_or_none(prepared.allowed[name])}
                     for name, c in prepared.cohorts.items()},
+        "tenants": {name: {"share": next((t.share for t in drill.load.tenants
+                                          if t.name == name), 0.0),
+                           "quota": to_json(prepared.tenants.get(name)),
+                           "keys": [k["id"] for k in run.tenant_keys if k["tenant"] == name]}
+                    for name in drill.tenant_names},
+        "floods": prepared.flood_rates,
         "timeline": to_json(timeline(drill, prepared.schedule.baseline_rps)),
         "tally": tallies(run),
         "checks": [c.as_dict() for c in run.checks],

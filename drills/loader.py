@@ -43,6 +43,7 @@ from drills.model import (
     Restore,
     RestoreStep,
     Target,
+    TenantShare,
     Tolerance,
     TraceSource,
     When,
@@ -119,13 +120,15 @@ def _variables(root: Any, file: str, overrides: Mapping[str, str] | None,
 _CHECK_FIELDS: dict[CheckType, set[str]] = {
     CheckType.LOST: {"exclude_in_flight_at_fault"},
     CheckType.TTFT: {"quantile", "compare_to"},
+    CheckType.GOODPUT: {"compare_to"},
+    CheckType.THROTTLED: {"min_admitted", "burst"},
     CheckType.FAILOVER_TIME: {"fault", "share", "window", "min_requests", "surviving"},
     CheckType.TRAFFIC_SHARE: {"regions", "backends"},
     CheckType.REGION_HEALTH: {"healthy", "unhealthy"},
 }
 _OPTIONAL_FIELDS = ("fault", "quantile", "share", "window", "min_requests", "surviving",
                     "regions", "backends", "healthy", "unhealthy", "exclude_in_flight_at_fault",
-                    "compare_to")
+                    "compare_to", "min_admitted", "burst")
 
 
 class _Builder:
@@ -203,6 +206,11 @@ class _Builder:
         total = sum(c.share for c in cohorts)
         if abs(total - 1.0) > 0.001:
             self.error((*path, "cohorts"), f"cohort shares add up to {total:g}, not 1")
+        tenants = tuple(TenantShare(t["name"], t["share"]) for t in doc["tenants"] or ())
+        self.unique([t.name for t in tenants], "load.tenants", "tenant")
+        if tenants and abs(sum(t.share for t in tenants) - 1.0) > 0.001:
+            self.error((*path, "tenants"), f"tenant shares add up to "
+                       f"{sum(t.share for t in tenants):g}, not 1")
         cl, dn = doc["client"], doc["dns"]
         client = ClientSpec(cl["connect_timeout"], cl["first_byte_timeout"],
                             cl["stall_timeout"], cl["total_timeout"], cl["retries"],
@@ -211,7 +219,7 @@ class _Builder:
         dns = DnsSpec(dn["ecs"], dn["timeout"], dn["cache"], dn["max_ttl"])
         geoip = self.resolve_file(doc["geoip"], (*path, "geoip")) if doc["geoip"] else None
         return Load(doc["service"], request, cohorts, phases, rate, trace, client, dns, geoip,
-                    doc["seed"], doc["max_requests"])
+                    doc["seed"], doc["max_requests"], tenants)
 
     def resolve_file(self, name: str, path: Path_, search_env: str | None = None) -> str:
         candidates = [Path(name).expanduser()]
@@ -327,6 +335,9 @@ class _Builder:
             ftype = FaultType(d["type"])
             start = start_of(d["id"], (d["id"],))
             params = self.fault_params(ftype, path)
+            if ftype is FaultType.TENANT_FLOOD and not load.tenants:
+                self.error(path, "a tenant.flood needs load.tenants: the tenants the rest of "
+                           "the load sends as", "e.g. tenants: [{name: gold, share: 1}]")
             target_name = self.fault_target(ftype, d["target"], path, targets)
             if start is not None and start + d["duration"] > load.duration + 1e-9:
                 self.error((*path, "duration"),
@@ -394,6 +405,19 @@ class _Builder:
                 self.error((*path, i), f"unknown cohort '{name}'", did_you_mean(name, names))
         return tuple(value)
 
+    def tenant_list(self, value: Any, path: Path_, load: Load,
+                    faults: tuple[Fault, ...]) -> tuple[str, ...]:
+        if value is None or value == "all":
+            return ()
+        names = [t.name for t in load.tenants]
+        names += [str(f.params.get("tenant")) for f in faults
+                  if f.type is FaultType.TENANT_FLOOD]
+        for i, name in enumerate(value):
+            if name not in names:
+                self.error((*path, i), f"unknown tenant '{name}'",
+                           did_you_mean(name, names) or "name it under load.tenants")
+        return tuple(value)
+
     def tolerance(self, ctype: CheckType, path: Path_) -> tuple[Tolerance, dict[str, Any]]:
         spec, _ = CHECK_EXPECT[ctype]
         node = self.r.nodes.get((*path, "expect"))
@@ -417,6 +441,7 @@ class _Builder:
         when = When(doc["when"]) if doc["when"] else CHECK_EXPECT[ctype][1]
         expect, raw = self.tolerance(ctype, path)
         cohorts = self.cohort_list(doc["cohorts"], (*path, "cohorts"), load)
+        tenants = self.tenant_list(doc["tenants"], (*path, "tenants"), load, faults)
         params: dict[str, Any] = {}
         if ctype is CheckType.RESIDENCY:
             expect = Tolerance(max=0)
@@ -438,11 +463,29 @@ class _Builder:
         elif ctype is CheckType.TTFT:
             params["quantile"] = doc["quantile"] or 0.99
             if doc["compare_to"]:
-                cmp = doc["compare_to"]
-                self.cohort_list([cmp["cohort"]], (*path, "compare_to", "cohort"), load)
-                params["compare_to"] = dict(cmp)
+                params["compare_to"] = self.compare_to(doc["compare_to"], path, load, when,
+                                                       "max_ratio")
             if expect.max is None and not doc["compare_to"]:
                 self.error((*path, "expect"), "a ttft check needs expect: {max: DURATION}")
+        elif ctype is CheckType.GOODPUT:
+            if doc["compare_to"]:
+                params["compare_to"] = self.compare_to(doc["compare_to"], path, load, when,
+                                                       "min_ratio")
+                if params["compare_to"].get("cohort") is not None:
+                    self.error((*path, "compare_to", "cohort"), "goodput compares the same "
+                               "requests in another window", "use when: before")
+            elif expect.min is None and expect.max is None:
+                self.error((*path, "expect"), "a goodput check needs expect: {min or max} "
+                           "(requests per second) or compare_to: {when, min_ratio}")
+        elif ctype is CheckType.THROTTLED:
+            if not tenants:
+                self.error(path, "a throttled check needs the tenants it judges",
+                           "tenants: [the flooding tenant]")
+            if expect.min is None:
+                expect = Tolerance(min=0.9)
+            params["min_admitted"] = 0.8 if doc["min_admitted"] is None \
+                else doc["min_admitted"]
+            params["burst"] = 60.0 if doc["burst"] is None else doc["burst"]
         elif ctype is CheckType.FAILOVER_TIME:
             if doc["fault"] is None:
                 self.error(path, "a failover_time check needs the fault it times",
@@ -480,7 +523,27 @@ class _Builder:
                      CheckType.TRAFFIC_SHARE) and expect.min is None and expect.max is None:
             self.error((*path, "expect"), f"a {ctype.value} check needs expect: {{min or max}}")
         self._unused(doc, path, ctype)
-        return Check(doc["name"], ctype, when, expect, cohorts, params)
+        return Check(doc["name"], ctype, when, expect, cohorts, params, tenants)
+
+    def compare_to(self, cmp: dict[str, Any], path: Path_, load: Load, when: When,
+                   ratio: str) -> dict[str, Any]:
+        """A check's ``compare_to``: another cohort in the same window, or the same
+        requests in another window, with the ratio bound ``ratio`` names."""
+        where: Path_ = (*path, "compare_to")
+        if (cmp["cohort"] is None) == (cmp["when"] is None):
+            self.error(where, "compare_to needs cohort (another cohort, same window) or when "
+                       "(the same requests, another window), not both")
+        elif cmp["cohort"] is not None:
+            self.cohort_list([cmp["cohort"]], (*where, "cohort"), load)
+        elif cmp["when"] == when.value:
+            self.error((*where, "when"), f"compare_to when: {cmp['when']} is the check's own "
+                       "window", "e.g. when: before")
+        other = "min_ratio" if ratio == "max_ratio" else "max_ratio"
+        if cmp[ratio] is None:
+            self.error(where, f"compare_to needs {ratio}")
+        if cmp[other] is not None:
+            self.error((*where, other), f"this check's compare_to takes {ratio}, not {other}")
+        return {k: v for k, v in cmp.items() if v is not None}
 
 
     def _unused(self, doc: dict[str, Any], path: Path_, ctype: CheckType) -> None:
@@ -508,7 +571,8 @@ class _Builder:
                                  "stops the drill")
             return Guard(name, "kill_switch", file=doc["file"])
         ctype = CheckType(doc["type"])
-        if ctype in (CheckType.REGION_HEALTH, CheckType.FAILOVER_TIME, CheckType.RESIDENCY):
+        if ctype in (CheckType.REGION_HEALTH, CheckType.FAILOVER_TIME, CheckType.RESIDENCY,
+                     CheckType.GOODPUT, CheckType.THROTTLED):
             self.error((*path, "type"), f"a guard cannot be of type {ctype.value}",
                        "refer to a check with check: NAME")
         expect, _ = self.tolerance(ctype, path) if ctype in CHECK_EXPECT else (Tolerance(), {})

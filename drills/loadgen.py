@@ -6,6 +6,7 @@ system does not slow the offered load down), up to ``client.max_in_flight`` requ
 once; an arrival over that bound is recorded as ``not_sent`` (the generator's limit, not
 the system's). Bounded in count (the schedule, itself capped by ``max_requests``) and in
 time: after the last arrival, in-flight requests get ``drain`` seconds, then are cancelled.
+An arrival of a tenant is sent with that tenant's API key (``keys``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 
@@ -29,8 +30,10 @@ from drills.topology import Topology
 class LoadGenerator:
     def __init__(self, schedule: Schedule, cohorts: dict[str, ResolvedCohort],
                  topology: Topology, load: Load, clock: Callable[[], float],
-                 observe: Observer | None = None) -> None:
+                 observe: Observer | None = None, keys: Mapping[str, str] | None = None,
+                 ) -> None:
         self.schedule = schedule
+        self.keys = dict(keys or {})  # tenant -> API key
         self.cohorts = cohorts
         self.topology = topology
         self.load = load
@@ -55,7 +58,8 @@ class LoadGenerator:
                                          auto_decompress=False) as session:
             dns_client = DnsClient(self.topology.dns, self.load.dns, self.clock)
             client = Client(self.topology, self.load.request, spec, dns_client, session,
-                            self.clock, self.observe, deadline=self.load.duration + drain)
+                            self.clock, self.observe, deadline=self.load.duration + drain,
+                            keys=self.keys)
             try:
                 await self._dispatch(client)
                 if self._tasks:
@@ -77,7 +81,7 @@ class LoadGenerator:
                 id=f"{self.load.seed}-{arrival.seq}", seq=arrival.seq, cohort=arrival.cohort,
                 subnet=str(subnet.network), client_ip=subnet.client_address(self._rng),
                 t_issue=self.clock(), prompt_tokens=arrival.prompt_tokens,
-                output_tokens=arrival.output_tokens)
+                output_tokens=arrival.output_tokens, tenant=arrival.tenant)
             self.records.append(record)
             if self.in_flight >= self.load.client.max_in_flight:
                 record.not_sent = record.finished = True

@@ -42,6 +42,7 @@ class FaultType(enum.Enum):
     PROCESS_KILL = "process.kill"
     PROCESS_FREEZE = "process.freeze"
     TRAFFIC_SPIKE = "traffic.spike"
+    TENANT_FLOOD = "tenant.flood"
 
     @property
     def target_kind(self) -> str | None:
@@ -54,11 +55,18 @@ class FaultType(enum.Enum):
         """Requests in flight on the target when it starts may be cut or stalled."""
         return self in _DESTRUCTIVE
 
+    @property
+    def load_shape(self) -> bool:
+        """A change of the offered load (made by the load generator), not an admin API
+        call: nothing is injected or restored."""
+        return self in _LOAD_SHAPE
+
 
 _DESTRUCTIVE = frozenset({
     FaultType.REGION_KILL, FaultType.REGION_FREEZE, FaultType.GPU_HANG, FaultType.GPU_FAIL,
     FaultType.GPU_KILL,
 })
+_LOAD_SHAPE = frozenset({FaultType.TRAFFIC_SPIKE, FaultType.TENANT_FLOOD})
 
 
 class CheckType(enum.Enum):
@@ -71,6 +79,8 @@ class CheckType(enum.Enum):
     TRAFFIC_SHARE = "traffic_share"
     REGION_HEALTH = "region_health"
     COMPLETED = "completed"
+    GOODPUT = "goodput"
+    THROTTLED = "throttled"
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,15 @@ class Cohort:
     @property
     def resident(self) -> bool:
         return self.residency is not None
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """A tenant of the running policy sending ``share`` of the load, with an API key the
+    drill makes for it (through the admin API) and revokes at the end."""
+
+    name: str
+    share: float
 
 
 @dataclass(frozen=True)
@@ -184,6 +203,7 @@ class Load:
     geoip: str | None = None
     seed: int = 1
     max_requests: int = 20000
+    tenants: tuple[TenantShare, ...] = ()  # empty: requests carry no credential
 
     @property
     def duration(self) -> float:
@@ -231,6 +251,7 @@ class Check:
     expect: Tolerance = field(default_factory=Tolerance)
     cohorts: tuple[str, ...] = ()          # empty: every cohort (residency: resident ones)
     params: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    tenants: tuple[str, ...] = ()          # empty: every tenant (and requests without one)
 
     @property
     def aborts(self) -> bool:
@@ -316,7 +337,15 @@ class Drill:
     @property
     def injected_faults(self) -> tuple[Fault, ...]:
         """Faults the runner injects through the admin API (not load shape changes)."""
-        return tuple(f for f in self.faults if f.type is not FaultType.TRAFFIC_SPIKE)
+        return tuple(f for f in self.faults if not f.type.load_shape)
+
+    @property
+    def tenant_names(self) -> tuple[str, ...]:
+        """Every tenant the drill sends as (the load's, then the floods'), once each."""
+        names = [t.name for t in self.load.tenants]
+        names += [str(f.params["tenant"]) for f in self.faults
+                  if f.type is FaultType.TENANT_FLOOD and "tenant" in f.params]
+        return tuple(dict.fromkeys(names))
 
     def fault_ttl(self, fault: Fault) -> float:
         return min(self.blast_radius.max_duration, fault.duration + self.ttl_margin)

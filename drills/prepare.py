@@ -3,14 +3,15 @@
 
 ``prepare`` reads ``/api/v1/status`` and ``/api/v1/services`` into a ``Topology``, resolves
 each fault's target (failing on an empty target or one outside the blast radius), plans
-its admin API calls, finds the cohorts' client subnets in the GeoIP database and computes
-the arrival schedule. Any problem here is an ``error`` verdict with nothing injected.
+its admin API calls, reads the tenants the drill sends as (``/api/v1/tenants``: their
+quotas set the floods' rates), finds the cohorts' client subnets in the GeoIP database and
+computes the arrival schedule. Any problem here is an ``error`` verdict with nothing injected.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from director.geo import GeoDatabaseError, GeoLocator
@@ -20,6 +21,7 @@ from drills.cohorts import ResolvedCohort, resolve_cohorts
 from drills.errors import DrillError, TargetError
 from drills.faults import Plan, Resolved, plan_fault, resolve_target
 from drills.model import CheckType, Drill
+from drills.tenant_keys import TenantInfo, flood_rates, read_tenants
 from drills.topology import Topology, topology_from_status
 
 
@@ -33,6 +35,14 @@ class Prepared:
     cohorts: dict[str, ResolvedCohort]
     allowed: dict[str, frozenset[str] | None]    # cohort -> allowed regions
     schedule: Schedule
+    tenants: dict[str, TenantInfo] = field(default_factory=dict)   # of the running policy
+    flood_rates: dict[str, float] = field(default_factory=dict)    # fault id -> rps
+
+    @property
+    def quotas(self) -> dict[str, float | None]:
+        """Requests per minute each tenant of the running policy may send (None: no
+        limit)."""
+        return {name: t.requests_per_minute for name, t in self.tenants.items()}
 
 
 def _known_regions(drill: Drill, topology: Topology) -> None:
@@ -91,6 +101,8 @@ async def prepare(drill: Drill, admin: AdminClient,
         if regions is not None and not regions:
             raise DrillError(f"cohort {name}: its residency allows no region of the running "
                              f"system")
-    schedule = build_schedule(drill.load, drill.faults)
+    tenants = await read_tenants(drill, admin)
+    rates = flood_rates(drill, tenants)
+    schedule = build_schedule(drill.load, drill.faults, flood_rates=rates)
     return Prepared(drill, topology, status, plans, restore_targets, cohorts, allowed,
-                    schedule)
+                    schedule, tenants, rates)

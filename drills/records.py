@@ -97,6 +97,7 @@ class RequestRecord:
     finished: bool = False
     t_end: float | None = None
     not_sent: bool = False             # the generator was at max_in_flight: never sent
+    tenant: str | None = None          # whose API key it carried (None: no credential)
 
     @property
     def final(self) -> Attempt | None:

@@ -68,6 +68,14 @@ def summary_rows(verdict: Verdict, reason: str, duration: float,
     for c in failover:
         rows.append((f"failover time ({c.name})",
                      f"{c.value:.2f}s" if c.value is not None else "not reached"))
+    for tenant in dict.fromkeys(r.tenant for r in records if r.tenant is not None):
+        mine = [i for i in items if i.record.tenant == tenant]
+        tt = acc.tally(mine)
+        refused = sum(1 for i in mine for a in i.record.attempts if a.status == 429)
+        p99 = acc.quantile(acc.ttfts(mine), 0.99)
+        rows.append((f"tenant {tenant}", f"{tt.total} requests, {tt.completed} completed, "
+                     f"{refused} answers 429, p99 TTFT "
+                     f"{f'{p99:.3f}s' if p99 is not None else 'n/a'}"))
     for f in faults:
         state = "restored" if f.restored else ("error" if f.error else "not restored")
         when = f"{f.t_start:.1f}s-{f.t_end:.1f}s" if f.t_start is not None and \

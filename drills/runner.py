@@ -8,6 +8,10 @@ fault and restores it at its end) and the monitor (every ``guards.evaluate_every
 ``/api/v1/status``, evaluates the guards, refreshes the display). A residency violation is
 caught as the evidence arrives (the client reports each DNS answer and response).
 
+A drill that sends as tenants first makes one API key per tenant through the admin API
+(``tenant_keys``; a refusal is an ``error`` with nothing sent or injected), waits
+``KEYS_SETTLE_S`` for the balancers to follow them, and revokes them after the restore.
+
 However the run ends (the load finished, a guard fired, a violation, an injection error,
 Ctrl-C or SIGTERM, an unexpected exception), ``execute`` restores every fault still in the
 ledger, then runs the drill's restore steps and waits for the regions to be healthy again.
@@ -29,7 +33,7 @@ from drills.errors import AdminApiError, DrillError
 from drills.faults import Call, Injector, Resolved, restore_step_calls
 from drills.guards import Guards
 from drills.loadgen import LoadGenerator
-from drills.model import CheckType, Drill, RestoreStep, When
+from drills.model import CheckType, Drill, Fault, FaultType, RestoreStep, When
 from drills.prepare import Prepared
 from drills.records import (
     Attempt,
@@ -38,10 +42,12 @@ from drills.records import (
     StatusSample,
 )
 from drills.result import Verdict
+from drills.tenant_keys import TenantKeys
 from drills.violations import Violation, attempt_violations
 
 STATUS_TIMEOUT_S = 2.0
 STATUS_LEAD_S = 1.0  # how long before the last restore `during` health is read
+KEYS_SETTLE_S = 1.0  # balancers follow a new key on its change notification
 
 
 class Display(Protocol):
@@ -74,6 +80,7 @@ class Run:
     guards: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    tenant_keys: list[dict[str, Any]] = field(default_factory=list)  # {tenant, id, revoked}
 
 
 class Runner:
@@ -87,7 +94,8 @@ class Runner:
         self.clock: Callable[[], float] = lambda: time.monotonic() - self.t0
         self.run = Run(self.drill, prepared, time.time())
         self.judge = Judge(self.drill, prepared.allowed, prepared.topology.region_of,
-                           prepared.topology.names)
+                           prepared.topology.names, prepared.quotas)
+        self.keys = TenantKeys(admin, f"drill {self.drill.name}")
         self.guards = Guards(self.drill.guards, self.drill.checks, self.judge)
         self.injector = Injector(admin)
         self.loadgen: LoadGenerator | None = None
@@ -144,12 +152,15 @@ class Runner:
                 handled.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+        if not await self._make_keys():
+            await self._revoke_keys()
+            return self._ended_before_load()
         self.t0 = time.monotonic()
         self.run.started_at = time.time()
         self.admin.clock = self.clock
         p = self.prepared
         self.loadgen = LoadGenerator(p.schedule, p.cohorts, p.topology, self.drill.load,
-                                     self.clock, self._observe)
+                                     self.clock, self._observe, self.keys.keys)
         self.event("load", f"load starts: {len(p.schedule.arrivals)} requests scheduled")
         load_task = asyncio.create_task(self.loadgen.run(self.drill.report.drain))
         fault_task = asyncio.create_task(self._faults())
@@ -174,6 +185,7 @@ class Runner:
             await asyncio.gather(fault_task, monitor_task, stop_task, load_task,
                                  *self._timers, return_exceptions=True)
             await asyncio.shield(self._restore_all())
+            await asyncio.shield(self._revoke_keys())
             for sig in handled:
                 loop.remove_signal_handler(sig)
         self.run.duration = self.clock()
@@ -182,6 +194,38 @@ class Runner:
         self._verdict()
         if self.display is not None:
             self.display.refresh(self)
+        return self.run
+
+    # -- tenants' keys ----------------------------------------------------------------------
+
+    async def _make_keys(self) -> bool:
+        tenants = self.drill.tenant_names
+        if not tenants:
+            return True
+        self.run.tenant_keys = self.keys.made
+        try:
+            await self.keys.make(tenants)
+        except AdminApiError as exc:
+            self.run.errors.append(f"cannot make the tenants' API keys: {exc}")
+            self.abort(Verdict.ERROR, f"cannot make the tenants' API keys: {exc}")
+            return False
+        self.event("tenants", "API keys made for " + ", ".join(
+            f"{k['tenant']} ({k['id']})" for k in self.keys.made))
+        await asyncio.sleep(KEYS_SETTLE_S)
+        return True
+
+    async def _revoke_keys(self) -> None:
+        if not self.keys.made:
+            return
+        errors = await self.keys.revoke()
+        self.run.errors.extend(errors)
+        self.event("tenants", f"API keys revoked: {sum(k['revoked'] for k in self.keys.made)}"
+                   f" of {len(self.keys.made)}")
+
+    def _ended_before_load(self) -> Run:
+        self.run.duration = 0.0
+        self._final_checks()
+        self._verdict()
         return self.run
 
     # -- faults ----------------------------------------------------------------------------
@@ -205,6 +249,10 @@ class Runner:
         status_during = asyncio.create_task(self._judge_status_during(last_end))
         self._timers.add(status_during)
         status_during.add_done_callback(self._timers.discard)
+        for shape in (f for f in self.drill.faults if f.type.load_shape):
+            timer = asyncio.create_task(self._load_shape_events(shape))
+            self._timers.add(timer)
+            timer.add_done_callback(self._timers.discard)
         for fault in faults:
             if not await self._sleep_until(fault.start):
                 return
@@ -228,6 +276,18 @@ class Runner:
             timer = asyncio.create_task(self._end_fault(fault.id, fault.end))
             self._timers.add(timer)
             timer.add_done_callback(self._timers.discard)
+
+    async def _load_shape_events(self, fault: Fault) -> None:
+        """Journal events for a fault the load generator plays (a spike, a flood)."""
+        what = f"{fault.id} ({fault.type.value})"
+        rate = self.prepared.flood_rates.get(fault.id)
+        if fault.type is FaultType.TENANT_FLOOD and rate is not None:
+            what += f": {fault.params['tenant']} at {rate:g} rps"
+        if not await self._sleep_until(fault.start):
+            return
+        self.event("load", f"{what} starts")
+        if await self._sleep_until(fault.end):
+            self.event("load", f"{fault.id} ends")
 
     async def _end_fault(self, fault_id: str, end: float) -> None:
         if not await self._sleep_until(end):

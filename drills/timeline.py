@@ -48,6 +48,13 @@ def timeline(drill: Drill, baseline: float | None = None) -> list[Entry]:
                              f"for {f.duration:g}s"))
             out.append(Entry(f.end, "fault", f"{f.id}: spike ends"))
             continue
+        if f.type is FaultType.TENANT_FLOOD:
+            p = f.params
+            basis = f"{p['rate']:g} rps" if p.get("rate") is not None else "its request quota"
+            out.append(Entry(f.start, "fault", f"{f.id}: tenant {p['tenant']} floods",
+                             f"{p['multiplier']:g}x {basis}, for {f.duration:g}s"))
+            out.append(Entry(f.end, "fault", f"{f.id}: flood ends"))
+            continue
         target = f" on {f.target}" if f.target else ""
         params = ", ".join(f"{k}={'+'.join(map(str, v)) if isinstance(v, list) else v}"
                            for k, v in f.params.items())
@@ -94,6 +101,9 @@ def render(drill: Drill, baseline: float | None = None) -> str:
         if c.residency:
             res = " residency: " + ", ".join([*c.residency.regions, *c.residency.jurisdictions])
         lines.append(f"  cohort {c.name}: {c.share:.0%} from {where}{res}")
+    for t in load.tenants:
+        lines.append(f"  tenant {t.name}: {t.share:.0%} of the load (an API key made for the "
+                     "run, revoked after it)")
     lines.append("  timeline:")
     for e in timeline(drill, rate):
         lines.append(f"    {e.t:7.1f}s  {e.kind:<8} {e.what}" + (f"  ({e.detail})"

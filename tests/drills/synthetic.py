@@ -57,8 +57,10 @@ def request(cohort: str, t: float, *attempts: Attempt, **fields: Any) -> Request
     return record
 
 
-def ok(cohort: str, t: float, region: str, **kw: Any) -> RequestRecord:
-    return request(cohort, t, attempt(region, AttemptOutcome.COMPLETED, t=t, **kw))
+def ok(cohort: str, t: float, region: str, tenant: str | None = None,
+       **kw: Any) -> RequestRecord:
+    return request(cohort, t, attempt(region, AttemptOutcome.COMPLETED, t=t, **kw),
+                   tenant=tenant)
 
 
 def fault(fid: str = "kill", kind: str = "region.kill", start: float = 10.0, end: float = 30.0,
