@@ -210,7 +210,8 @@ class Balancer:
             clock,
             admit=self._admit,
         )
-        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair)
+        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair,
+                               self._hold_for_tenants)
         self.quotas = TenantQuotas()
         self.usage: UsageLedger | None = None
         self.shared_state = shared_state
@@ -282,6 +283,11 @@ class Balancer:
             return response
 
         return handler
+
+    def _hold_for_tenants(self, tenants: bool) -> None:
+        """With tenants, hold at the learned capacities so the fair share orders requests
+        (``--late-binding`` on the command line holds in any case)."""
+        self.pool.hold_at_capacity(tenants or self.config.capacity.late_binding)
 
     async def _admit(self, request: web.Request,
                      info: RequestInfo) -> RequestInfo | web.Response:

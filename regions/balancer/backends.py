@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from regions.balancer.capacity import (
@@ -641,6 +641,18 @@ class BackendPool:
         if not self._unsure or capacity.source == "pinned":
             return capacity.limit
         return b.capacity.unheld_limit()
+
+    def hold_at_capacity(self, on: bool) -> None:
+        """Hold requests in the region queue at learned capacities (``late_binding``), or
+        stop; the tenants' fair share needs the queue (``tenancy``)."""
+        if self.capacity_config.late_binding == on:
+            return
+        self.capacity_config = replace(self.capacity_config, late_binding=on)
+        now = self.clock()
+        for b in self.backends:
+            b.capacity.config = self.capacity_config
+            b.cap_now = b.capacity.current(now)
+        self.changed()
 
     def set_draining(self, name: str, draining: bool, source: str = ADMIN) -> None:
         """Hold (or lift) ``source``'s drain on backend ``name``."""

@@ -9,6 +9,8 @@ never with the credential. The identified tenant travels with the request
 (``request[TENANT]``), and director's credential is not forwarded to the GPU servers.
 
 A policy without ``identity`` makes ``Tenancy`` a no-op: every request is served as before.
+With tenants the balancer holds requests at the backends' learned capacities (the region
+queue), because that is where the tenants' fair share orders them.
 API keys live in the shared state (``tenants.api_keys.KeyTable``, followed live); JWTs are
 verified against the JWKS the policy names (``tenants.jwt_auth``).
 """
@@ -16,7 +18,7 @@ verified against the JWKS the policy names (``tenants.jwt_auth``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -42,11 +44,13 @@ class Tenancy:
     """Identity checks of one balancer; an async context manager (it follows the keys)."""
 
     def __init__(self, policy: Policy | None, store: AsyncStateStore | None,
-                 counter: Any = None, fair: FairShare | None = None) -> None:
+                 counter: Any = None, fair: FairShare | None = None,
+                 on_tenants: Callable[[bool], None] | None = None) -> None:
         self.store = store
         self.keys = KeyTable(store) if store is not None else None
         self.counter = counter  # prometheus Counter labelled by reason, or None
         self.fair = fair  # the region queue's fair share, told the tenants' weights
+        self.on_tenants = on_tenants  # told whether the policy identifies tenants
         self.identifier: Identifier | None = None
         self.tenants: Mapping[str, Tenant] = {}
         self.services: frozenset[str] = frozenset()
@@ -71,6 +75,8 @@ class Tenancy:
         if self.fair is not None:
             self.fair.set_tenants({t.name: t.weight for t in self.tenants.values()},
                                   {t.name: t.reserve for t in self.tenants.values()})
+        if self.on_tenants is not None:
+            self.on_tenants(identity is not None and bool(self.tenants))
         if identity is None:
             self.identifier = None
             return

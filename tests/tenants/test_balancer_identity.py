@@ -154,3 +154,14 @@ async def test_a_followed_policy_turns_identity_on(example_policy: Policy,
             assert resp.status == 200
             await resp.read()
 
+
+
+async def test_tenants_make_the_balancer_hold_at_capacity_for_the_fair_share(
+        example_policy: Policy) -> None:
+    async with stack(time_scale=20.0, policy=example_policy) as (_fleet, balancer, _client):
+        assert not balancer.pool.capacity_config.late_binding
+        balancer.tenancy.apply_policy(tenant_policy(example_policy))
+        assert balancer.pool.capacity_config.late_binding
+        assert all(b.capacity.config.late_binding for b in balancer.pool)
+        balancer.tenancy.apply_policy(example_policy)
+        assert not balancer.pool.capacity_config.late_binding
