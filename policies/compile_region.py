@@ -133,11 +133,13 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     max_seqs = single("max-seqs", lambda t: values.integer(t, 1, 1_000_000, "max-seqs"),
                       "<count>")
     kv_events, kv_replay = _kv_events(found.get("kv-events", ()), report)
+    scheduling = single("scheduling", _scheduling, "fcfs | priority") or "fcfs"
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
                      engine=engine, max_seqs=max_seqs, kv_events=kv_events,
-                     kv_events_replay=kv_replay, pos=directive.pos)
+                     kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
+                     pos=directive.pos)
 
 
 _KV_EVENTS_USAGE = "<zmq address> [replay <zmq address>]"
@@ -154,6 +156,16 @@ def _kv_events(found: Iterable[Directive], report: Reporter) -> tuple[str | None
         args.end(_KV_EVENTS_USAGE)
         return endpoint, replay
     return None, None
+
+
+SCHEDULING = ("fcfs", "priority")
+
+
+def _scheduling(text: str) -> str:
+    if text not in SCHEDULING:
+        raise values.ValueProblem(f"unknown scheduling '{text}'", expected=one_of(SCHEDULING),
+                                  hint=did_you_mean(text, SCHEDULING))
+    return text
 
 
 def _engine(text: str) -> str:

@@ -80,6 +80,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "engine": Spec("vllm | sglang | tgi | triton"),
         "max-seqs": Spec("<count>"),
         "kv-events": Spec("<zmq address> [replay <zmq address>]"),
+        "scheduling": Spec("fcfs | priority"),
     },
     "service": {
         "ttl": Spec("<duration>"),

@@ -99,6 +99,8 @@ class GpuServer:
     # where its KV-cache events are published (vLLM's --kv-events-config), and their replay
     kv_events: str | None = None
     kv_events_replay: str | None = None
+    # the engine schedules by a request's "priority" (vLLM's --scheduling-policy priority)
+    priority_scheduling: bool = False
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

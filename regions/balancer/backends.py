@@ -78,6 +78,7 @@ class BackendSpec:
     engine: str | None = None
     kv_events: str | None = None  # its KV-event publisher (vLLM's --kv-events-config endpoint)
     kv_events_replay: str | None = None  # and that publisher's replay endpoint
+    priority_scheduling: bool = False  # send requests' priority (vLLM, scheduling priority)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -106,7 +107,8 @@ class BackendSpec:
         pinned = getattr(obj, "max_seqs", None) or max_concurrency
         return cls(str(obj.name), str(obj.url).rstrip("/"), tuple(obj.models), pinned,
                    getattr(obj, "engine", None), getattr(obj, "kv_events", None),
-                   getattr(obj, "kv_events_replay", None))
+                   getattr(obj, "kv_events_replay", None),
+                   bool(getattr(obj, "priority_scheduling", False)))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}

@@ -33,6 +33,7 @@ from aiohttp import web
 
 from regions.balancer.admission import Dispatcher
 from regions.balancer.backends import Backend, BackendPool, Lease
+from regions.balancer.engine_priority import with_priority
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
 from regions.balancer.headers import upstream_request_headers
 from regions.balancer.kv_event_index import DEFAULT_KV_BLOCK_SIZE, KvEventIndex
@@ -204,7 +205,9 @@ class Proxy:
                 pool = self.upstreams[backend.name]
                 sent_at = self.clock()
                 try:
-                    upstream = await pool.request("POST", path, headers.items(), raw)
+                    body = (with_priority(raw, attempt_info.priority)
+                            if backend.spec.priority_scheduling else raw)
+                    upstream = await pool.request("POST", path, headers.items(), body)
                 except UPSTREAM_ERRORS as exc:
                     self._failed(backend, "connect")
                     excluded.add(backend.name)

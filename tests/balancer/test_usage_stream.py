@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from regions.balancer.engine_priority import with_priority
 from regions.balancer.usage_stream import UsageEventFilter, ask_for_usage
 
 
@@ -53,3 +54,14 @@ def test_events_without_usage_pass_unchanged_and_at_once() -> None:
     assert drop(TOKEN) == TOKEN
     assert drop(b'data: {"choices":[]}\n\n') == b'data: {"choices":[]}\n\n'
     assert drop(DONE) == DONE and drop.rest() == b""
+
+
+@pytest.mark.parametrize(("raw", "priority", "want"), [
+    (b'{"model":"m"}', 3, b'{"model":"m","priority":-3}'),
+    (b'{"model":"m"}\n', -2, b'{"model":"m","priority":2}'),
+    (b'{"model":"m"}', 0, b'{"model":"m"}'),
+    (b'{"model":"m","priority":7}', 3, b'{"model":"m","priority":7}'),
+    (b"{}", 3, b"{}"),
+])
+def test_the_priority_is_passed_negated(raw: bytes, priority: int, want: bytes) -> None:
+    assert with_priority(raw, priority) == want

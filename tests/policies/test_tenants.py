@@ -425,3 +425,27 @@ def test_model_no_gpu_serves_warns() -> None:
     assert [(w.message, w.hint, at(w)) for w in result.warnings] == [
         ("tenant acme: no GPU server of the policy serves the model 'lama-3-8b'",
          "did you mean 'llama-3-8b'?", (1, 33))]
+
+
+
+GPU_POLICY = """zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
+region eu-west {
+    location 53.35 -6.26
+    jurisdiction EU
+    endpoints 127.0.2.1
+    capacity 10rps
+    gpu a { url http://127.0.2.11:8000; models m; SCHEDULING }
+    gpu b { url http://127.0.2.12:8000; models m }
+}
+service chat.infer.example.com { steer geo; all-down answer-nothing }
+"""
+
+
+def test_a_gpu_server_may_schedule_by_priority() -> None:
+    policy = load_policy_text(GPU_POLICY.replace("SCHEDULING", "scheduling priority"))
+    gpus = {g.name: g.priority_scheduling for g in policy.region("eu-west").gpus}
+    assert gpus == {"a": True, "b": False}
+    result = check_policy("p.dp", reader=memory_reader({
+        "p.dp": GPU_POLICY.replace("SCHEDULING", "scheduling prio")}))
+    assert result.policy is None
+    assert any("unknown scheduling 'prio'" in d.message for d in result.diagnostics)

@@ -165,3 +165,48 @@ async def test_tenants_make_the_balancer_hold_at_capacity_for_the_fair_share(
         assert all(b.capacity.config.late_binding for b in balancer.pool)
         balancer.tenancy.apply_policy(example_policy)
         assert not balancer.pool.capacity_config.late_binding
+
+
+async def test_a_tenants_tier_reaches_an_engine_that_schedules_by_priority(
+        example_policy: Policy, shared: SharedStateConfig) -> None:
+    """Only a GPU server declared ``scheduling priority`` gets vLLM's field, negated."""
+    made = new_key("vip")
+    admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    await store_key(admin, made.stored)
+    await admin.close()
+    bodies: dict[str, list[dict]] = {"fcfs": [], "prio": []}
+
+    def recorder(name: str):
+        async def completions(request: web.Request) -> web.Response:
+            bodies[name].append(await request.json())
+            return web.json_response({"id": "x", "object": "text_completion", "choices": [
+                {"index": 0, "text": "hi", "finish_reason": "stop"}]})
+        return completions
+
+    runners, backends = [], []
+    for name in ("fcfs", "prio"):
+        app = web.Application()
+        app.router.add_post("/v1/completions", recorder(name))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        backends.append(BackendSpec(name, f"http://127.0.0.1:{runner.addresses[0][1]}",
+                                    (MODEL,), 4, priority_scheduling=name == "prio"))
+    policy = dataclasses.replace(example_policy, identity=Identity(),
+                                 tenants=(Tenant("vip", priority=3),))
+    balancer = build_balancer("r", backends, shared_state=shared, policy=policy,
+                              config=BalancerConfig(scrape_every_s=0))
+    try:
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            for _ in range(6):
+                async with client.post("/v1/completions", json=completion(3, stream=False),
+                                       headers={"Authorization": f"Bearer {made.token}"}
+                                       ) as resp:
+                    assert resp.status == 200
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+    assert bodies["fcfs"] and bodies["prio"]
+    assert all("priority" not in body for body in bodies["fcfs"])
+    assert all(body["priority"] == -3 for body in bodies["prio"])
