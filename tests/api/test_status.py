@@ -38,6 +38,7 @@ async def test_status_regions_samples_and_shares(tmp_path, valkey, prefix):
         gpus = {g["name"]: g["healthy"] for g in regions["eu-west"]["gpus"]}
         assert gpus == {"euw1-h100-a": False, "euw1-a100-a": None}
         assert abs(sum(r["share"] for r in regions.values()) - 1.0) < 1e-3
+        assert now["tenants"]["identity"] is False and now["tenants"]["tenants"] == []
 
         samples = now["samples"]
         assert len(samples) == 8 * 3  # eight cities, three services

@@ -68,6 +68,7 @@ async def test_status_page_shows_live_regions_and_follows_a_drain(tmp_path, valk
             paris = page.locator('#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
             assert await paris.inner_text() == "eu-central"
             assert await page.locator("#map circle.region").count() == 4
+            assert await page.locator("#tenants-section").is_hidden()  # none declared
 
             # A drain through the API shows on the page within a few seconds.
             status, _ = await api.post("/api/v1/regions/eu-central/drain")

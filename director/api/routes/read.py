@@ -9,15 +9,20 @@ from fastapi import APIRouter, Query
 from director.api.deps import Reader, Runtime
 from director.api.explain import explain, make_client
 from director.api.services import describe_services
+from director.api.tenant_status import tenant_status
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 
 
-@router.get("/status", summary="Regions, health, load, traffic share and sample answers")
+@router.get("/status", summary="Regions, health, load, traffic share, sample answers and "
+                               "tenants")
 async def get_status(runtime: Runtime, _who: Reader) -> dict[str, Any]:
     """What DNS answers now: per region its health, drain, load and share of the sample
-    answers, and per sample location and service the regions answered."""
-    return await runtime.status()
+    answers, per sample location and service the regions answered, and per tenant its
+    usage and throttling over the last hour."""
+    status = await runtime.status()
+    status["tenants"] = await tenant_status(runtime.store, runtime.active.policy)
+    return status
 
 
 @router.get("/services", summary="Services of the active policy and their steering")

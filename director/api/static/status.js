@@ -1,5 +1,6 @@
 // director status page: polls /api/v1/status with the token from the URL fragment
-// (#token=...), kept in sessionStorage, and renders the regions, the map and the samples.
+// (#token=...), kept in sessionStorage, and renders the regions, the tenants, the map and
+// the samples.
 "use strict";
 (function () {
   const POLL_MS = 1500;
@@ -96,6 +97,62 @@
     }));
   }
 
+  function count(n) {
+    if (n === null || n === undefined) return "–";
+    if (n >= 1e9) return `${+(n / 1e9).toFixed(1)}G`;
+    if (n >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
+    if (n >= 1e4) return `${+(n / 1e3).toFixed(1)}k`;
+    return String(+n.toFixed(1));
+  }
+
+  function quotaText(q) {
+    if (!q) return "not declared";
+    const parts = [];
+    if (q.requests_per_minute) parts.push(`${count(q.requests_per_minute)} req/min`);
+    if (q.input_tokens_per_minute) parts.push(`${count(q.input_tokens_per_minute)} in/min`);
+    if (q.output_tokens_per_minute) parts.push(`${count(q.output_tokens_per_minute)} out/min`);
+    if (q.concurrent) parts.push(`${q.concurrent} at once`);
+    return parts.length ? parts.join(" · ") : "no limit";
+  }
+
+  function renderTenants(section) {
+    const box = document.getElementById("tenants-section");
+    const tenants = section ? section.tenants : [];
+    box.hidden = !tenants.length;
+    const error = document.getElementById("tenants-error");
+    error.hidden = !section || section.available !== false;
+    error.textContent = section && section.available === false
+      ? `usage unavailable: ${section.error || "state unreachable"}` : "";
+    const body = document.querySelector("#tenants tbody");
+    body.replaceChildren(...tenants.map((t) => {
+      const u = t.usage;
+      const refused = t.throttled.over_quota;
+      const limits = Object.entries(t.throttled.by_limit)
+        .map(([limit, n]) => `${limit} ${count(n)}`).join(", ");
+      const throttled = refused
+        ? el("span", { class: "throttled", title: limits }, el("span", { class: "pill degraded" },
+                                                               count(refused)),
+             limits ? el("span", { class: "muted small" }, ` ${limits}`) : null)
+        : el("span", { class: "muted" }, "0");
+      const unavailable = t.throttled.state_unavailable
+        ? el("span", { class: "muted small", title: "refused with 503: the quota state was " +
+                       "down and the tenant fails closed" },
+             ` · 503 ${count(t.throttled.state_unavailable)}`)
+        : null;
+      const tier = t.declared ? `${t.priority} · ${t.weight}` : "–";
+      return el("tr", { "data-tenant": t.name },
+        el("td", { class: "name" }, t.name),
+        el("td", { class: "tier" }, tier),
+        el("td", { class: "quota" }, quotaText(t.quota)),
+        el("td", { class: "requests num" }, count(u.requests)),
+        el("td", { class: "input num" }, count(u.input_tokens)),
+        el("td", { class: "output num" }, count(u.output_tokens)),
+        el("td", { class: "cancelled num" }, count(u.cancelled)),
+        el("td", { class: "gpu-seconds num" }, u.gpu_seconds.toFixed(1)),
+        el("td", { class: "throttled" }, throttled, unavailable));
+    }));
+  }
+
   function renderSamples(samples) {
     const services = [...new Set(samples.map((s) => s.service))];
     const head = document.querySelector("#samples thead tr");
@@ -174,6 +231,7 @@
       `updated ${new Date(status.generated_at * 1000).toLocaleTimeString()} · ` +
       `snapshot ${status.state.snapshot_version}`;
     renderRegions(status.regions);
+    renderTenants(status.tenants);
     renderSamples(status.samples);
     renderMap(status);
   }
