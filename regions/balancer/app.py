@@ -89,6 +89,7 @@ from regions.balancer.types import Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
+from tenants.throttles import ThrottleLedger
 from tenants.usage import UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
@@ -212,8 +213,9 @@ class Balancer:
         )
         self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair,
                                self._hold_for_tenants)
-        self.quotas = TenantQuotas()
+        self.quotas = TenantQuotas(on_refused=self._refused)
         self.usage: UsageLedger | None = None
+        self.throttles: ThrottleLedger | None = None
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
@@ -284,6 +286,11 @@ class Balancer:
 
         return handler
 
+    def _refused(self, tenant: str, status: int, limit: str | None) -> None:
+        """Count a quota refusal for the status page (``tenants.throttles``)."""
+        if self.throttles is not None:
+            self.throttles.record(tenant, self.region, status, limit)
+
     def _hold_for_tenants(self, tenants: bool) -> None:
         """With tenants, hold at the learned capacities so the fair share orders requests
         (``--late-binding`` on the command line holds in any case)."""
@@ -319,7 +326,11 @@ class Balancer:
         output = meter.output_tokens() if meter is not None else 0
         prompt = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None \
             else info.prompt_tokens
-        cancelled = cancelled or request.get(RELAY_END) in (RelayEnd.CLIENT_GONE,)
+        end = request.get(RELAY_END)
+        # a client that closes after the last piece (SSE clients do, after [DONE]) cancels
+        # the handler too: the answer was whole all the same
+        whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
+        cancelled = not whole and (cancelled or end is RelayEnd.CLIENT_GONE)
         snap = next((b for b in self.pool.snapshot().backends if b.name == backend), None)
         work = prompt / self.config.prefill_ratio + output
         gpu_s = work / (snap.tokens_per_s * max(1, snap.cap)) if snap and snap.tokens_per_s \
@@ -374,6 +385,8 @@ class Balancer:
             self.quotas.attach(self.link.store)
             self.usage = UsageLedger(self.link.store)
             await self.usage.__aenter__()
+            self.throttles = ThrottleLedger(self.link.store)
+            await self.throttles.__aenter__()
         await self.tenancy.__aenter__()
         runner = web.AppRunner(
             self.app,
@@ -402,6 +415,8 @@ class Balancer:
         await self.tenancy.__aexit__(None, None, None)
         if self.usage is not None:
             await self.usage.__aexit__(None, None, None)
+        if self.throttles is not None:
+            await self.throttles.__aexit__(None, None, None)
         if self.link is not None:
             link, self.link = self.link, None
             await link.stop()

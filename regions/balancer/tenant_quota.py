@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -88,9 +89,11 @@ QUOTA = web.RequestKey("director.quota", RequestQuota)
 class TenantQuotas:
     """The quota checks of one balancer; inactive until the shared state is attached."""
 
-    def __init__(self, local_share: float = 1.0) -> None:
+    def __init__(self, local_share: float = 1.0,
+                 on_refused: Callable[[str, int, str | None], None] | None = None) -> None:
         self.local_share = local_share
         self.gate: QuotaGate | None = None
+        self.on_refused = on_refused  # (tenant, status, limit) of each refusal
 
     def attach(self, store: AsyncStateStore) -> None:
         self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share)
@@ -107,6 +110,8 @@ class TenantQuotas:
             who.tenant.name, quota, who.tenant.redis_down, input_tokens=info.prompt_tokens,
             max_output_tokens=info.max_tokens, request_id=uuid.uuid4().hex)
         if not admission.allowed:
+            if self.on_refused is not None:
+                self.on_refused(who.tenant.name, admission.status, admission.limit)
             unavailable = admission.status == 503
             message = ("The shared state is unreachable and this tenant fails closed."
                        if unavailable else f"Rate limit reached for tenant "

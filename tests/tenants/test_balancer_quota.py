@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +20,7 @@ from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, bui
 from regions.simulator import Fleet, ServerSpec
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
+from tenants.throttles import throttles_between
 from tests.balancer.helpers import MODEL, completion
 
 
@@ -86,6 +88,10 @@ async def test_two_balancers_share_a_tenants_request_limit(example_policy: Polic
                 assert resp.status == 200
                 assert "x-ratelimit-limit-requests" not in resp.headers
                 await resp.read()
+    store = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    counted = await throttles_between(store, time.time() - 120, time.time() + 60)
+    await store.close()  # the balancers flushed their refusal counts as they stopped
+    assert sum(row.refused for row in counted if row.key.tenant == "acme") == 40 - admitted
 
 
 async def test_streamed_output_tokens_are_charged_and_refuse_on_the_other_balancer(

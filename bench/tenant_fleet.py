@@ -19,7 +19,7 @@ slots) is measured first; every rate below is a share of it.
 
 ::
 
-    .venv/bin/python bench/tenants.py [--seconds 60] [--flood-seconds 120] [--slots 16]
+    .venv/bin/python bench/tenant_fleet.py [--seconds 60] [--flood-seconds 120] [--slots 16]
 """
 
 from __future__ import annotations
