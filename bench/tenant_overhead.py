@@ -1,14 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """What tenant identity and quotas add to a request at the regional balancer.
 
-Three balancers on loopback in front of one stand-in GPU server (an aiohttp app answering a
+Four balancers on loopback in front of one stand-in GPU server (an aiohttp app answering a
 small non-streamed completion at once, so the balancer's own work is what is timed), with
 a real embedded Valkey as the shared state:
 
 - ``none``: no ``identity`` in the policy (today's behaviour);
 - ``key``: a tenant identified by API key (``Authorization: Bearer dk_...``);
-- ``key+quota``: the same tenant with requests, input-token and concurrency limits far
-  above the offered load, so every request runs the quota script on Valkey and is admitted.
+- ``key+quota``: the same tenant with request, input-token and output-token limits far above
+  the offered load: admitted from the slices of its budget the balancer holds (a Valkey
+  round trip now and then, off the request path, to top them up);
+- ``key+concurrency``: the same limits and a concurrency limit, never reached: one Valkey
+  round trip per request (the lease, which also charges the rates), released off the path.
 
 Requests go one at a time, in interleaved blocks so that drift hits every setup alike; the
 table gives p50 and p99 of the client's latency and the p50 added over ``none`` (the
@@ -66,13 +69,16 @@ async def stand_in_gpu() -> tuple[web.AppRunner, str]:
 
 
 def policies(base: Policy) -> dict[str, Policy]:
-    limits = TenantQuota(requests_per_minute=1e9, input_tokens_per_minute=1e12,
-                         concurrent=10_000)
+    rates = TenantQuota(requests_per_minute=1e9, input_tokens_per_minute=1e12,
+                        output_tokens_per_minute=1e12)
+    slots = dataclasses.replace(rates, concurrent=10_000)
     return {
         "none": base,
         "key": dataclasses.replace(base, identity=Identity(), tenants=(Tenant("acme"),)),
         "key+quota": dataclasses.replace(base, identity=Identity(), tenants=(
-            Tenant("acme", quota=limits),)),
+            Tenant("acme", quota=rates),)),
+        "key+concurrency": dataclasses.replace(base, identity=Identity(), tenants=(
+            Tenant("acme", quota=slots),)),
     }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from policies.model import TenantQuota
 
@@ -31,10 +32,10 @@ CONCURRENT = "concurrent"
 CONCURRENT_RETRY_S = 1.0  # a slot frees when any running request ends: nothing to compute
 
 
-@dataclass(frozen=True)
-class Bucket:
+class Bucket(NamedTuple):
     """One rate limit as a decision left it: its per-minute ``limit``, the units it would
-    admit ``remaining`` now, and ``reset_s`` until it is full again."""
+    admit ``remaining`` now, and ``reset_s`` until it is full again (a tuple: one is made
+    for each limit of each request)."""
 
     limit: float
     remaining: int

@@ -1,8 +1,9 @@
 """Per-tenant quotas, enforced jointly by every regional balancer through Redis.
 
-A :class:`QuotaGate` decides each request with one atomic script on the shared Redis (see
-:mod:`tenants.quota_scripts`): GCRA buckets for requests, input tokens and output tokens per
-minute, each allowing a burst of one minute's worth, and a concurrency set of leases::
+A :class:`QuotaGate` admits a tenant's requests against GCRA buckets kept in the shared Redis
+(requests, input tokens and output tokens per minute, each allowing a burst of one minute's
+worth; scripts in :mod:`tenants.quota_scripts`) and, if the tenant has one, a concurrency
+limit::
 
     gate = QuotaGate(client, "director", local_share=1 / 3)
     admission = await gate.admit("acme", tenant.quota, tenant.redis_down, input_tokens=812,
@@ -14,103 +15,80 @@ minute, each allowing a burst of one minute's worth, and a concurrency set of le
             await admission.charge_output(chunk.tokens)
     finally:
         await admission.finish(produced_tokens)
+    ...
+    await gate.aclose()  # at shutdown: unspent slices go back, owed tokens are charged
 
-Output tokens are not known at admission, so they are charged as they stream (in batches of
-``output_batch_tokens``, or every ``output_flush_s``) and reconciled by ``finish`` with the
-count actually produced; a running stream is never cut, it only pushes the bucket into debt,
-and the tenant's next request is refused until the debt is paid. ``max_output_tokens`` is not
-reserved: most streams end well before it, and reserving it would refuse tenants that still
-have quota.
+Rates are decided in process in the common case: the gate holds slices of the tenant's
+request and input-token buckets, taken from Redis ahead of need and in the background, and
+judges the output bucket's debt on what it last saw of it (:mod:`tenants.slices`: the slice
+size, the refill, and the error bound across gates). A request it cannot admit from what it
+holds is refused on the backlog last seen, or decided by one round trip that takes what it
+needs and tops the slices up.
 
-When Redis cannot be reached (refused, timed out: every call is bounded by ``timeout_s``
-whatever the client's own timeouts), tenants with ``redis-down closed`` are refused with 503,
-and the others are decided in process by :class:`~tenants.local_limits.LocalLimits` at
-``local_share`` of their limits (``degraded``). The gate then leaves Redis alone for
-``retry_s`` seconds before trying it again, and logs each switch once.
+Output tokens are not known at admission, so they are charged as they stream and reconciled
+by ``finish`` with the count actually produced (a refund if streaming counted more), batched
+with the tenant's other streams at this gate (:mod:`tenants.quota_settle`: ``charge_output``
+waits for a round trip once a batch of ``output_batch_tokens`` is owed, or ``output_flush_s``
+after the last one; ``finish`` never waits, its tokens go in the background). A running
+stream is never cut, it only pushes the bucket into debt, and the tenant's next request is
+refused until the debt is paid. ``max_output_tokens`` is not reserved: most streams end well
+before it, and reserving it would refuse tenants that still have quota.
+
+Concurrency limits keep one round trip per admission. The call that adds the request's lease
+to the tenant's set in Redis also charges its rates (exactly, without slices), so a limit
+holds across balancers to the slot. The alternative, slots allotted to each gate and
+rebalanced, would save that round trip but not survive small limits: two slots cannot be
+split among three gates without refusing a request one gate could serve while another sits
+on an idle slot, and moving a slot is a round trip anyway. A finished request's lease is
+released off the request path: by the gate's own next admission of the tenant (which goes to
+Redis anyway, so it never refuses on a slot it has just freed), or within ``release_s``;
+a crashed balancer's leases end after ``lease_s``.
+
+When Redis cannot be reached (refused, timed out: see :mod:`tenants.quota_link`), tenants
+with ``redis-down closed`` are refused with 503, and the others are decided in process by
+:class:`~tenants.local_limits.LocalLimits` at ``local_share`` of their limits (``degraded``).
+The gate learns of an outage from its own calls (a top-up, a charge, a request it could not
+decide alone), so until then it still admits from slices it holds, budget Redis had granted;
+once it knows, it spends none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import logging
-import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Mapping
+from typing import Protocol
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from policies.model import RedisDown, TenantQuota
-from state.guard import describe
-from tenants.local_limits import (
-    CONCURRENT_RETRY_S,
-    WINDOW_S,
-    Bucket,
-    Decision,
-    LocalLimits,
-    rate_limits,
+from tenants.local_limits import CONCURRENT_RETRY_S, Decision, LocalLimits, rate_limits
+from tenants.quota_headers import openai_duration, quota_headers
+from tenants.quota_link import (
+    DEFAULT_MAX_BACKGROUND,
+    DEFAULT_RETRY_S,
+    DEFAULT_TIMEOUT_S,
+    Clock,
+    QuotaLink,
 )
-from tenants.quota_scripts import (
-    ADMIT,
-    ADMIT_SHA,
-    CHARGE,
-    CHARGE_SHA,
-    decision_from_reply,
-    quota_keys,
-)
+from tenants.quota_scripts import TAKE, TAKE_SHA, Take, Taken, quota_keys
+from tenants.quota_settle import DEFAULT_RELEASE_S, Settler, TenantState, running
+from tenants.slices import OUTPUT, SLICED, SliceRules, intervals
 
-log = logging.getLogger(__name__)
+__all__ = ["Admission", "QuotaGate", "SliceRules", "openai_duration", "quota_headers"]
 
 STATE_UNAVAILABLE = "state_unavailable"
 DEFAULT_LEASE_S = 600.0  # a crashed balancer's concurrency slots come back after this
-DEFAULT_TIMEOUT_S = 0.25
-DEFAULT_RETRY_S = 1.0
 DEFAULT_BATCH_TOKENS = 64
 DEFAULT_FLUSH_S = 1.0
 
-Clock = Callable[[], float]
-# adds output tokens (negative: refunds) and refreshes, or with True releases, the lease;
-# says whether the tokens were counted
-Charge = Callable[[int, bool], Awaitable[bool]]
 
+class _Account(Protocol):
+    async def add(self, tokens: int) -> None: ...
 
-class _Ledger:
-    """The output tokens of one admitted request, batched on their way to the quota."""
-
-    def __init__(self, charge: Charge, clock: Clock, batch_tokens: int, flush_s: float) -> None:
-        self._charge = charge
-        self._clock = clock
-        self._batch_tokens = batch_tokens
-        self._flush_s = flush_s
-        self._flushed_at = clock()
-        self._pending = 0
-        self._charged = 0
-        self._closed = False
-        self._lock = asyncio.Lock()
-
-    async def add(self, tokens: int) -> None:
-        if self._closed:
-            return
-        self._pending += tokens
-        due = (self._pending >= self._batch_tokens
-               or self._clock() - self._flushed_at >= self._flush_s)
-        if not due or self._lock.locked():  # a flush under way takes these next time
-            return
-        async with self._lock:
-            self._flushed_at = self._clock()
-            batch, self._pending = self._pending, 0
-            if await self._charge(batch, False):
-                self._charged += batch
-            else:
-                self._pending += batch
-
-    async def close(self, total: int) -> None:
-        async with self._lock:  # waits for a flush under way, so nothing is counted twice
-            if self._closed:
-                return
-            self._closed = True
-            await self._charge(total - self._charged, True)
+    async def close(self, total: int) -> None: ...
 
 
 class Admission:
@@ -126,7 +104,7 @@ class Admission:
 
     def __init__(
         self, *, status: int, limit: str | None, retry_after_s: float, headers: dict[str, str],
-        degraded: bool = False, ledger: _Ledger | None = None,
+        degraded: bool = False, account: _Account | None = None,
     ) -> None:
         self.allowed = status == 200
         self.status = status
@@ -134,25 +112,27 @@ class Admission:
         self.retry_after_s = retry_after_s
         self.headers = headers
         self.degraded = degraded
-        self._ledger = ledger
+        self._account = account
 
     def __repr__(self) -> str:
         return (f"Admission(status={self.status}, limit={self.limit!r}, "
                 f"retry_after_s={self.retry_after_s:.3f}, degraded={self.degraded})")
 
     async def charge_output(self, tokens: int) -> None:
-        """Count ``tokens`` more output tokens of the running stream. Batched: at most one
-        short round trip per batch, none while Redis is known to be down; never refuses,
-        never raises (errors are logged, and the tokens retried with the next batch)."""
-        if self._ledger is not None and tokens:
-            await self._ledger.add(tokens)
+        """Count ``tokens`` more output tokens of the running stream. Batched with the
+        tenant's other streams at this gate: at most one short round trip per batch, none
+        while Redis is known to be down; never refuses, never raises (tokens a failed call
+        could not charge are owed still)."""
+        if self._account is not None and tokens:
+            await self._account.add(tokens)
 
     async def finish(self, output_tokens: int) -> None:
-        """The request ended having produced ``output_tokens``: charge what streaming has not
-        (a refund if it counted more) and release the concurrency slot. Idempotent; never
-        raises (a slot it could not release comes back when its lease ends)."""
-        if self._ledger is not None:
-            await self._ledger.close(output_tokens)
+        """The request ended having produced ``output_tokens``: owe what streaming has not
+        charged (a refund if it counted more) and release the concurrency slot, both sent in
+        the background. Idempotent; never raises, never waits for Redis (a slot it could not
+        release comes back when its lease ends)."""
+        if self._account is not None:
+            await self._account.close(output_tokens)
 
 
 class QuotaGate:
@@ -170,24 +150,32 @@ class QuotaGate:
         retry_s: float = DEFAULT_RETRY_S,
         output_batch_tokens: int = DEFAULT_BATCH_TOKENS,
         output_flush_s: float = DEFAULT_FLUSH_S,
+        slices: SliceRules | None = None,
+        release_s: float = DEFAULT_RELEASE_S,
+        max_background: int = DEFAULT_MAX_BACKGROUND,
     ) -> None:
-        self._client = client
         self._prefix = prefix
         self._clock = clock
         self._local = LocalLimits(local_share, lease_s)
         self._lease_s = lease_s
-        self._timeout_s = timeout_s
-        self._retry_s = retry_s
-        self._batch_tokens = output_batch_tokens
-        self._flush_s = output_flush_s
-        self._where = describe(client)
-        self._reachable = True
-        self._retry_at = 0.0
+        self._rules = slices or SliceRules()
+        self._link = QuotaLink(client, clock, timeout_s=timeout_s, retry_s=retry_s,
+                               max_background=max_background)
+        self._settler = Settler(self._link, clock, self._rules, self._top_up,
+                                lease_s=lease_s, batch_tokens=output_batch_tokens,
+                                flush_s=output_flush_s, release_s=release_s)
+        self._tenants = self._settler.tenants
 
     @property
     def reachable(self) -> bool:
         """Whether the last call to Redis succeeded."""
-        return self._reachable
+        return self._link.reachable
+
+    def outstanding(self, tenant: str) -> dict[str, float]:
+        """Units this gate holds of ``tenant``'s request and input-token buckets: charged in
+        Redis, not yet spent on a request."""
+        held = self._tenants.get(tenant)
+        return {} if held is None else held.view.outstanding()
 
     async def admit(
         self,
@@ -203,147 +191,253 @@ class QuotaGate:
         none is. ``request_id`` names its concurrency lease (unique per request). Raises
         ValueError on a rate limit that is not positive."""
         del max_output_tokens  # not reserved: see the module docstring
-        limits = rate_limits(quota)
+        limits = _rate_limits(quota)
         if not limits and quota.concurrent is None:
             return Admission(status=200, limit=None, retry_after_s=0.0, headers={})
-        if self._redis_due():
-            try:
-                args = self._admit_args(limits, quota, input_tokens, request_id)
-                reply = await self._script(ADMIT, ADMIT_SHA, quota_keys(self._prefix, tenant),
-                                           args)
-            except (RedisError, OSError) as exc:
-                self._lost(exc)
+        if self._link.due():
+            held = self._tenant(tenant, limits)
+            costs = {name: 1 if name == "requests" else input_tokens
+                     for name in SLICED if name in limits}
+            if quota.concurrent is None:
+                admission = await self._admit_sliced(held, costs)
             else:
-                self._found()
-                charge = functools.partial(self._charge_shared, tenant, quota, request_id)
-                return self._admission(decision_from_reply(reply, limits), quota, charge)
+                admission = await self._admit_leased(held, costs, quota.concurrent, request_id)
+            if admission is not None:
+                return admission
         if redis_down is RedisDown.CLOSED:
             return Admission(status=503, limit=STATE_UNAVAILABLE, retry_after_s=1.0,
                              headers={"Retry-After": "1"})
         decision = self._local.admit(tenant, quota, input_tokens=input_tokens,
                                      request_id=request_id, now=self._clock())
-        charge = functools.partial(self._charge_local, tenant, quota, request_id)
-        return self._admission(decision, quota, charge, degraded=True)
-
-    def _admit_args(
-        self, limits: dict[str, float], quota: TenantQuota, input_tokens: int, request_id: str,
-    ) -> list[object]:
-        intervals = [WINDOW_S / limits[name] if name in limits else 0.0
-                     for name in ("requests", "input_tokens", "output_tokens")]
-        slots = -1 if quota.concurrent is None else quota.concurrent
-        return [*intervals, input_tokens, slots, request_id, self._lease_s, CONCURRENT_RETRY_S]
-
-    def _admission(
-        self, decision: Decision, quota: TenantQuota, charge: Charge, *, degraded: bool = False,
-    ) -> Admission:
-        headers = quota_headers(decision)
         if not decision.allowed:
-            return Admission(status=429, limit=decision.refused_by, retry_after_s=decision.wait_s,
-                             headers=headers, degraded=degraded)
-        ledger = None
+            return Admission(status=429, limit=decision.refused_by,
+                             retry_after_s=decision.wait_s, headers=quota_headers(decision),
+                             degraded=True)
+        account = None
         if quota.output_tokens_per_minute is not None or quota.concurrent is not None:
-            ledger = _Ledger(charge, self._clock, self._batch_tokens, self._flush_s)
-        return Admission(status=200, limit=None, retry_after_s=0.0, headers=headers,
-                         degraded=degraded, ledger=ledger)
+            account = _LocalAccount(self._local, self._clock, tenant, quota, request_id)
+        return Admission(status=200, limit=None, retry_after_s=0.0,
+                         headers=quota_headers(decision), degraded=True, account=account)
 
-    async def _charge_shared(
-        self, tenant: str, quota: TenantQuota, request_id: str, tokens: int, release: bool,
-    ) -> bool:
-        if not self._redis_due():
-            return False
-        output = quota.output_tokens_per_minute
-        keys = quota_keys(self._prefix, tenant)[2:]
-        args = [WINDOW_S / output if output else 0.0, tokens, request_id,
-                self._lease_s if quota.concurrent is not None else 0.0, "1" if release else "0"]
+    async def drain(self) -> None:
+        """Release the finished requests' leases now, and wait for the calls made off the
+        request path (slice top-ups, charges, returns, releases) to end; output tokens
+        below a batch stay owed (:meth:`aclose` settles them)."""
+        await self._settler.drain()
+
+    async def aclose(self) -> None:
+        """Return every unspent slice, charge the output tokens owed and release the
+        finished requests' leases, then stop. Never raises."""
+        await self._settler.close()
+
+    # -- deciding ------------------------------------------------------------------------
+
+    def _tenant(self, tenant: str, limits: Mapping[str, float]) -> TenantState:
+        held = self._tenants.get(tenant)
+        if held is None:
+            held = self._tenants[tenant] = TenantState(quota_keys(self._prefix, tenant),
+                                                       self._clock())
+        held.view.follow(limits)
+        return held
+
+    async def _admit_sliced(
+        self, held: TenantState, costs: Mapping[str, int],
+    ) -> Admission | None:
+        view, rules = held.view, self._rules
+        while self._link.reachable:
+            now = self._clock()
+            plan = view.plan(costs, now)
+            if plan.refused_by is not None:
+                return self._refused(held, plan.refused_by, plan.wait_s, now)
+            if plan.local:
+                view.spend(costs)
+                self._top_up(held, now)
+                return self._admitted(held, None, now)
+            refill = running(held.refill)
+            if refill is None:
+                break
+            await asyncio.shield(refill)  # it may bring what this request lacks
+        if not self._link.due():
+            return None
+        now = self._clock()
+        reserved = view.reserve(costs)
+        need = view.needs(reserved, costs)
+        extra = view.wants(rules, now, prefetch=False) if running(held.refill) is None else {}
+        take = Take(intervals(view.held, view.limits), need, extra,
+                    output_pending=view.pending())
+        task = self._link.start(self._take(held, take, reserved))
+        if extra:
+            self._refilling(held, task)
+        answer = await self._decided(task, held, costs, None)
+        if answer is None:
+            return None
+        taken, at = answer
+        if taken.refused_by is not None:
+            return self._refused(held, taken.refused_by, taken.wait_s, at)
+        return self._admitted(held, None, at)
+
+    async def _admit_leased(
+        self, held: TenantState, costs: Mapping[str, int], slots: int, request_id: str,
+    ) -> Admission | None:
+        flush = running(held.flush)
+        if held.releasing and flush is not None:
+            await asyncio.shield(flush)  # so that a slot freed here is free in Redis
+        releases = held.take_releases()
+        view = held.view
+        need = view.needs(dict.fromkeys(costs, 0.0), costs)  # the rates exactly, no slices
+        extra = {}
+        if running(held.refill) is None:  # a slice of the output bucket, as for any tenant
+            extra = {name: units for name, units in
+                     view.wants(self._rules, self._clock(), prefetch=False).items()
+                     if name == OUTPUT}
+        take = Take(intervals(view.held, view.limits), need, extra,
+                    output_pending=view.pending(), slots=slots, request_id=request_id,
+                    lease_s=self._lease_s, busy_wait_s=CONCURRENT_RETRY_S, releases=releases)
+        task = self._link.start(self._take(held, take, {}))
+        if extra:
+            self._refilling(held, task)
+        answer = await self._decided(task, held, {}, request_id)
+        if answer is None:
+            return None
+        taken, at = answer
+        if taken.refused_by is not None:
+            return self._refused(held, taken.refused_by, taken.wait_s, at)
+        return self._admitted(held, request_id, at)
+
+    async def _decided(
+        self, task: asyncio.Task[tuple[Taken, float] | None], held: TenantState,
+        costs: Mapping[str, int], lease: str | None,
+    ) -> tuple[Taken, float] | None:
+        """Wait for Redis to decide; if the caller gives up first (the client left), what
+        Redis then grants goes back: the units to what the gate holds, the lease released."""
         try:
-            await self._script(CHARGE, CHARGE_SHA, keys, args)
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(self._abandoned, held, costs, lease))
+            raise
+
+    def _abandoned(
+        self, held: TenantState, costs: Mapping[str, int], lease: str | None,
+        task: asyncio.Task[tuple[Taken, float] | None],
+    ) -> None:
+        answer = None if task.cancelled() or task.exception() else task.result()
+        if answer is None or answer[0].refused_by is not None:
+            return
+        held.view.unreserve(costs)
+        if lease is not None:
+            held.put_back([lease], self._clock())
+            self._settler.wake()
+
+    def _admitted(self, held: TenantState, lease: str | None, at: float) -> Admission:
+        """Admitted; the headers show the buckets as they were at ``at``."""
+        decision = Decision(None, 0.0, held.view.buckets(at))
+        account = None
+        if OUTPUT in held.view.limits or lease is not None:
+            account = _SharedAccount(self._settler, held, lease)
+        return Admission(status=200, limit=None, retry_after_s=0.0,
+                         headers=quota_headers(decision), account=account)
+
+    def _refused(self, held: TenantState, limit: str, wait_s: float, at: float) -> Admission:
+        decision = Decision(limit, wait_s, held.view.buckets(at))
+        return Admission(status=429, limit=limit, retry_after_s=wait_s,
+                         headers=quota_headers(decision))
+
+    # -- taking slices -------------------------------------------------------------------
+
+    async def _take(
+        self, held: TenantState, take: Take, reserved: Mapping[str, float],
+    ) -> tuple[Taken, float] | None:
+        """Run ``TAKE`` and apply its reply to the view: the reply and when it was sent;
+        None if Redis failed."""
+        sent_at = self._clock()
+        try:
+            reply = await self._link.run(TAKE, TAKE_SHA, held.keys, take.args())
         except (RedisError, OSError) as exc:
-            self._lost(exc)
-            log.debug("quota: %d output tokens of %s/%s not charged: %s",
-                      tokens, tenant, request_id, exc)
-            return False
-        self._found()
-        return True
+            self._link.lost(exc)
+            held.view.unreserve(reserved)
+            held.put_back(list(take.releases), sent_at)
+            return None
+        self._link.found()
+        taken = Taken.from_reply(reply)
+        held.view.see(taken.backlogs, sent_at)
+        if taken.refused_by is None:
+            held.view.took(taken.granted, take.need, sent_at)
+            if take.extra:
+                self._settler.wake()  # to return them if they expire
+        else:
+            held.view.unreserve(reserved)
+        return taken, sent_at
 
-    async def _charge_local(
-        self, tenant: str, quota: TenantQuota, request_id: str, tokens: int, release: bool,
-    ) -> bool:
-        self._local.charge(tenant, quota, request_id, tokens, release=release, now=self._clock())
-        return True
+    def _top_up(self, held: TenantState, now: float) -> None:
+        """Take the slices running low, in the background."""
+        if running(held.refill) is not None or not self._link.reachable:
+            return
+        extra = held.view.wants(self._rules, now, prefetch=True)
+        if not extra:
+            return
+        take = Take(intervals(held.view.held, held.view.limits), {}, extra)
+        self._refilling(held, self._link.background(self._take(held, take, {})))
 
-    async def _script(
-        self, script: str, sha: str, keys: Sequence[str], args: Sequence[object],
-    ) -> list[bytes]:
-        """EVALSHA, or EVAL when the server does not have the script (restarted, flushed)."""
-        async with asyncio.timeout(self._timeout_s):
-            try:
-                reply: list[bytes] = await self._client.evalsha(sha, len(keys), *keys, *args)
-            except NoScriptError:
-                reply = await self._client.eval(script, len(keys), *keys, *args)
-        return reply
+    @staticmethod
+    def _refilling(held: TenantState, task: asyncio.Task[tuple[Taken, float] | None]) -> None:
+        held.refill = task
 
-    def _redis_due(self) -> bool:
-        return self._reachable or self._clock() >= self._retry_at
+        def done(_: asyncio.Task[tuple[Taken, float] | None]) -> None:
+            if held.refill is task:
+                held.refill = None
 
-    def _lost(self, exc: BaseException) -> None:
-        self._retry_at = self._clock() + self._retry_s
-        if self._reachable:
-            self._reachable = False
-            log.warning("quota state %s unreachable (%s): deciding by local limits, or "
-                        "refusing redis-down-closed tenants, until it answers",
-                        self._where, str(exc) or type(exc).__name__)
-
-    def _found(self) -> None:
-        if not self._reachable:
-            self._reachable = True
-            log.info("quota state %s reachable again: quotas are shared again", self._where)
+        task.add_done_callback(done)
 
 
-def quota_headers(decision: Decision) -> dict[str, str]:
-    """OpenAI's ``x-ratelimit-*`` headers (``requests``, and ``tokens`` for the token limit
-    that refused, else the one with the smallest share left), and ``Retry-After`` (whole
-    seconds, rounded up, at least 1) on a refusal."""
-    headers: dict[str, str] = {}
-    requests = decision.buckets.get("requests")
-    if requests is not None:
-        headers.update(_bucket_headers("requests", requests))
-    tokens = _token_bucket(decision)
-    if tokens is not None:
-        headers.update(_bucket_headers("tokens", tokens))
-    if not decision.allowed:
-        headers["Retry-After"] = str(max(1, math.ceil(decision.wait_s)))
-    return headers
+@functools.lru_cache(maxsize=1024)
+def _rate_limits(quota: TenantQuota) -> Mapping[str, float]:
+    return rate_limits(quota)  # the same few quotas, request after request
 
 
-def openai_duration(seconds: float) -> str:
-    """A duration as OpenAI's headers write it (Go's style): ``120ms``, ``1.5s``, ``6m0s``;
-    rounded up to the millisecond."""
-    ms = math.ceil(round(max(0.0, seconds) * 1000, 3))
-    if ms < 1000:
-        return f"{ms}ms" if ms else "0s"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    text = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours or minutes:
-        text = f"{minutes}m{text}"
-    return f"{hours}h{text}" if hours else text
+class _SharedAccount:
+    """The output tokens and the lease of a request admitted through Redis."""
+
+    def __init__(self, settler: Settler, held: TenantState, lease: str | None) -> None:
+        self._settler = settler
+        self._held = held
+        self._lease = lease
+        self._charged = 0
+        self._closed = False
+
+    async def add(self, tokens: int) -> None:
+        if self._closed:
+            return
+        self._charged += tokens
+        await self._settler.owe(self._held, tokens, self._lease)
+
+    async def close(self, total: int) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._settler.finished(self._held, total, total - self._charged, self._lease)
 
 
-def _token_bucket(decision: Decision) -> Bucket | None:
-    if decision.refused_by in ("input_tokens", "output_tokens"):
-        return decision.buckets[decision.refused_by]
-    candidates = [decision.buckets[name] for name in ("input_tokens", "output_tokens")
-                  if name in decision.buckets]
-    return min(candidates, key=lambda bucket: bucket.remaining / bucket.limit, default=None)
+class _LocalAccount:
+    """The output tokens and the lease of a request admitted by the local limits."""
 
+    def __init__(self, local: LocalLimits, clock: Clock, tenant: str, quota: TenantQuota,
+                 request_id: str) -> None:
+        self._local = local
+        self._clock = clock
+        self._tenant = tenant
+        self._quota = quota
+        self._request_id = request_id
+        self._charged = 0
+        self._closed = False
 
-def _bucket_headers(kind: str, bucket: Bucket) -> dict[str, str]:
-    return {
-        f"x-ratelimit-limit-{kind}": _number(bucket.limit),
-        f"x-ratelimit-remaining-{kind}": str(bucket.remaining),
-        f"x-ratelimit-reset-{kind}": openai_duration(bucket.reset_s),
-    }
+    async def add(self, tokens: int) -> None:
+        if not self._closed:
+            self._charged += tokens
+            self._local.charge(self._tenant, self._quota, self._request_id, tokens,
+                               release=False, now=self._clock())
 
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    async def close(self, total: int) -> None:
+        if not self._closed:
+            self._closed = True
+            self._local.charge(self._tenant, self._quota, self._request_id,
+                               total - self._charged, release=True, now=self._clock())

@@ -1,10 +1,13 @@
-"""QuotaGate on a real Valkey: GCRA rates shared by two balancers, output tokens charged as
-they stream, concurrency leases, the x-ratelimit headers, and what a Redis outage does."""
+"""QuotaGate on a real Valkey: GCRA rates shared by two balancers through slices of budget
+admitted locally (no round trip while a slice is held, topped up in the background, returned
+when unspent), output tokens charged as they stream, concurrency leases, the x-ratelimit
+headers, and what a Redis outage does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 from collections.abc import AsyncIterator
@@ -14,7 +17,7 @@ import redis.asyncio as aioredis
 
 from policies.model import RedisDown, TenantQuota
 from state import EmbeddedValkey
-from tenants.quota import Admission, QuotaGate, openai_duration
+from tenants.quota import Admission, QuotaGate, SliceRules, openai_duration
 
 OPEN, CLOSED = RedisDown.OPEN, RedisDown.CLOSED
 
@@ -44,6 +47,39 @@ async def backlog(client: aioredis.Redis, prefix: str, tenant: str, bucket: str)
     return max(0.0, float(tat) - await server_time(client)) if tat else 0.0
 
 
+class CountingRedis(aioredis.Redis):
+    """A client that counts the scripts it runs: the gate's round trips."""
+
+    calls = 0
+
+    async def evalsha(self, *args: object) -> object:
+        self.calls += 1
+        return await super().evalsha(*args)
+
+    async def eval(self, *args: object) -> object:
+        self.calls += 1
+        return await super().eval(*args)
+
+
+def counting(url: str) -> CountingRedis:
+    return CountingRedis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+
+
+def slice_bound(limit: float, cost: float) -> float:
+    """What one gate may hold of a bucket: under its low-water mark plus one slice."""
+    rules = SliceRules()
+    return rules.low(limit, cost) + rules.size(limit, cost)
+
+
+async def room(client: aioredis.Redis, prefix: str, tenant: str, bucket: str,
+               per_minute: float) -> tuple[float, float]:
+    """The server's time, and the units the bucket has room for then."""
+    tat = await client.get(f"{prefix}:quota:{tenant}:{bucket}")
+    now = await server_time(client)
+    backlog = max(0.0, float(tat) - now) if tat else 0.0
+    return now, (60.0 - backlog) * per_minute / 60.0
+
+
 async def admit(gate: QuotaGate, quota: TenantQuota, request_id: str, *, tenant: str = "acme",
                 input_tokens: int = 1, redis_down: RedisDown = CLOSED) -> Admission:
     return await gate.admit(tenant, quota, redis_down, input_tokens=input_tokens,
@@ -52,16 +88,21 @@ async def admit(gate: QuotaGate, quota: TenantQuota, request_id: str, *, tenant:
 
 # --- 1. two balancers on one Valkey, at twice the limit --------------------------------------
 
-@pytest.mark.parametrize(("quota", "cost", "per_minute"), [
-    pytest.param(TenantQuota(requests_per_minute=1200), 1, 1200, id="requests"),
-    pytest.param(TenantQuota(input_tokens_per_minute=60_000), 100, 60_000, id="input-tokens"),
+@pytest.mark.parametrize(("quota", "cost", "per_minute", "bucket"), [
+    pytest.param(TenantQuota(requests_per_minute=1200), 1, 1200, "requests", id="requests"),
+    pytest.param(TenantQuota(input_tokens_per_minute=60_000), 100, 60_000, "input_tokens",
+                 id="input-tokens"),
 ])
 async def test_two_balancers_together_admit_what_gcra_allows(
     valkey: EmbeddedValkey, prefix: str, quota: TenantQuota, cost: int, per_minute: int,
+    bucket: str,
 ) -> None:
-    """The burst (one minute's worth) at once, then twice the rate for 3 s, alternating
-    between two gates with their own clients: the units admitted are GCRA's allowance,
-    burst + rate x elapsed (elapsed on the server's clock, bracketing the whole run)."""
+    """Both gates already hold slices; then the rest of the burst at once, then twice the
+    rate for 3 s, alternating between the gates (their own clients). Over the measured
+    interval the units admitted are GCRA's allowance (the bucket's room at the start +
+    rate x elapsed, on the server's clock), give or take what the gates hold: at most the
+    slices held at the start above it, at most those held at the end below it, each gate
+    holding less than its low-water mark plus one slice."""
     async with clients(valkey.url, 2) as (first, second):
         gates = [QuotaGate(first, prefix), QuotaGate(second, prefix)]
         admitted = 0
@@ -74,8 +115,15 @@ async def test_two_balancers_together_admit_what_gcra_allows(
             else:
                 assert admission.status == 429 and admission.retry_after_s > 0
 
-        started = await server_time(first)
-        burst = per_minute // cost
+        for n, gate in enumerate(gates):  # each gate takes its first slices
+            assert (await admit(gate, quota, f"w{n}", input_tokens=cost)).allowed
+        for gate in gates:
+            await gate.drain()
+        held_at_start = sum(gate.outstanding("acme")[bucket] for gate in gates)
+        assert held_at_start > 0
+        started, room_at_start = await room(first, prefix, "acme", bucket, per_minute)
+
+        burst = math.ceil((room_at_start + held_at_start) / cost)
         for chunk in range(0, burst, 50):
             await asyncio.gather(*(offer(gates[n % 2], n)
                                    for n in range(chunk, min(burst, chunk + 50))))
@@ -92,15 +140,258 @@ async def test_two_balancers_together_admit_what_gcra_allows(
         await asyncio.gather(offer_steadily(gates[0], 0.0, t0),
                              offer_steadily(gates[1], per_gate_period / 2, t0))
         ended = await server_time(first)
+        for gate in gates:
+            await gate.drain()
+        held = [gate.outstanding("acme")[bucket] for gate in gates]
 
     elapsed = ended - started
-    allowed = per_minute + per_minute / 60 * elapsed
-    print(f"\n{quota}: admitted {admitted} units in {elapsed:.3f} s, "
-          f"GCRA allows {allowed:.1f} ({admitted / allowed - 1:+.2%}); "
-          f"beyond the burst: {admitted - per_minute} vs {allowed - per_minute:.1f}")
-    assert abs(admitted - allowed) <= 0.02 * allowed
-    assert admitted <= allowed + 1e-6  # never more than GCRA allows
-    assert admitted >= allowed - 3 * cost  # the offered load kept the bucket saturated
+    allowed = room_at_start + per_minute / 60 * elapsed
+    print(f"\n{quota}: admitted {admitted} units in {elapsed:.3f} s, GCRA allows "
+          f"{allowed:.1f} ({admitted / allowed - 1:+.2%}); slices held at the start "
+          f"{held_at_start:g}, at the end {held} (bound {slice_bound(per_minute, cost):g} "
+          f"per gate)")
+    assert all(units < slice_bound(per_minute, cost) for units in held)
+    assert abs(admitted - allowed) <= 0.02 * per_minute  # jointly within 2 % of the limit
+    assert admitted <= allowed + held_at_start + 1e-6  # never more than the slices held
+    assert admitted >= allowed - sum(held) - 3 * cost  # the load kept the bucket saturated
+
+
+async def test_two_balancers_together_stream_what_the_output_bucket_allows(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """Output tokens are charged after the fact: requests of 100 tokens each, offered as
+    fast as each gate admits them until the bucket is in debt, then at twice the rate for
+    3 s. The tokens streamed are GCRA's allowance plus the debt the last admitted streams
+    ran up: at most one request per gate beyond what it held (slices of 150 tokens)."""
+    per_minute, tokens = 60_000, 100
+    quota = TenantQuota(output_tokens_per_minute=per_minute)
+    async with clients(valkey.url, 2) as (first, second):
+        gates = [QuotaGate(first, prefix), QuotaGate(second, prefix)]
+        streamed = 0
+
+        async def offer(gate: QuotaGate, n: int) -> bool:
+            nonlocal streamed
+            admission = await admit(gate, quota, f"r{n}")
+            if admission.allowed:
+                await admission.finish(tokens)
+                streamed += tokens
+            else:
+                assert admission.limit == "output_tokens" and admission.retry_after_s > 0
+            return admission.allowed
+
+        async def until_refused(gate: QuotaGate, side: int) -> None:
+            n = side
+            while await offer(gate, n):
+                n += 2
+                await asyncio.sleep(0)
+
+        started = await server_time(first)
+        await asyncio.gather(until_refused(gates[0], 0), until_refused(gates[1], 1))
+
+        period = 2 * tokens / (2 * per_minute / 60)  # per gate, twice the rate in all
+        loop = asyncio.get_running_loop()
+
+        async def offer_steadily(gate: QuotaGate, offset: float, t0: float) -> None:
+            for k in range(math.floor(3.0 / period)):
+                await asyncio.sleep(max(0.0, t0 + offset + k * period - loop.time()))
+                await offer(gate, 100_000 + 2 * k + (offset > 0))
+
+        t0 = loop.time()
+        await asyncio.gather(offer_steadily(gates[0], 0.0, t0),
+                             offer_steadily(gates[1], period / 2, t0))
+        ended = await server_time(first)
+        for gate in gates:
+            await gate.aclose()  # what is held goes back, what is owed is charged
+        debt = await backlog(first, prefix, "acme", "output_tokens") - 60.0
+
+    allowed = per_minute + per_minute / 60 * (ended - started)
+    print(f"\nstreamed {streamed} tokens, GCRA allows {allowed:.0f} "
+          f"({streamed / allowed - 1:+.2%}), {debt * per_minute / 60:+.0f} tokens of debt")
+    assert abs(streamed - allowed) <= 0.02 * per_minute
+    assert streamed <= allowed + 2 * tokens  # one request beyond what each gate held
+    assert streamed >= allowed - 2 * slice_bound(per_minute, 1) - 3 * tokens
+
+
+# --- 1b. slices: local admissions, background top-ups, returns ------------------------------
+
+async def test_an_admission_needs_no_round_trip_while_a_slice_is_held(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """Request and token limits: after the first request (which takes the slices), requests
+    are decided in process and their finish sends nothing on the request path."""
+    quota = TenantQuota(requests_per_minute=60_000, input_tokens_per_minute=6_000_000,
+                        output_tokens_per_minute=6_000_000)  # slices: 150 requests, 15000 tokens
+    # of each
+    client = counting(valkey.url)
+    now = 1_000_000.0  # the gate's clock stands still, so its view of the buckets does too
+    try:
+        gate = QuotaGate(client, prefix, clock=lambda: now)
+        first = await admit(gate, quota, "first", input_tokens=100)
+        assert first.allowed and client.calls >= 1
+        await first.finish(20)
+        await gate.drain()
+        before = client.calls
+        remaining = []
+        for n in range(20):
+            admission = await admit(gate, quota, f"r{n}", input_tokens=100)
+            assert admission.allowed and not admission.degraded
+            remaining.append(int(admission.headers["x-ratelimit-remaining-requests"]))
+            await admission.finish(20)  # owed, sent in the background
+            assert client.calls == before
+        steps = [earlier - later for earlier, later in itertools.pairwise(remaining)]
+        assert steps == [1] * 19  # counted down locally
+        await gate.drain()
+        assert client.calls == before  # the output tokens too came out of a slice
+        assert gate.outstanding("acme") == {
+            "requests": 150 - 20, "input_tokens": 15_000 - 2000, "output_tokens": 15_000 - 420}
+    finally:
+        await client.aclose()
+
+
+async def test_a_concurrency_limit_costs_one_round_trip_and_none_at_finish(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    quota = TenantQuota(requests_per_minute=60_000, concurrent=5)
+    client = counting(valkey.url)
+    try:
+        gate = QuotaGate(client, prefix)
+        await (await admit(gate, quota, "warm")).finish(0)  # the server has the script
+        for n in range(3):
+            before = client.calls
+            admission = await admit(gate, quota, f"r{n}")
+            assert admission.allowed and client.calls == before + 1
+            await admission.finish(0)
+            assert client.calls == before + 1  # the release goes later
+        await gate.drain()
+        assert await client.zcard(f"{prefix}:quota:acme:concurrent") == 0  # all released
+    finally:
+        await client.aclose()
+
+
+async def test_slices_are_topped_up_in_the_background_before_they_run_out(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """1200 requests a minute: slices of 3 (0.25 %), topped up below 1.5 held."""
+    quota = TenantQuota(requests_per_minute=1200)
+    client = counting(valkey.url)
+    try:
+        gate = QuotaGate(client, prefix)
+        assert (await admit(gate, quota, "a")).allowed  # takes 1, and a slice of 3
+        assert gate.outstanding("acme") == {"requests": 3}
+        await gate.drain()
+        calls = client.calls
+        assert (await admit(gate, quota, "b")).allowed
+        assert gate.outstanding("acme") == {"requests": 2}  # above low water: no top-up
+        await gate.drain()
+        assert client.calls == calls
+        assert (await admit(gate, quota, "c")).allowed
+        assert gate.outstanding("acme") == {"requests": 1}  # the top-up is under way
+        assert client.calls == calls
+        await gate.drain()
+        assert (client.calls, gate.outstanding("acme")) == (calls + 1, {"requests": 4})
+        # charged in Redis: 1 + 3 + 3 requests of 0.05 s each
+        assert 0.34 < await backlog(client, prefix, "acme", "requests") <= 0.35
+    finally:
+        await client.aclose()
+
+
+async def test_a_request_waits_for_the_top_up_under_way_rather_than_being_refused(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """60 a minute, slices of 1: one gate admits the whole burst back to back, each request
+    either spending a slice or waiting for the one on its way, and the next is refused."""
+    quota = TenantQuota(requests_per_minute=60)
+    async with clients(valkey.url) as (client,):
+        gate = QuotaGate(client, prefix)
+        assert all([(await admit(gate, quota, f"r{n}")).allowed for n in range(60)])
+        refused = await admit(gate, quota, "next")
+        assert (refused.status, refused.limit) == (429, "requests")
+        assert gate.outstanding("acme") == {"requests": 0}
+
+
+async def test_unspent_slices_go_back_when_they_expire(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    quota = TenantQuota(requests_per_minute=60, input_tokens_per_minute=6000)
+    async with clients(valkey.url) as (client,):
+        gate = QuotaGate(client, prefix, slices=SliceRules(ttl_s=0.3))
+        assert (await admit(gate, quota, "a", input_tokens=100)).allowed
+        assert gate.outstanding("acme") == {"requests": 1, "input_tokens": 100}
+        assert 1.9 < await backlog(client, prefix, "acme", "requests") <= 2.0  # 1 + 1 held
+        assert 1.9 < await backlog(client, prefix, "acme", "input_tokens") <= 2.0  # 100 + 100
+        await asyncio.sleep(0.45)
+        await gate.drain()
+        assert gate.outstanding("acme") == {"requests": 0, "input_tokens": 0}
+        # what was spent is still charged (less the time since); what was held came back
+        assert 0.4 < await backlog(client, prefix, "acme", "requests") < 0.6
+        assert 0.4 < await backlog(client, prefix, "acme", "input_tokens") < 0.6
+
+
+async def test_close_returns_what_is_held_and_settles_what_is_owed(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    quota = TenantQuota(input_tokens_per_minute=60_000, output_tokens_per_minute=6000)
+    async with clients(valkey.url) as (client,):
+        gate = QuotaGate(client, prefix)
+        running = await admit(gate, quota, "a", input_tokens=1000)
+        # slices: one request's input tokens; 0.25 % of the output bucket
+        assert gate.outstanding("acme") == {"input_tokens": 1000, "output_tokens": 15}
+        assert 1.99 < await backlog(client, prefix, "acme", "input_tokens") <= 2.0
+        await running.charge_output(30)  # 15 of them held, 15 owed: below a batch
+        await gate.aclose()
+        assert gate.outstanding("acme") == {"input_tokens": 0, "output_tokens": 0}
+        assert 0.99 < await backlog(client, prefix, "acme", "input_tokens") <= 1.0
+        assert 0.29 < await backlog(client, prefix, "acme", "output_tokens") <= 0.3  # 30
+
+
+async def test_a_refusal_after_another_gate_emptied_the_bucket_waits_for_the_shared_bucket(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """This gate last saw a bucket with room; the other gate emptied it since. Once its own
+    slice is spent, it asks Redis, and ``Retry-After`` is the shared bucket's."""
+    quota = TenantQuota(requests_per_minute=60)
+    first, second = counting(valkey.url), counting(valkey.url)
+    try:
+        here, there = QuotaGate(first, prefix), QuotaGate(second, prefix)
+        assert (await admit(here, quota, "a")).allowed  # takes 1, holds 1
+        await here.drain()
+        assert here.outstanding("acme") == {"requests": 1}
+        for n in range(60):
+            if not (await admit(there, quota, f"t{n}")).allowed:
+                break
+        await there.drain()
+        assert (await admit(here, quota, "b")).allowed  # its own slice
+        calls = first.calls
+        refused = await admit(here, quota, "c")
+        assert first.calls > calls  # its view was stale: Redis refused
+        assert (refused.status, refused.limit) == (429, "requests")
+        assert 0.5 < refused.retry_after_s <= 1.0  # one request at 60/min, less the time since
+        assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+        calls = first.calls
+        again = await admit(here, quota, "d")
+        assert (again.limit, first.calls) == ("requests", calls)  # refused on what it saw
+        assert again.retry_after_s <= refused.retry_after_s
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_output_debt_run_up_at_another_gate_refuses_here(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """100 output tokens a minute; 60 streamed at each gate. The first gate last saw room for
+    40, less than its last request produced: it asks Redis, which is in debt."""
+    quota = TenantQuota(output_tokens_per_minute=100)
+    async with clients(valkey.url, 2) as (first, second):
+        here, there = QuotaGate(first, prefix), QuotaGate(second, prefix)
+        for gate in (here, there):
+            running = await admit(gate, quota, "r")
+            assert running.allowed
+            await running.finish(60)
+            await gate.drain()
+        refused = await admit(here, quota, "next")
+        assert (refused.status, refused.limit) == (429, "output_tokens")
+        assert 11.5 < refused.retry_after_s <= 12.0  # 20 tokens of debt at 0.6 s each
 
 
 # --- 2. GCRA table ---------------------------------------------------------------------------
@@ -139,13 +430,18 @@ async def test_a_refusal_by_one_limit_charges_none_of_the_others(
     async with clients(valkey.url) as (client,):
         gate = QuotaGate(client, prefix)
         assert (await admit(gate, quota, "a", input_tokens=600)).allowed
+        await gate.drain()
         requests_before = await backlog(client, prefix, "acme", "requests")
+        held = gate.outstanding("acme")
         refused = await admit(gate, quota, "b", input_tokens=600)
         assert (refused.limit, refused.headers["x-ratelimit-remaining-requests"]) == \
             ("input_tokens", "59")
         assert 11.5 < refused.retry_after_s <= 12.0  # 200 tokens missing, 0.06 s each
+        await gate.drain()
+        assert gate.outstanding("acme") == held  # nothing spent
         assert await backlog(client, prefix, "acme", "requests") <= requests_before
-        assert 35.5 < await backlog(client, prefix, "acme", "input_tokens") <= 36.0  # 600 only
+        spent = await backlog(client, prefix, "acme", "input_tokens") - held["input_tokens"] * 0.06
+        assert 35.5 < spent <= 36.0  # 600 only: the rest of the bucket's charge is held
         small = await admit(gate, quota, "c", input_tokens=100)
     assert small.allowed and small.headers["x-ratelimit-remaining-requests"] == "58"
 
@@ -177,12 +473,18 @@ async def test_idle_keys_expire(valkey: EmbeddedValkey, prefix: str) -> None:
 
 # --- 3. output tokens ------------------------------------------------------------------------
 
+# slices of 0.6 tokens of 6000 a minute: too small to slice, so every token is owed and
+# these tests see the batching alone
+UNSLICED_OUTPUT = SliceRules(fraction=1e-4)
+
+
 async def test_output_tokens_charged_as_they_stream_then_reconciled(
     valkey: EmbeddedValkey, prefix: str,
 ) -> None:
     quota = TenantQuota(output_tokens_per_minute=6000)  # 0.01 s per token
     async with clients(valkey.url) as (client,):
-        gate = QuotaGate(client, prefix, output_batch_tokens=100, output_flush_s=60.0)
+        gate = QuotaGate(client, prefix, output_batch_tokens=100, output_flush_s=60.0,
+                         slices=UNSLICED_OUTPUT)
         running = await admit(gate, quota, "stream")
         assert running.allowed
         await running.charge_output(50)  # below a batch: not sent yet
@@ -195,9 +497,11 @@ async def test_output_tokens_charged_as_they_stream_then_reconciled(
         assert refused.headers["Retry-After"] == "5"
 
         await running.finish(7000)  # 500 more than streamed: 1000 tokens of debt
+        await gate.drain()  # finish sends them in the background
         assert 69.9 < await backlog(client, prefix, "acme", "output_tokens") <= 70.0
         await running.finish(7000)  # idempotent
         await running.charge_output(1000)  # after the end: ignored
+        await gate.drain()
         assert 69.9 < await backlog(client, prefix, "acme", "output_tokens") <= 70.0
         refused = await admit(gate, quota, "later")
         assert 9.9 < refused.retry_after_s <= 10.0
@@ -208,11 +512,13 @@ async def test_finish_refunds_what_streaming_overcounted(
 ) -> None:
     quota = TenantQuota(output_tokens_per_minute=6000)
     async with clients(valkey.url) as (client,):
-        gate = QuotaGate(client, prefix, output_batch_tokens=100, output_flush_s=60.0)
+        gate = QuotaGate(client, prefix, output_batch_tokens=100, output_flush_s=60.0,
+                         slices=UNSLICED_OUTPUT)
         running = await admit(gate, quota, "stream")
         await running.charge_output(200)
         assert 1.9 < await backlog(client, prefix, "acme", "output_tokens") <= 2.0
         await running.finish(150)
+        await gate.drain()
         assert 1.4 < await backlog(client, prefix, "acme", "output_tokens") <= 1.5
 
 
@@ -245,6 +551,27 @@ async def test_an_expired_lease_frees_its_slot(valkey: EmbeddedValkey, prefix: s
         await asyncio.sleep(0.35)
         assert (await admit(crashed, quota, "d")).allowed
         assert (await admit(crashed, quota, "e")).allowed
+
+
+async def test_an_admission_given_up_while_redis_decides_gives_back_what_it_took(
+    valkey: EmbeddedValkey, prefix: str,
+) -> None:
+    """The client leaves while the gate waits for Redis: the lease Redis then adds is
+    released, and the units it charged are held for the next request."""
+    slots = TenantQuota(concurrent=1)
+    rates = TenantQuota(requests_per_minute=60)
+    async with clients(valkey.url) as (client,):
+        gate = QuotaGate(client, prefix)
+        for quota in (slots, rates):
+            waiting = asyncio.create_task(admit(gate, quota, "gone"))
+            await asyncio.sleep(0)  # the call to Redis is under way
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            await gate.drain()
+        assert await client.zcard(f"{prefix}:quota:acme:concurrent") == 0
+        assert (await admit(gate, slots, "next")).allowed
+        assert gate.outstanding("acme") == {"requests": 2}  # its own, and the slice
 
 
 async def test_streaming_refreshes_the_lease(valkey: EmbeddedValkey, prefix: str) -> None:
@@ -321,8 +648,15 @@ async def test_outage_closed_refuses_open_uses_local_limits_then_redis_again(
                                          socket_connect_timeout=0.2)
         gate = QuotaGate(client, prefix, local_share=0.5, retry_s=0.2)
         assert not (await admit(gate, quota, "before", redis_down=OPEN)).degraded
+        assert gate.outstanding("acme") == {"requests": 1}  # a slice of one request
 
         server.stop()
+        # the gate does not know yet: the request is admitted from its slice, budget Redis
+        # had granted, and the top-up that follows finds Redis down
+        held = await admit(gate, quota, "held", redis_down=CLOSED)
+        assert held.allowed and not held.degraded
+        await gate.drain()
+        assert not gate.reachable
         closed = await admit(gate, quota, "closed", redis_down=CLOSED)
         assert (closed.allowed, closed.status, closed.limit) == (False, 503, "state_unavailable")
         assert (closed.retry_after_s, closed.headers) == (1.0, {"Retry-After": "1"})
