@@ -413,6 +413,7 @@ class Balancer:
             runner, self.runner = self.runner, None
             await runner.cleanup()
         await self.tenancy.__aexit__(None, None, None)
+        await self.quotas.close()
         if self.usage is not None:
             await self.usage.__aexit__(None, None, None)
         if self.throttles is not None:

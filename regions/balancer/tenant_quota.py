@@ -98,6 +98,11 @@ class TenantQuotas:
     def attach(self, store: AsyncStateStore) -> None:
         self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share)
 
+    async def close(self) -> None:
+        """Give the budget slices the gate holds back to the shared state."""
+        if self.gate is not None:
+            await self.gate.aclose()
+
     async def admit(self, request: web.Request, who: Identified,
                     info: RequestInfo) -> web.Response | None:
         """None to serve the request (its ``RequestQuota`` attached), else the refusal."""

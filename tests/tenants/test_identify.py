@@ -83,8 +83,8 @@ async def test_keys_in_valkey_identify_on_every_balancer_and_revocation_reaches_
             await store_key(admin, made.stored)
             await store_key(admin, other.stored)
             assert (await load_keys(admin))[made.stored.key_id] == made.stored
-            await _until(lambda: made.stored.key_id in one.keys and
-                         made.stored.key_id in two.keys)
+            await _until(lambda: all(k.stored.key_id in table.keys for k in (made, other)
+                                     for table in (one, two)))
             for who in identifiers:
                 found = await who.identify(bearer(made.token))
                 assert isinstance(found, Identified)
