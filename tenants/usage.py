@@ -3,8 +3,8 @@
 Each balancer records every answered request into a ``UsageLedger`` in memory and flushes it
 about once a second in one pipeline:
 
-- ``HINCRBYFLOAT`` into an hourly bucket ``{p}:usage:h:{hour}`` (kept ``KEEP_HOURS_S``) and a
-  per-minute bucket ``{p}:usage:m:{minute}`` (kept ``KEEP_MINUTES_S``), field
+- ``HINCRBYFLOAT`` into an hourly bucket ``{p}:usage:h:{hour}`` and a per-minute bucket
+  ``{p}:usage:m:{minute}`` (``tenants.time_buckets``, with their lifetimes), field
   ``tenant|service|model|region|backend|metric``; the metrics are ``requests``,
   ``input_tokens``, ``output_tokens``, ``cancelled`` and ``gpu_seconds``;
 - ``XADD`` of one entry per request to the stream ``{p}:usage:log`` (capped near
@@ -18,28 +18,17 @@ range: whole hours from the hourly buckets, the minutes at either end from the m
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import math
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from types import TracebackType
+from typing import Any
 
 from state.aio import AsyncStateStore
-from state.errors import StateError
 from state.guard import describe, redis_errors
-from state.tasks import cancel_and_wait
-
-log = logging.getLogger(__name__)
+from tenants.time_buckets import FLUSH_S, BucketLedger, read_buckets
 
 METRICS = ("requests", "input_tokens", "output_tokens", "cancelled", "gpu_seconds")
-KEEP_HOURS_S = 400 * 86400
-KEEP_MINUTES_S = 2 * 86400
 LOG_MAX = 1_000_000
 MAX_PENDING = 100_000
-FLUSH_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -91,42 +80,29 @@ class UsageRow:
                 "gpu_seconds": round(self.gpu_seconds, 6)}
 
 
-def minute_key(store: AsyncStateStore, minute: int) -> str:
-    return f"{store.keys.prefix}:usage:m:{minute}"
-
-
-def hour_key(store: AsyncStateStore, hour: int) -> str:
-    return f"{store.keys.prefix}:usage:h:{hour}"
-
-
 def log_key(store: AsyncStateStore) -> str:
     return f"{store.keys.prefix}:usage:log"
 
 
-class UsageLedger:
-    """What one balancer has recorded and not yet flushed; an async context manager that
-    flushes every ``flush_s`` and once more on exit."""
+class UsageLedger(BucketLedger):
+    """What one balancer has recorded and not yet flushed (the buckets and the log); an
+    async context manager that flushes every ``flush_s`` and once more on exit."""
+
+    noun = "requests"
 
     def __init__(self, store: AsyncStateStore, flush_s: float = FLUSH_S) -> None:
-        self.store = store
-        self.flush_s = flush_s
-        # (bucket key, field) -> amount not yet flushed
-        self._counts: dict[tuple[str, str], float] = defaultdict(float)
+        super().__init__(store, "usage", flush_s)
         self._log: list[UsageEvent] = []
         self.dropped_log_entries = 0
-        self._task: asyncio.Task[None] | None = None
-        self._failing = False
 
     def record(self, event: UsageEvent) -> None:
-        minute = int(event.at // 60)
         values = {"requests": 1.0, "input_tokens": float(event.input_tokens),
                   "output_tokens": float(event.output_tokens),
                   "cancelled": 1.0 if event.cancelled else 0.0,
                   "gpu_seconds": event.gpu_seconds}
-        for bucket in (minute_key(self.store, minute), hour_key(self.store, minute // 60)):
-            for metric, value in values.items():
-                if value:
-                    self._counts[(bucket, event.key.field(metric))] += value
+        for metric, value in values.items():
+            if value:
+                self.add(event.at, event.key.field(metric), value)
         if len(self._log) < MAX_PENDING:
             self._log.append(event)
         else:
@@ -136,89 +112,32 @@ class UsageLedger:
     def pending(self) -> int:
         return len(self._log)
 
-    async def flush(self) -> bool:
-        """Write what is pending; False (keeping it) when the state is unreachable."""
-        if not self._counts and not self._log:
-            return True
-        counts, events = dict(self._counts), list(self._log)
-        try:
-            with redis_errors(describe(self.store.client)):
-                async with self.store.client.pipeline(transaction=False) as pipe:
-                    for (bucket, field), value in counts.items():
-                        pipe.hincrbyfloat(bucket, field, value)
-                    for bucket in {bucket for bucket, _ in counts}:
-                        keep = KEEP_MINUTES_S if ":usage:m:" in bucket else KEEP_HOURS_S
-                        pipe.expire(bucket, keep)
-                    for event in events:
-                        pipe.xadd(log_key(self.store), event.log_fields(), maxlen=LOG_MAX,
-                                  approximate=True)
-                    await pipe.execute()
-        except StateError as exc:
-            if not self._failing:
-                log.warning("usage: state unavailable, keeping %d requests to flush: %s",
-                            len(events), exc)
-            self._failing = True
-            return False
-        for key, value in counts.items():  # what was recorded meanwhile stays
-            left = self._counts[key] - value
-            if abs(left) < 1e-9:
-                del self._counts[key]
-            else:
-                self._counts[key] = left
-        del self._log[:len(events)]
-        if self._failing:
-            log.info("usage: state reachable again, flushed")
-        self._failing = False
-        return True
+    def _more(self) -> list[UsageEvent]:
+        return list(self._log)
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_s)
-            await self.flush()
+    def _queue_more(self, pipe: Any, more: list[UsageEvent]) -> None:
+        for event in more:
+            pipe.xadd(log_key(self.store), event.log_fields(), maxlen=LOG_MAX,
+                      approximate=True)
 
-    async def __aenter__(self) -> UsageLedger:
-        self._task = asyncio.create_task(self._run(), name="usage-ledger")
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._task is not None:
-            await cancel_and_wait([self._task])
-        with contextlib.suppress(StateError):
-            await self.flush()
+    def _written_more(self, more: list[UsageEvent]) -> None:
+        del self._log[:len(more)]
 
 
 async def usage_between(store: AsyncStateStore, start: float, end: float,
                         tenant: str | None = None) -> list[UsageRow]:
     """Summed usage of ``[start, end)`` (wall clock seconds, whole minutes: a partial
     minute at either end counts whole), optionally of one tenant."""
-    first, last = int(start // 60), math.ceil(end / 60)
-    buckets: list[str] = []
-    minute = first
-    while minute < last:
-        if minute % 60 == 0 and minute + 60 <= last:
-            buckets.append(hour_key(store, minute // 60))
-            minute += 60
-        else:
-            buckets.append(minute_key(store, minute))
-            minute += 1
     rows: dict[UsageKey, UsageRow] = {}
-    with redis_errors(describe(store.client)):
-        async with store.client.pipeline(transaction=False) as pipe:
-            for bucket in buckets:
-                pipe.hgetall(bucket)
-            replies = await pipe.execute()
-    for reply in replies:
-        for raw_field, raw_value in reply.items():
-            field = raw_field.decode() if isinstance(raw_field, bytes) else str(raw_field)
-            parts = field.split("|")
-            if len(parts) != 6 or parts[5] not in METRICS:
-                continue
-            key = UsageKey(*parts[:5])
-            if tenant is not None and key.tenant != tenant:
-                continue
-            row = rows.setdefault(key, UsageRow(key))
-            setattr(row, parts[5], getattr(row, parts[5]) + float(raw_value))
+    for field, value in await read_buckets(store, "usage", start, end):
+        parts = field.split("|")
+        if len(parts) != 6 or parts[5] not in METRICS:
+            continue
+        key = UsageKey(*parts[:5])
+        if tenant is not None and key.tenant != tenant:
+            continue
+        row = rows.setdefault(key, UsageRow(key))
+        setattr(row, parts[5], getattr(row, parts[5]) + value)
     return sorted(rows.values(), key=lambda r: (r.key.tenant, r.key.service, r.key.model,
                                                  r.key.region, r.key.backend))
 
