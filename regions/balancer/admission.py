@@ -232,23 +232,11 @@ class Dispatcher:
                 if self.pool.snapshot().free_slots == 0:
                     break
                 entry = self._queue[i]
-                if entry.future.done():
+                held = None if entry.future.done() else self._offer(entry, now)
+                if held is None:
                     del self._queue[i]
                     continue
-                lease, decision, hold = self._bind(entry.request, now - entry.since)
-                if lease is not None:
-                    del self._queue[i]
-                    entry.future.set_result(lease)
-                    continue
-                if decision.stopped_at not in self._waits_at:
-                    del self._queue[i]
-                    entry.future.set_exception(_no_backend(entry.request, decision))
-                    continue
-                if decision.stopped_at == HOLD:
-                    if entry.hold_until <= entry.since:
-                        self.holds += 1
-                    entry.hold_until = entry.since + hold
-                    hold_ends = min(hold_ends, entry.hold_until)
+                hold_ends = min(hold_ends, held)
                 i += 1
                 skipped += 1
         finally:
@@ -272,24 +260,33 @@ class Dispatcher:
                     break
                 slots = sum(b.cap for b in snapshot.backends)
                 entry = waiting[self.fair.next(waiting, now, slots)]
-                lease, decision, hold = self._bind(entry.request, now - entry.since)
-                if lease is not None:
+                held = self._offer(entry, now)
+                if held is None:
                     self._queue.remove(entry)
-                    entry.future.set_result(lease)
                     continue
-                if decision.stopped_at not in self._waits_at:
-                    self._queue.remove(entry)
-                    entry.future.set_exception(_no_backend(entry.request, decision))
-                    continue
-                if decision.stopped_at == HOLD:
-                    if entry.hold_until <= entry.since:
-                        self.holds += 1
-                    entry.hold_until = entry.since + hold
-                    hold_ends = min(hold_ends, entry.hold_until)
+                hold_ends = min(hold_ends, held)
                 passed.append(entry)
         finally:
             self._pumping = False
         self._schedule_wake(hold_ends)
+
+    def _offer(self, entry: _Entry, now: float) -> float | None:
+        """Offer queued ``entry`` a backend. None when that settles it (bound, or no
+        backend can serve it: the caller takes it out of the queue); else when its hold
+        ends (infinity: it waits for room, not held)."""
+        lease, decision, hold = self._bind(entry.request, now - entry.since)
+        if lease is not None:
+            entry.future.set_result(lease)
+            return None
+        if decision.stopped_at not in self._waits_at:
+            entry.future.set_exception(_no_backend(entry.request, decision))
+            return None
+        if decision.stopped_at != HOLD:
+            return math.inf
+        if entry.hold_until <= entry.since:
+            self.holds += 1
+        entry.hold_until = entry.since + hold
+        return entry.hold_until
 
     def _schedule_wake(self, hold_ends: float = math.inf) -> None:
         """Pump again when the snapshot expires (an ejection ends, slow start ramps) or

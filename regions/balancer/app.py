@@ -79,7 +79,7 @@ from regions.balancer.registry import (
     register_builtin_plugins,
 )
 from regions.balancer.relay import RelayEnd
-from regions.balancer.request_info import parse_request
+from regions.balancer.request_info import host_name, parse_request
 from regions.balancer.residency_check import ResidencyCheck
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
@@ -331,7 +331,8 @@ class Balancer:
         # the handler too: the answer was whole all the same
         whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
         cancelled = not whole and (cancelled or end is RelayEnd.CLIENT_GONE)
-        snap = next((b for b in self.pool.snapshot().backends if b.name == backend), None)
+        served = self.pool.by_name.get(backend)  # gone if a policy change removed it
+        snap = self.pool.snapshot().backends[served.index] if served is not None else None
         work = prompt / self.config.prefill_ratio + output
         gpu_s = work / (snap.tokens_per_s * max(1, snap.cap)) if snap and snap.tokens_per_s \
             else 0.0
@@ -344,7 +345,7 @@ class Balancer:
             m.tenant_cancelled.labels(tenant).inc()
         m.tenant_gpu_seconds.labels(tenant).inc(gpu_s)
         if self.usage is not None:
-            host = (request.host or "").rsplit(":", 1)[0].lower().rstrip(".")
+            host = host_name(request.host)
             service = host if host in self.tenancy.services else "*"
             self.usage.record(UsageEvent(time.time(), UsageKey(
                 tenant, service, model, self.region, backend), prompt, output, cancelled,

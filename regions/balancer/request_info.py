@@ -134,6 +134,12 @@ def _opt_positive_int(body: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
+def host_name(host: str | None) -> str:
+    """The name a request's Host header asks for (no port, lower case, no final dot): a
+    service's name when the client addressed it by name."""
+    return (host or "").rsplit(":", 1)[0].lower().rstrip(".")
+
+
 def _priority(headers: Mapping[str, str]) -> int:
     raw = headers.get(PRIORITY_HEADER)
     if raw is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from policies.model import Policy, Service
 from policies.residency import allowed_for, rules_for
+from regions.balancer.request_info import host_name
 
 # address -> (country, continent), (None, None) when the address cannot be located
 Locate = Callable[[ipaddress.IPv4Address | ipaddress.IPv6Address], tuple[str | None, str | None]]
@@ -54,7 +55,7 @@ class ResidencyCheck:
 
     def check(self, peer: str | None, host: str | None, headers: Mapping[str, str]) -> Verdict:
         country, continent, client = self._client(peer, headers)
-        name = (host or "").split(":")[0].lower().rstrip(".")
+        name = host_name(host)
         services = [self.services[name]] if name in self.services else self.services.values()
         located = country is not None or continent is not None
         for service in services:

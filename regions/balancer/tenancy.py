@@ -27,6 +27,7 @@ from multidict import CIMultiDict
 
 from policies.model import Policy, Tenant
 from regions.balancer.fair_share import FairShare
+from regions.balancer.request_info import host_name
 from regions.balancer.types import RequestInfo
 from state.aio import AsyncStateStore
 from tenants.api_keys import KeyTable
@@ -98,7 +99,7 @@ class Tenancy:
         if isinstance(found, Refused):
             return self._refuse(401, found.reason, found.message, "invalid_api_key")
         tenant = found.tenant
-        host = (request.host or "").rsplit(":", 1)[0].lower().rstrip(".")
+        host = host_name(request.host)
         if tenant.services and host not in tenant.services:
             return self._refuse(403, "service", f"Tenant '{tenant.name}' may not use "
                                 f"'{host}' (it may use {', '.join(tenant.services)}, "
