@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from app_server import recording_gpu, serving
 from jwt_helpers import AUDIENCE, ISSUER, rsa_signer, write_jwks
 
 from policies.model import Identity, JwtIdentity, Policy, Tenant
@@ -99,29 +100,18 @@ async def test_the_credential_is_not_forwarded_to_the_gpu(example_policy: Policy
     await admin.close()
     seen: list[dict[str, str]] = []
 
-    async def completions(request: web.Request) -> web.Response:
+    async def record(request: web.Request) -> None:
         seen.append(dict(request.headers))
-        return web.json_response({"id": "x", "object": "text_completion", "choices": [
-            {"index": 0, "text": "hi", "finish_reason": "stop"}]})
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    balancer = build_balancer("r", [BackendSpec("rec", f"http://127.0.0.1:{port}", (MODEL,), 4)],
-                              shared_state=shared, policy=tenant_policy(example_policy),
-                              config=BalancerConfig(scrape_every_s=0))
-    try:
+    async with serving(recording_gpu(record)) as url:
+        balancer = build_balancer("r", [BackendSpec("rec", url, (MODEL,), 4)],
+                                  shared_state=shared, policy=tenant_policy(example_policy),
+                                  config=BalancerConfig(scrape_every_s=0))
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client, \
                 client.post("/v1/completions", json=completion(3, stream=False),
                             headers={"Authorization": f"Bearer {made.token}",
                                      "x-other": "kept"}) as resp:
             assert resp.status == 200, await resp.text()
-    finally:
-        await runner.cleanup()
     assert len(seen) == 1
     lower = {k.lower(): v for k, v in seen[0].items()}
     assert "authorization" not in lower and "api-key" not in lower
@@ -176,37 +166,24 @@ async def test_a_tenants_tier_reaches_an_engine_that_schedules_by_priority(
     await admin.close()
     bodies: dict[str, list[dict]] = {"fcfs": [], "prio": []}
 
-    def recorder(name: str):
-        async def completions(request: web.Request) -> web.Response:
+    def recorder(name: str) -> web.Application:
+        async def record(request: web.Request) -> None:
             bodies[name].append(await request.json())
-            return web.json_response({"id": "x", "object": "text_completion", "choices": [
-                {"index": 0, "text": "hi", "finish_reason": "stop"}]})
-        return completions
+        return recording_gpu(record)
 
-    runners, backends = [], []
-    for name in ("fcfs", "prio"):
-        app = web.Application()
-        app.router.add_post("/v1/completions", recorder(name))
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        backends.append(BackendSpec(name, f"http://127.0.0.1:{runner.addresses[0][1]}",
-                                    (MODEL,), 4, priority_scheduling=name == "prio"))
     policy = dataclasses.replace(example_policy, identity=Identity(),
                                  tenants=(Tenant("vip", priority=3),))
-    balancer = build_balancer("r", backends, shared_state=shared, policy=policy,
-                              config=BalancerConfig(scrape_every_s=0))
-    try:
+    async with serving(recorder("fcfs")) as fcfs, serving(recorder("prio")) as prio:
+        backends = [BackendSpec("fcfs", fcfs, (MODEL,), 4),
+                    BackendSpec("prio", prio, (MODEL,), 4, priority_scheduling=True)]
+        balancer = build_balancer("r", backends, shared_state=shared, policy=policy,
+                                  config=BalancerConfig(scrape_every_s=0))
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             for _ in range(6):
                 async with client.post("/v1/completions", json=completion(3, stream=False),
                                        headers={"Authorization": f"Bearer {made.token}"}
                                        ) as resp:
                     assert resp.status == 200
-    finally:
-        for runner in runners:
-            await runner.cleanup()
     assert bodies["fcfs"] and bodies["prio"]
     assert all("priority" not in body for body in bodies["fcfs"])
     assert all(body["priority"] == -3 for body in bodies["prio"])

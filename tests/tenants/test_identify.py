@@ -17,6 +17,7 @@ from pathlib import Path
 import jwt
 import pytest
 from aiohttp import web
+from app_server import serving
 from jwt_helpers import AUDIENCE, ISSUER, ec_signer, jwks, rsa_signer, write_jwks
 
 from policies.model import Identity, JwtIdentity, Tenant
@@ -210,14 +211,9 @@ async def test_a_jwks_url_is_fetched_and_refetched_for_a_new_key() -> None:
 
     app = web.Application()
     app.router.add_get("/jwks.json", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        verifier = JwtVerifier(JwtIdentity(f"http://127.0.0.1:{port}/jwks.json",
-                                           issuer=ISSUER, audience=AUDIENCE))
+    async with serving(app) as url:
+        verifier = JwtVerifier(JwtIdentity(f"{url}/jwks.json", issuer=ISSUER,
+                                           audience=AUDIENCE))
         verifier.jwks.min_fetch_s = 0.0
         who = Identifier(Identity(jwt=verifier.config), TENANTS, None, verifier)
         assert isinstance(await who.identify(bearer(RSA.token())), Identified)
@@ -226,9 +222,6 @@ async def test_a_jwks_url_is_fetched_and_refetched_for_a_new_key() -> None:
         served["doc"] = jwks(RSA, EC)  # the issuer rotates in a new key
         assert isinstance(await who.identify(bearer(EC.token())), Identified)
         assert len(fetches) == 2
-    finally:
-        await runner.cleanup()
-
 
 async def test_an_identifier_without_jwt_refuses_tokens_and_without_keys_refuses_keys(
         ) -> None:
