@@ -68,6 +68,7 @@ from tenants.local_limits import CONCURRENT_RETRY_S, Decision, LocalLimits, rate
 from tenants.quota_headers import openai_duration, quota_headers
 from tenants.quota_link import (
     DEFAULT_MAX_BACKGROUND,
+    DEFAULT_MAX_TIMEOUT_S,
     DEFAULT_RETRY_S,
     DEFAULT_TIMEOUT_S,
     Clock,
@@ -147,6 +148,7 @@ class QuotaGate:
         local_share: float = 1.0,
         lease_s: float = DEFAULT_LEASE_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
         retry_s: float = DEFAULT_RETRY_S,
         output_batch_tokens: int = DEFAULT_BATCH_TOKENS,
         output_flush_s: float = DEFAULT_FLUSH_S,
@@ -159,7 +161,8 @@ class QuotaGate:
         self._local = LocalLimits(local_share, lease_s)
         self._lease_s = lease_s
         self._rules = slices or SliceRules()
-        self._link = QuotaLink(client, clock, timeout_s=timeout_s, retry_s=retry_s,
+        self._link = QuotaLink(client, clock, timeout_s=timeout_s, max_timeout_s=max_timeout_s,
+                               retry_s=retry_s,
                                max_background=max_background)
         self._settler = Settler(self._link, clock, self._rules, self._top_up,
                                 lease_s=lease_s, batch_tokens=output_batch_tokens,
