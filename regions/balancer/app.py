@@ -212,7 +212,7 @@ class Balancer:
             admit=self._admit,
         )
         self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair,
-                               self._hold_for_tenants)
+                               self._hold_for_tenants, region=region)
         self.quotas = TenantQuotas(on_refused=self._refused)
         self.usage: UsageLedger | None = None
         self.throttles: ThrottleLedger | None = None

@@ -158,8 +158,8 @@ class BalancerMetrics:
             ["tenant"], registry=r)
         self.auth_refused = Counter(
             "director_balancer_auth_refused",
-            "Requests refused by tenant identity, by reason (401 credentials, 403 service "
-            "or model)",
+            "Requests refused by tenant identity, by reason (401 credentials, 403 service, "
+            "model or region)",
             ["reason"],
             registry=r,
         )

@@ -22,7 +22,9 @@ circle from this region's location). A request may go to a sibling only when
    by the sibling, and
 2. the residency re-check (``residency_check.ResidencyCheck`` for the sibling, on the same
    client: peer address or trusted edge headers) allows the sibling: a client whose
-   jurisdiction forbids a region is never sent there.
+   jurisdiction forbids a region is never sent there, and
+3. the request's tenant (``tenancy.caller``), when it lists ``regions``, may be served in
+   the sibling: a tenant is never sent outside its regions.
 
 Without a policy (no residency check) nothing can be proven, so nothing overflows. The
 sibling sees the client through ``X-Director-Client-IP`` / ``-Country`` (the balancers'
@@ -34,7 +36,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -51,6 +53,7 @@ from regions.balancer.residency_check import (
     CLIENT_IP_HEADER,
     ResidencyCheck,
 )
+from regions.balancer.tenancy import caller
 from regions.balancer.upstream import UpstreamPool
 
 OVERFLOW_HEADER = "x-director-overflow"
@@ -171,12 +174,19 @@ class Overflow:
         return OVERFLOW_HEADER in request.headers or OVERFLOW_PARAM in request.rel_url.query
 
     def target(
-        self, peer: str | None, host: str | None, headers: Mapping[str, str]
+        self,
+        peer: str | None,
+        host: str | None,
+        headers: Mapping[str, str],
+        regions: Collection[str] = (),
     ) -> Sibling | None:
-        """The nearest sibling this client's request may go to, or None."""
+        """The nearest sibling this client's request may go to, or None; ``regions``: the
+        tenant's regions (empty: no tenant limit)."""
         serving = self.services.get((host or "").split(":")[0].lower().rstrip("."))
         for sibling in self.siblings:
             if serving is not None and sibling.region not in serving:
+                continue
+            if regions and sibling.region not in regions:
                 continue
             if sibling.check.check(peer, host, headers).allowed:
                 return sibling
@@ -187,7 +197,9 @@ class Overflow:
         The caller checks ``marked`` first, before ``strip_marker``."""
         if not self.enabled:
             return shed
-        sibling = self.target(request.remote, request.host, request.headers)
+        who = caller(request)
+        regions = who.tenant.regions if who is not None else ()
+        sibling = self.target(request.remote, request.host, request.headers, regions)
         if sibling is None:
             self._count("none-allowed")
             return shed

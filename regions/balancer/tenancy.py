@@ -3,10 +3,15 @@
 
 ``Tenancy.check`` runs before anything else of a request: a missing or bad credential is
 answered 401 with an OpenAI-style error body (``invalid_api_key``) and never proxied; a
-tenant asking for a service (the Host) or a model it may not use gets 403. Refusals are
+tenant asking for a service (the Host) or a model it may not use, or reaching a region its
+``regions`` do not list, gets 403. Refusals are
 counted by reason (``director_balancer_auth_refused_total``) and logged with the reason,
 never with the credential. The identified tenant travels with the request
 (``request[TENANT]``), and director's credential is not forwarded to the GPU servers.
+
+A tenant that lists ``regions`` is served only there: the DNS tier does not know tenants,
+so a tenant's request that reaches a region outside its list is refused here with 403
+(``region_not_allowed``), and overflow never sends it to a sibling outside the list.
 
 A policy without ``identity`` makes ``Tenancy`` a no-op: every request is served as before.
 With tenants the balancer holds requests at the backends' learned capacities (the region
@@ -46,7 +51,9 @@ class Tenancy:
 
     def __init__(self, policy: Policy | None, store: AsyncStateStore | None,
                  counter: Any = None, fair: FairShare | None = None,
-                 on_tenants: Callable[[bool], None] | None = None) -> None:
+                 on_tenants: Callable[[bool], None] | None = None,
+                 region: str | None = None) -> None:
+        self.region = region  # this balancer's region (None: a tenant's regions unchecked)
         self.store = store
         self.keys = KeyTable(store) if store is not None else None
         self.counter = counter  # prometheus Counter labelled by reason, or None
@@ -99,6 +106,8 @@ class Tenancy:
         if isinstance(found, Refused):
             return self._refuse(401, found.reason, found.message, "invalid_api_key")
         tenant = found.tenant
+        if (refusal := self.region_refusal(found)) is not None:
+            return refusal
         host = host_name(request.host)
         if tenant.services and host not in tenant.services:
             return self._refuse(403, "service", f"Tenant '{tenant.name}' may not use "
@@ -110,6 +119,15 @@ class Tenancy:
         cloned = request.clone(headers=headers)
         cloned[TENANT] = found
         return cloned
+
+    def region_refusal(self, who: Identified) -> web.Response | None:
+        """403 when ``who`` lists regions and this balancer's region is not one of them."""
+        regions = who.tenant.regions
+        if not regions or self.region is None or self.region in regions:
+            return None
+        return self._refuse(403, "region", f"Tenant '{who.tenant.name}' may not be served in "
+                            f"region '{self.region}' (it may be served in "
+                            f"{', '.join(regions)}).", "region_not_allowed")
 
     def model_refusal(self, who: Identified | None, model: str | None) -> web.Response | None:
         """403 when ``who`` may not use ``model`` (checked once the body is read)."""

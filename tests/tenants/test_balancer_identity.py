@@ -1,12 +1,14 @@
 """Tenant identity at a real balancer in front of simulated GPU servers, with its API keys
 in a real Valkey: no or bad credentials get 401 with an OpenAI-style body and never reach a
-GPU; a good key or JWT streams; a tenant outside its services or models gets 403; director's
-credential is not forwarded; a policy without ``identity`` serves everyone as before."""
+GPU; a good key or JWT streams; a tenant outside its services, models or regions gets 403;
+director's credential is not forwarded; a policy without ``identity`` serves everyone as
+before."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -187,3 +189,51 @@ async def test_a_tenants_tier_reaches_an_engine_that_schedules_by_priority(
     assert bodies["fcfs"] and bodies["prio"]
     assert all("priority" not in body for body in bodies["fcfs"])
     assert all(body["priority"] == -3 for body in bodies["prio"])
+
+
+async def test_a_tenant_is_served_only_in_its_regions(example_policy: Policy,
+                                                      shared: SharedStateConfig) -> None:
+    """At the eu-west balancer: a tenant limited to another region gets 403 and never
+    reaches the GPU; a tenant listing eu-west, and one without regions, are served."""
+    policy = dataclasses.replace(example_policy, identity=Identity(), tenants=(
+        Tenant("us-only", regions=("us-east",)),
+        Tenant("eu", regions=("eu-central", "eu-west")),
+        Tenant("anywhere"),
+    ))
+    keys = {t.name: new_key(t.name) for t in policy.tenants}
+    admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    for made in keys.values():
+        await store_key(admin, made.stored)
+    await admin.close()
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> None:
+        seen.append(request.path)
+
+    async with serving(recording_gpu(record)) as url:
+        balancer = build_balancer("eu-west", [BackendSpec("rec", url, (MODEL,), 4)],
+                                  shared_state=shared, policy=policy,
+                                  config=BalancerConfig(scrape_every_s=0))
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            def post(name: str) -> Any:
+                return client.post("/v1/completions", json=completion(3, stream=False),
+                                   headers={"Authorization": f"Bearer {keys[name].token}"})
+
+            async with post("us-only") as resp:
+                assert resp.status == 403
+                assert "WWW-Authenticate" not in resp.headers
+                error = (await resp.json())["error"]
+            assert error == {
+                "message": "Tenant 'us-only' may not be served in region 'eu-west' (it may "
+                           "be served in us-east).",
+                "type": "invalid_request_error", "param": None, "code": "region_not_allowed"}
+            assert balancer.metrics.auth_refused.labels("region")._value.get() == 1
+            assert seen == []  # the refused request never reached the GPU
+            for name in ("eu", "anywhere"):
+                async with post(name) as resp:
+                    assert resp.status == 200, await resp.text()
+            assert len(seen) == 2
+            assert balancer.metrics.auth_refused.labels("region")._value.get() == 1
+            async with client.get("/metrics") as resp:
+                metrics = await resp.text()
+            assert 'director_balancer_auth_refused_total{reason="region"} 1.0' in metrics
