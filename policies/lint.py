@@ -12,9 +12,9 @@ exact. When nothing tells which jurisdictions the clients belong to (no declared
 matches), the rule is not linted.
 
 ``tenants``: tenants declared without an ``identity`` block (no request is identified, so no
-tenant's settings apply); a tenant whose ``regions`` serve none of a service it lists in
-``services`` (its requests to that service are always refused); a tenant ``models`` entry
-that no GPU server of the policy serves (checked only when the policy declares GPU servers).
+tenant's settings apply); a tenant ``models`` entry that no GPU server of the policy serves
+(checked only when the policy declares GPU servers). A tenant whose ``regions`` serve none of
+a service it lists is an error (``policies.validate``), not a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import dataclasses
 
 from policies.continents import CONTINENT_OF
 from policies.errors import Diagnostic, did_you_mean
-from policies.model import Policy, ResidencyRule, Service, Tenant
+from policies.model import Policy, ResidencyRule, Service
 from policies.reading import Reporter
 
 
@@ -96,22 +96,8 @@ def _tenants(policy: Policy, report: Reporter) -> None:
     served = {model for region in policy.regions for gpu in region.gpus
               for model in gpu.models}
     for tenant in policy.tenants:
-        _tenant_services(policy, tenant, report)
         for model in tenant.models:
             if served and model not in served:
                 report.at_name(tenant.pos, f"tenant {tenant.name}: no GPU server of the policy "
                                f"serves the model '{model}'", child="models", words=(model,),
                                hint=did_you_mean(model, sorted(served)))
-
-
-def _tenant_services(policy: Policy, tenant: Tenant, report: Reporter) -> None:
-    if not tenant.regions:
-        return
-    for name in tenant.services:
-        service = next((s for s in policy.services if s.name == name), None)
-        if service is not None and not set(tenant.regions) & set(service.regions):
-            report.at_name(tenant.pos, f"tenant {tenant.name}: none of its regions serves "
-                           f"{name}, so its requests to it are always refused",
-                           child="services", words=(name,),
-                           hint=f"add a region of {name} ({' '.join(service.regions)}) to "
-                           "'regions', or drop it from 'services'")

@@ -124,19 +124,37 @@ def _service(policy: Policy, service, report: Reporter) -> None:
 
 
 def _tenant_regions(policy: Policy, tenant: Tenant, report: Reporter) -> None:
-    """A tenant's ``regions`` may only narrow: each must serve one of the tenant's services."""
+    """A tenant's ``regions`` may only narrow: each must serve one of the tenant's services,
+    and each service it lists must run in one of them."""
     services = [s for s in policy.services if not tenant.services or s.name in tenant.services]
     if not services:
         return  # every service it names is unknown, and reported as such
     declared = set(policy.region_names)
+    narrowing = False  # some region of the tenant serves one of its services
     for region in tenant.regions:
-        if region in declared and not any(region in s.regions for s in services):
-            names = ", ".join(s.name for s in services)
-            report.at_name(tenant.pos, f"tenant {tenant.name}: region '{region}' serves none "
-                           "of its services", child="regions", words=(region,),
-                           expected=f"a region that serves {names}",
+        if region not in declared:
+            continue  # reported as unknown
+        if any(region in s.regions for s in services):
+            narrowing = True
+            continue
+        names = ", ".join(s.name for s in services)
+        report.at_name(tenant.pos, f"tenant {tenant.name}: region '{region}' serves none "
+                       "of its services", child="regions", words=(region,),
+                       expected=f"a region that serves {names}",
+                       hint="a tenant's regions may only narrow where its services run; "
+                       f"drop {region} from 'regions'")
+    if not narrowing:
+        return  # no region of its list is usable: the errors above say so once per region
+    for service in services if tenant.services else ():
+        if not set(tenant.regions) & set(service.regions):
+            report.at_name(tenant.pos, f"tenant {tenant.name}: none of its regions serves "
+                           f"{service.name}, so its requests to it would always be refused",
+                           child="services", words=(service.name,),
+                           expected=f"a region of {service.name} in 'regions' "
+                           f"({', '.join(service.regions)})",
                            hint="a tenant's regions may only narrow where its services run; "
-                           f"drop {region} from 'regions'")
+                           f"add a region of {service.name} to 'regions', or drop it from "
+                           "'services'")
 
 
 def _reserves(policy: Policy, report: Reporter) -> None:

@@ -241,6 +241,33 @@ def test_region_serving_none_of_the_tenants_services() -> None:
     assert found.expected == "a region that serves chat.infer.example.com"
 
 
+def test_listed_service_that_no_tenant_region_serves() -> None:
+    """Regions only narrow: every service a tenant lists runs in one of its regions."""
+    found = only_error("tenant acme {\n"
+                       "    services chat.infer.example.com embed.infer.example.com\n"
+                       "    regions eu-west\n}\n")
+    assert found.message == ("tenant acme: none of its regions serves embed.infer.example.com, "
+                             "so its requests to it would always be refused")
+    assert at(found) == (2, 37)
+    assert found.expected == "a region of embed.infer.example.com in 'regions' (us-east)"
+    assert found.hint is not None and "drop it from 'services'" in found.hint
+
+
+def test_a_tenant_region_serving_none_of_its_services_is_reported_once() -> None:
+    found = only_error("tenant acme {\n    services embed.infer.example.com\n"
+                       "    regions eu-west\n}\n")
+    assert found.message == "tenant acme: region 'eu-west' serves none of its services"
+    assert at(found) == (3, 13)
+
+
+def test_regions_that_narrow_each_listed_service_are_accepted() -> None:
+    result = check("tenant acme {\n    services chat.infer.example.com embed.infer.example.com\n"
+                   "    regions us-east\n}\ntenant globex {\n"
+                   "    services chat.infer.example.com\n    regions eu-west\n}\n")
+    assert result.ok, [d.message for d in result.diagnostics]
+    assert result.warnings == []
+
+
 def test_regions_narrow_every_service_by_default() -> None:
     policy = load_policy_text(BASE + "tenant acme { regions ap-south eu-west }\n", prove=False)
     assert policy.tenants[0].regions == ("ap-south", "eu-west")
@@ -408,15 +435,6 @@ def test_tenants_without_identity_warn() -> None:
         "the policy declares tenants but no identity block, so no request is identified and "
         "no tenant's settings apply"]
     assert at(result.warnings[0]) == (1, 8)
-
-
-def test_listed_service_that_no_tenant_region_serves_warns() -> None:
-    result = check("tenant acme {\n    services chat.infer.example.com embed.infer.example.com\n"
-                   "    regions eu-west\n}\n")
-    assert result.ok
-    assert [(w.message, at(w)) for w in result.warnings] == [
-        ("tenant acme: none of its regions serves embed.infer.example.com, so its requests "
-         "to it are always refused", (2, 37))]
 
 
 def test_model_no_gpu_serves_warns() -> None:
