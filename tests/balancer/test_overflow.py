@@ -244,3 +244,23 @@ def test_target(policy, host, headers, expected) -> None:
 def test_overflow_needs_the_policy() -> None:
     with pytest.raises(BalancerConfigError, match="needs the policy's residency check"):
         Overflow("eu-west", OverflowConfig(OverflowMode.REDIRECT), None)
+
+
+
+@pytest.mark.parametrize(
+    ("host", "regions", "expected"),
+    [
+        (CHAT, (), "eu-central"),
+        (CHAT, ("eu-west", "eu-central"), "eu-central"),
+        (CHAT, ("eu-west",), None),
+        ("eu-only.infer.example.com", ("eu-west", "us-east"), "us-east"),
+        ("eu-only.infer.example.com", ("eu-west", "eu-central"), None),
+    ],
+    ids=["no-tenant-limit", "tenant-lists-sibling", "tenant-lists-no-sibling",
+         "tenant-lists-the-serving-sibling", "tenant-lists-only-a-non-serving-sibling"],
+)
+def test_target_keeps_a_tenant_in_its_regions(policy, host, regions, expected) -> None:
+    config = OverflowConfig(OverflowMode.REDIRECT, balancer_port=8080)
+    overflow = Overflow("eu-west", config, check(policy, "eu-west"))
+    target = overflow.target("127.0.0.1", host, {"X-Director-Client-Country": "US"}, regions)
+    assert (target.region if target else None) == expected
