@@ -53,7 +53,7 @@ from regions.balancer.residency_check import (
     CLIENT_IP_HEADER,
     ResidencyCheck,
 )
-from regions.balancer.tenancy import caller
+from regions.balancer.tenancy import caller, credentials
 from regions.balancer.upstream import UpstreamPool
 
 OVERFLOW_HEADER = "x-director-overflow"
@@ -256,6 +256,7 @@ class Overflow:
         if request.host:
             headers["Host"] = request.host  # the sibling finds the service by it
         headers[OVERFLOW_HEADER] = self.region
+        headers.update(credentials(request))  # the sibling identifies the tenant again
         return headers
 
     async def forward(self, request: web.Request, sibling: Sibling) -> web.StreamResponse | None:

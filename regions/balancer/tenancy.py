@@ -41,6 +41,8 @@ from tenants.jwt_auth import JwtVerifier
 
 TENANT = web.RequestKey("director.tenant", Identified)  # the identified caller
 ADMITTED = web.RequestKey("director.admitted", RequestInfo)  # as its tenant sends it
+# the credential headers taken off the request: only a sibling balancer gets them back
+CREDENTIALS = web.RequestKey("director.credentials", tuple)
 CREDENTIAL_HEADERS = ("Authorization", "api-key")
 
 log = logging.getLogger(__name__)
@@ -114,10 +116,11 @@ class Tenancy:
                                 f"'{host}' (it may use {', '.join(tenant.services)}, "
                                 "addressed by name).", "service_not_allowed")
         headers = CIMultiDict(request.headers)
-        for name in CREDENTIAL_HEADERS:
-            headers.popall(name, None)
+        taken = tuple((name, value) for name in CREDENTIAL_HEADERS
+                      for value in headers.popall(name, ()))
         cloned = request.clone(headers=headers)
         cloned[TENANT] = found
+        cloned[CREDENTIALS] = taken
         return cloned
 
     def region_refusal(self, who: Identified) -> web.Response | None:
@@ -157,6 +160,12 @@ class Tenancy:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         if self.keys is not None:
             await self.keys.__aexit__(exc_type, exc, tb)
+
+
+def credentials(request: web.Request) -> tuple[tuple[str, str], ...]:
+    """The credential headers ``Tenancy.check`` took off ``request`` (for a sibling
+    balancer, which identifies the tenant again; never for a GPU server)."""
+    return request.get(CREDENTIALS, ())
 
 
 def caller(request: web.Request) -> Identified | None:

@@ -1,7 +1,8 @@
 """Overflow with tenants, at real balancers (eu-west overflowing to eu-central) with API keys
 in a real Valkey and recording stand-ins for GPU servers: a tenant whose ``regions`` leave out
 the only sibling is answered the shed 429 (no redirect, nothing proxied); a tenant whose
-regions include the sibling, or that lists none, is redirected there."""
+regions include the sibling, or that lists none, is redirected there, or proxied there with
+its credential (the sibling identifies it again)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,13 @@ async def test_a_tenant_is_never_overflowed_outside_its_regions(shared: SharedSt
                 assert status == 200 and headers["x-director-region"] == "eu-central"
             assert a.overflow.counts == {"redirect:eu-central": 2}
             assert gpu_b.seen == 2
+
+            a.overflow = Overflow("eu-west", proxy, a.residency)
+            for name in ("roaming", "anywhere"):  # the sibling identifies the tenant again
+                status, headers = await post(a.url, made[name])
+                assert status == 200 and headers["x-director-region"] == "eu-central"
+            assert a.overflow.counts == {"proxy:eu-central": 2}
+            assert gpu_b.seen == 4
         finally:
             gpu_a.go.set()
         assert (await held)[0] == 200
