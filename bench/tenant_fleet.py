@@ -20,6 +20,7 @@ slots) is measured first; every rate below is a share of it.
 ::
 
     .venv/bin/python bench/tenant_fleet.py [--seconds 60] [--flood-seconds 120] [--slots 16]
+        [--variants ours,plain] [--no-fairness]
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ region bench {{
 service chat.infer.example.com {{ steer geo; all-down answer-nothing }}
 {ident}{tenants if identity else ""}
 """
+
+
+async def tenant_keys(redis: str, prefix: str) -> dict[str, str | None]:
+    """A new API key for every bench tenant in the balancer's shared state."""
+    store = AsyncStateStore.from_url(redis, prefix=prefix)
+    keys: dict[str, str | None] = {}
+    for tenant in ("a", "b", "c", "w1", "w2"):
+        made = new_key(tenant)
+        await store_key(store, made.stored)
+        keys[tenant] = made.token
+    await store.close()
+    return keys
 
 
 def start_balancer(workdir: Path, policy: str, redis: str, name: str,
@@ -218,27 +231,23 @@ async def main_async(args: argparse.Namespace) -> None:
             ours = start_balancer(workdir, policy_text(sims, tenants, True), valkey.url, "ours",
                                   ("--late-binding",) if args.late_binding else ())
             procs.append(ours)
-            store = AsyncStateStore.from_url(valkey.url, prefix="ours")
-            keys: dict[str, str | None] = {}
-            for tenant in ("a", "b", "c", "w1", "w2"):
-                made = new_key(tenant)
-                await store_key(store, made.stored)
-                keys[tenant] = made.token
-            await store.close()
+            keys = await tenant_keys(valkey.url, "ours")
             await asyncio.sleep(1.0)
             third = 0.3 * cap
             rows = []
-            base = await phase(ours.url, keys, {"a": third, "b": third, "c": third},
-                               args.seconds)
-            flood = await phase(ours.url, keys, {"a": 3 * third, "b": third, "c": third},
-                                args.flood_seconds)
-            none = {t: None for t in "abc"}
-            plain_base = await phase(plain.url, none, {"a": third, "b": third, "c": third},
+            variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+            for variant in variants:
+                if variant == "ours":
+                    url, variant_keys, label = ours.url, keys, "ours"
+                elif variant == "plain":
+                    url, variant_keys, label = plain.url, {t: None for t in "abc"}, \
+                        "no identity (today)"
+                else:
+                    raise SystemExit(f"unknown variant {variant!r}: ours, plain")
+                before = await phase(url, variant_keys, {"a": third, "b": third, "c": third},
                                      args.seconds)
-            plain_flood = await phase(plain.url, none, {"a": 3 * third, "b": third,
-                                                        "c": third}, args.flood_seconds)
-            for label, before, during in (("ours", base, flood),
-                                          ("no identity (today)", plain_base, plain_flood)):
+                during = await phase(url, variant_keys, {"a": 3 * third, "b": third,
+                                                         "c": third}, args.flood_seconds)
                 for tenant in "bc":
                     b99, brate, _ = summary(before, tenant, args.seconds)
                     f99, frate, _ = summary(during, tenant, args.flood_seconds)
@@ -258,6 +267,8 @@ async def main_async(args: argparse.Namespace) -> None:
             for row in rows:
                 print("| " + " | ".join(
                     f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
+            if not args.fairness:
+                return
             fair = await phase(ours.url, keys, {"w1": 1.5 * cap, "w2": 1.5 * cap},
                                args.seconds)
             print(f"fairness: region queue at most {fair.queue_max:.0f}")
@@ -298,6 +309,10 @@ def main() -> int:
     parser.add_argument("--flood-seconds", type=float, default=120.0)
     parser.add_argument("--probe-seconds", type=float, default=15.0)
     parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--variants", default="ours,plain",
+                        help="balancers to flood, in order: ours, plain (a policy that "
+                        "identifies nobody: today's behaviour)")
+    parser.add_argument("--fairness", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--scale", type=float, default=2.0,
                         help="simulator time scale (higher: more requests per second for "
                         "the one client process to drive; 2 keeps it below saturation)")
