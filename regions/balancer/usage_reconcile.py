@@ -173,7 +173,13 @@ class UsageReconciler:
         self._no_counter_until: dict[str, float] = {}
 
     def tally(self, name: str) -> Tally | None:
+        """Backend ``name``'s tally, if it has one."""
         return self._tallies.get(name)
+
+    @property
+    def scheduled(self) -> frozenset[str]:
+        """The backends with a reading scheduled or under way."""
+        return frozenset(self._tasks)
 
     def finished(self, backend: Backend, output: int, short: UsageKey | None = None,
                  headroom: int | None = None) -> None:
