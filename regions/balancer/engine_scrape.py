@@ -35,6 +35,14 @@ FORGET_AFTER_FAILURES = 2
 SCRAPE_ERRORS = (aiohttp.ClientError, TimeoutError, OSError, engines.EngineDataError)
 
 
+class MetricsStatus(engines.EngineDataError):
+    """``/metrics`` answered with a status other than 200."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"/metrics: status {status}")
+        self.status = status
+
+
 @dataclass
 class ScrapeCounts:
     ok: int = 0
@@ -91,7 +99,7 @@ class EngineScraper:
         async with asyncio.timeout(TIMEOUT_S), session.get(b.spec.url + "/metrics",
                                                           headers=PLAIN) as resp:
             if resp.status != 200:
-                raise engines.EngineDataError(f"/metrics: status {resp.status}")
+                raise MetricsStatus(resp.status)
             load = engines.parse_load(await resp.text(), self.engine(b))
         self._engine[b.name] = load.engine
         return load

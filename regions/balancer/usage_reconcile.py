@@ -28,7 +28,8 @@ Only a new baseline, nothing attributed, when: there were no short requests; the
 is negative; the counter went down (the engine restarted: what it counted before is lost);
 a request this balancer did not account (no tenant) finished there; the residual exceeds
 the short requests' headroom. Each is logged at debug and counted in ``outcomes``. A
-backend whose engine exports no such counter (TGI, Triton) keeps the relayed counts.
+backend whose engine exports no such counter (TGI, Triton), or no ``/metrics`` at all (404),
+keeps the relayed counts (read again after ``NO_COUNTER_RECHECK_S``).
 
 When: a request that finishes and leaves its backend idle, with short requests not yet
 reconciled (or no baseline yet), schedules a scrape of that backend's ``/metrics``
@@ -53,7 +54,7 @@ from dataclasses import dataclass
 
 import engines
 from regions.balancer.backends import Backend, BackendPool
-from regions.balancer.engine_scrape import SCRAPE_ERRORS
+from regions.balancer.engine_scrape import SCRAPE_ERRORS, MetricsStatus
 from state.tasks import cancel_and_wait
 from tenants.usage import UsageKey
 
@@ -266,15 +267,15 @@ class UsageReconciler:
             load = await self.read(b)
         except SCRAPE_ERRORS as exc:
             log.debug("usage reconcile: backend %s: metrics unreadable: %s", name, exc)
+            if isinstance(exc, MetricsStatus) and exc.status == 404:
+                return self._no_counter(name, t)
             return _Attempt.VOID
         if b.in_flight or t.finished != finished:
             return _Attempt.VOID
         if load.generation_tokens is None:
             log.debug("usage reconcile: backend %s (%s) exports no generated-token counter",
                       name, load.engine)
-            self._no_counter_until[name] = self.clock() + NO_COUNTER_RECHECK_S
-            t.restart(None)
-            return _Attempt.DONE
+            return self._no_counter(name, t)
         if load.waiting or load.running:
             return _Attempt.BUSY
         settled = t.settle(load.generation_tokens)
@@ -284,4 +285,10 @@ class UsageReconciler:
         if settled.outcome != "attributed" and settled.outcome != "first":
             log.debug("usage reconcile: backend %s: %s (residual %s), re-baselined", name,
                       settled.outcome, settled.residual)
+        return _Attempt.DONE
+
+    def _no_counter(self, name: str, t: Tally) -> _Attempt:
+        """Keep the relayed counts of backend ``name`` until a later recheck."""
+        self._no_counter_until[name] = self.clock() + NO_COUNTER_RECHECK_S
+        t.restart(None)
         return _Attempt.DONE

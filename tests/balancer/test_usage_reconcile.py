@@ -14,6 +14,7 @@ import pytest
 
 import engines
 from regions.balancer.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.engine_scrape import MetricsStatus
 from regions.balancer.usage_reconcile import Tally, UsageReconciler, split
 from tenants.usage import UsageKey
 
@@ -89,6 +90,7 @@ class FakeEngine:
 
     pages: list[engines.EngineLoad]
     reads: int = 0
+    error: Exception | None = None  # raised instead
     during: list[Callable[[], None]] = field(default_factory=list)
     accounted: list[tuple[UsageKey, int]] = field(default_factory=list)
 
@@ -97,6 +99,8 @@ class FakeEngine:
         for act in self.during:
             act()
         await asyncio.sleep(0)
+        if self.error is not None:
+            raise self.error
         return self.pages.pop(0) if len(self.pages) > 1 else self.pages[0]
 
     def account(self, key: UsageKey, tokens: int) -> None:
@@ -184,6 +188,22 @@ async def test_an_engine_without_the_counter_keeps_the_relayed_counts() -> None:
     await until_idle(r)
     await r.close()
     assert declared.reads == 0  # TGI exports no such counter: never read
+
+
+@pytest.mark.parametrize(("error", "reads"), [(MetricsStatus(404), 1),
+                                              (MetricsStatus(503), 3), (OSError(), 3)])
+async def test_a_server_without_metrics_is_not_read_again_soon(error: Exception,
+                                                              reads: int) -> None:
+    """No ``/metrics`` page at all: left alone for a while; a failing one: read at the
+    next idle moment after ``every_s``."""
+    engine = FakeEngine([page(100)], error=error)
+    r, pool = reconciler(engine)
+    await r.baseline_all()
+    for _ in range(2):
+        await asyncio.sleep(r.every_s)
+        r.finished(pool["gpu0"], 4, A, 60)
+        await until_idle(r)
+    assert (engine.reads, engine.accounted) == (reads, [])
 
 
 async def test_nothing_is_tallied_when_reconciling_is_off() -> None:
