@@ -2,7 +2,8 @@
 KV cache, read into engine-neutral values. Imports no other package of ours.
 
 - ``metrics``: a Prometheus ``/metrics`` page -> ``EngineLoad`` (waiting, running, cache
-  usage) and, where the page has it, the KV capacity (vLLM's ``cache_config_info``);
+  usage) and, where the page has them, the KV capacity (vLLM's ``cache_config_info``) and
+  the generated-token counter;
 - ``limits``: the engines' info endpoints -> ``EngineLimits`` (slot and in-flight limits);
 - ``kv_events``: vLLM's KV-cache event batches (msgpack) <-> ``EventBatch``; the only
   modules here with I/O are their ZeroMQ ``kv_event_publisher`` and

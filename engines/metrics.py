@@ -9,6 +9,10 @@ Per engine, waiting (queued requests), running (in the batch) and cache usage in
 - tgi: waiting ``tgi_queue_size``, running ``tgi_batch_current_size``, no cache metric;
 - triton: waiting ``nv_inference_pending_request_count``, no running or cache metric.
 
+Cumulative generated (output) tokens, where the engine counts them: vLLM
+``vllm:generation_tokens_total``, SGLang ``sglang:generation_tokens_total`` (TGI and Triton
+export no such counter).
+
 Counts are summed over every label set (vLLM's ``engine`` label for data-parallel engines,
 models, ranks); cache usage, a fraction per engine, is their mean. An unknown engine name is
 detected from the page. A page with none of the engine's queue metrics is an error, so a
@@ -33,6 +37,7 @@ class EngineMetrics:
     waiting: tuple[str, ...]
     running: tuple[str, ...]
     cache_usage: tuple[str, ...]  # first one present wins
+    generation_tokens: tuple[str, ...] = ()  # cumulative output tokens, summed
 
 
 ENGINES: dict[str, EngineMetrics] = {
@@ -40,11 +45,13 @@ ENGINES: dict[str, EngineMetrics] = {
         waiting=("vllm:num_requests_waiting",),
         running=("vllm:num_requests_running",),
         cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        generation_tokens=("vllm:generation_tokens_total",),
     ),
     "sglang": EngineMetrics(
         waiting=("sglang:num_queue_reqs",),
         running=("sglang:num_running_reqs",),
         cache_usage=("sglang:token_usage",),
+        generation_tokens=("sglang:generation_tokens_total",),
     ),
     "tgi": EngineMetrics(
         waiting=("tgi_queue_size",),
@@ -61,7 +68,8 @@ KV_TOTAL_GAUGES = ("sglang:max_total_num_tokens", "tgi_batch_max_total_tokens")
 KV_CONFIG_INFO = "vllm:cache_config_info"
 # every name parse_load reads: a real engine's page is mostly histograms it does not need
 LOAD_NAMES = tuple(sorted(
-    {n for m in ENGINES.values() for n in (*m.waiting, *m.running, *m.cache_usage)}
+    {n for m in ENGINES.values()
+     for n in (*m.waiting, *m.running, *m.cache_usage, *m.generation_tokens)}
     | {*KV_TOTAL_GAUGES, KV_CONFIG_INFO}
 ))
 
@@ -69,13 +77,14 @@ LOAD_NAMES = tuple(sorted(
 @dataclass(frozen=True)
 class EngineLoad:
     """What a metrics page says of the server's load right now (and, if it says, its KV
-    capacity in tokens)."""
+    capacity in tokens and the output tokens it has generated since it started)."""
 
     engine: str
     waiting: float
     running: float | None  # None: the engine does not report it (Triton)
     cache_usage: float | None
     kv_tokens: int | None = None
+    generation_tokens: float | None = None  # None: the page has no such counter
 
 
 @dataclass(frozen=True)
@@ -135,12 +144,14 @@ def parse_load(text: str, engine: str | None) -> EngineLoad:
             break
     running = (sum(sum(values.get(name, ())) for name in metrics.running)
                if metrics.running else None)
+    generated = [v for name in metrics.generation_tokens for v in values.get(name, ())]
     return EngineLoad(
         engine=engine,
         waiting=sum(sum(values.get(name, ())) for name in metrics.waiting),
         running=running,
         cache_usage=cache,
         kv_tokens=_kv_tokens(samples),
+        generation_tokens=sum(generated) if generated else None,
     )
 
 

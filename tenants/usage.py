@@ -9,6 +9,10 @@ about once a second in one pipeline:
   ``input_tokens``, ``output_tokens``, ``cancelled`` and ``gpu_seconds``;
 - ``XADD`` of one entry per request to the stream ``{p}:usage:log`` (capped near
   ``LOG_MAX`` entries): the usage log a billing pipeline reads (``XRANGE``/``XREAD``).
+  An entry's ``kind`` is ``request`` (one answered request) or ``reconcile``: output tokens
+  the engine generated for cancelled requests after the balancer stopped reading them,
+  learned later from the engine's own counter (``regions.balancer.usage_reconcile``); such
+  an entry adds tokens to its key and counts no request.
 
 While the state is unreachable the ledger keeps what it has not flushed (bounded by
 ``MAX_PENDING`` log entries; the counters are never dropped) and flushes it when it can, so
@@ -44,9 +48,14 @@ class UsageKey:
                          metric))
 
 
+REQUEST = "request"
+RECONCILE = "reconcile"
+
+
 @dataclass(frozen=True)
 class UsageEvent:
-    """One answered request, as the usage log has it."""
+    """One answered request (``kind`` ``REQUEST``), or tokens reconciled from the engine's
+    counter onto a key (``RECONCILE``: no request of its own), as the usage log has it."""
 
     at: float  # wall clock when it ended
     key: UsageKey
@@ -55,9 +64,10 @@ class UsageEvent:
     cancelled: bool
     gpu_seconds: float
     request_id: str = ""
+    kind: str = REQUEST
 
     def log_fields(self) -> dict[str, str]:
-        return {"at": f"{self.at:.3f}", **asdict(self.key),
+        return {"at": f"{self.at:.3f}", "kind": self.kind, **asdict(self.key),
                 "input_tokens": str(self.input_tokens),
                 "output_tokens": str(self.output_tokens),
                 "cancelled": "1" if self.cancelled else "0",
@@ -96,7 +106,8 @@ class UsageLedger(BucketLedger):
         self.dropped_log_entries = 0
 
     def record(self, event: UsageEvent) -> None:
-        values = {"requests": 1.0, "input_tokens": float(event.input_tokens),
+        values = {"requests": 1.0 if event.kind == REQUEST else 0.0,
+                  "input_tokens": float(event.input_tokens),
                   "output_tokens": float(event.output_tokens),
                   "cancelled": 1.0 if event.cancelled else 0.0,
                   "gpu_seconds": event.gpu_seconds}

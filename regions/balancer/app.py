@@ -86,11 +86,12 @@ from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.tenancy import ADMITTED, Tenancy, caller
 from regions.balancer.tenant_quota import TenantQuotas, UsageMeter
 from regions.balancer.types import Endpoint, RequestInfo
+from regions.balancer.usage_reconcile import UsageReconciler
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.records import RegionLoad
 from tenants.throttles import ThrottleLedger
-from tenants.usage import UsageEvent, UsageKey, UsageLedger
+from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
 MODELS_TIMEOUT_S = 2.0
@@ -109,7 +110,10 @@ class BalancerConfig:
     beyond waits in the region queue, late bound); ``scrape_every_s``: how often the
     balancer reads each busy backend's metrics (0: never; then only what the shared state
     carries), ``info_every_s`` its engine's info endpoint; ``scorer_params``: keyword
-    arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``.
+    arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``;
+    ``usage_reconcile_s``: with tenants, at most how often each backend's metrics are read
+    to add the output tokens its engine generated for cancelled requests after the last
+    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -128,6 +132,7 @@ class BalancerConfig:
     scorer_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
+    usage_reconcile_s: float = 1.0
 
 
 class Balancer:
@@ -227,6 +232,8 @@ class Balancer:
         self.policy_follow = PolicyFollow(self, follow_policy)
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
+        self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
+                                         cfg.usage_reconcile_s)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -280,6 +287,8 @@ class Balancer:
                 if self.tenancy.enabled:
                     self._record_usage(request, cancelled)
                     await self.quotas.finish(request)
+                elif self.reconcile.active:
+                    self.reconcile.untracked(request.get(SERVED_BY))
             if self.overflow is not None and not overflowed and is_shed(response):
                 return await self.overflow.handle(request, response)
             return response
@@ -320,6 +329,7 @@ class Balancer:
         """Account a tenant's answered request (``tenants.usage``, Prometheus)."""
         info, backend = request.get(ADMITTED), request.get(SERVED_BY)
         if info is None or backend is None or info.tenant is None:
+            self.reconcile.untracked(backend)
             return
         meter = request.get(METER)
         usage = meter if isinstance(meter, UsageMeter) else None
@@ -331,6 +341,8 @@ class Balancer:
         # the handler too: the answer was whole all the same
         whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
         cancelled = not whole and (cancelled or end is RelayEnd.CLIENT_GONE)
+        # cut short without the engine's own count: the engine generated more than relayed
+        short = not whole and (usage is None or usage.completion_tokens is None)
         served = self.pool.by_name.get(backend)  # gone if a policy change removed it
         snap = self.pool.snapshot().backends[served.index] if served is not None else None
         work = prompt / self.config.prefill_ratio + output
@@ -344,17 +356,37 @@ class Balancer:
         if cancelled:
             m.tenant_cancelled.labels(tenant).inc()
         m.tenant_gpu_seconds.labels(tenant).inc(gpu_s)
-        if self.usage is not None:
+        key = None
+        if self.usage is not None or short:
             host = host_name(request.host)
             service = host if host in self.tenancy.services else "*"
-            self.usage.record(UsageEvent(time.time(), UsageKey(
-                tenant, service, model, self.region, backend), prompt, output, cancelled,
-                gpu_s))
+            key = UsageKey(tenant, service, model, self.region, backend)
+            if self.usage is not None:
+                self.usage.record(UsageEvent(time.time(), key, prompt, output, cancelled,
+                                             gpu_s))
+        if served is not None:
+            if short:
+                limit = info.max_tokens
+                self.reconcile.finished(served, output, key,
+                                        None if limit is None else limit - output)
+            else:
+                self.reconcile.finished(served, output)
+
+    def _reconciled(self, key: UsageKey, tokens: int) -> None:
+        """Account output tokens an engine generated for ``key``'s cancelled requests
+        after the last piece relayed (``usage_reconcile``): a ``kind=reconcile`` usage
+        entry and the Prometheus tenant token counter."""
+        self.metrics.tenant_tokens.labels(key.tenant, key.model, "output").inc(tokens)
+        if self.usage is not None:
+            self.usage.record(UsageEvent(time.time(), key, 0, tokens, False, 0.0,
+                                         kind=RECONCILE))
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)
 
     async def _close_sessions(self, app: web.Application) -> None:
+        # the requests have ended: settle the cancelled ones' tokens while sessions are open
+        await self.reconcile.close()
         await self.connections.close()
         if self.overflow is not None:
             await self.overflow.close()
@@ -395,7 +427,9 @@ class Balancer:
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             access_log=None,
         )
-        await runner.setup()
+        await runner.setup()  # opens the backends' sessions
+        if self.tenancy.enabled:  # the engines' token counters before any request
+            await self.reconcile.baseline_all()
         site = web.TCPSite(runner, self.listen[0], self.listen[1], reuse_address=True)
         await site.start()
         self._port = runner.addresses[0][1]

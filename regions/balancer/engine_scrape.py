@@ -32,6 +32,15 @@ TIMEOUT_S = 1.0
 # the proxy's sessions do not decompress (bodies pass through as sent): ask for plain text
 PLAIN = {"Accept-Encoding": "identity"}
 FORGET_AFTER_FAILURES = 2
+SCRAPE_ERRORS = (aiohttp.ClientError, TimeoutError, OSError, engines.EngineDataError)
+
+
+class MetricsStatus(engines.EngineDataError):
+    """``/metrics`` answered with a status other than 200."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"/metrics: status {status}")
+        self.status = status
 
 
 @dataclass
@@ -77,22 +86,33 @@ class EngineScraper:
             return True
         return self.clock() - self._scraped_at.get(b.name, -1e18) >= self.info_every_s
 
+    def engine(self, b: Backend) -> str | None:
+        """The backend's engine: as its spec says, else as its metrics page showed."""
+        return b.spec.engine or self._engine.get(b.name)
+
+    async def read_load(self, b: Backend) -> engines.EngineLoad:
+        """``b``'s metrics page, read once with its engine's names; raises one of
+        ``SCRAPE_ERRORS``."""
+        session = self.sessions.get(b.name)
+        if session is None:
+            raise engines.EngineDataError("no session (backend removed)")
+        async with asyncio.timeout(TIMEOUT_S), session.get(b.spec.url + "/metrics",
+                                                          headers=PLAIN) as resp:
+            if resp.status != 200:
+                raise MetricsStatus(resp.status)
+            load = engines.parse_load(await resp.text(), self.engine(b))
+        self._engine[b.name] = load.engine
+        return load
+
     async def _scrape(self, b: Backend) -> None:
-        session = self.sessions[b.name]
-        engine = b.spec.engine or self._engine.get(b.name)
         self._scraped_at[b.name] = self.clock()
         try:
-            async with asyncio.timeout(TIMEOUT_S), session.get(b.spec.url + "/metrics",
-                                                              headers=PLAIN) as resp:
-                if resp.status != 200:
-                    raise engines.EngineDataError(f"/metrics: status {resp.status}")
-                load = engines.parse_load(await resp.text(), engine)
-        except (aiohttp.ClientError, TimeoutError, OSError, engines.EngineDataError) as exc:
+            load = await self.read_load(b)
+        except SCRAPE_ERRORS as exc:
             self._failed(b, exc)
             return
         self.counts.ok += 1
         self.counts.failures_in_a_row.pop(b.name, None)
-        self._engine[b.name] = load.engine
         self.pool.set_scraped(b.name, ScrapedLoad(load.waiting, load.running, load.cache_usage,
                                                     load.kv_tokens))
         now = self.clock()

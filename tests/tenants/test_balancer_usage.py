@@ -1,7 +1,8 @@
 """Usage accounting at a real balancer in front of simulated GPU servers, kept in a real
 Valkey: per tenant, the input and output tokens summed from the shared state equal what the
-simulators themselves counted, streamed or not, with clients that leave mid-stream; a client
-that did not ask for usage never sees the usage event; one that asked gets it."""
+simulators themselves counted, streamed or not, with clients that leave mid-stream (the
+tokens generated after the last relayed piece reconciled from the engines' counters); a
+client that did not ask for usage never sees the usage event; one that asked gets it."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ async def test_usage_equals_the_simulators_counts(example_policy: Policy,
                                                   shared: SharedStateConfig,
                                                   leave_every: int) -> None:
     """Without clients leaving, every token matches; with every seventh stream's client
-    leaving after its first piece, the input tokens still match, and the output tokens
-    fall short of the simulators' by what they generated for the aborted streams after
-    the last piece that reached the balancer (a few tokens each; reconciling those from
-    the engines' counters is not built yet)."""
+    leaving after its first piece, every token matches too once the balancer has stopped:
+    what the simulators generated for the aborted streams after the last piece relayed is
+    read from their counters and added as ``kind=reconcile`` log entries (and to the
+    Prometheus tenant token counter)."""
     policy = dataclasses.replace(example_policy, identity=Identity(),
                                  tenants=(Tenant("acme"), Tenant("globex")))
     store = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
@@ -79,7 +80,7 @@ async def test_usage_equals_the_simulators_counts(example_policy: Policy,
             for batch in range(0, 300, 30):
                 await asyncio.gather(*(one(n) for n in range(batch, batch + 30)))
             await asyncio.sleep(0.3)  # the aborted streams end at the simulators
-        # leaving the balancer flushed its ledger
+        # leaving the balancer reconciled the aborted streams' tokens and flushed its ledger
         sims_prompt = sum(s.engine.state().counters.prompt_tokens for s in fleet)
         sims_output = sum(s.engine.state().counters.generation_tokens for s in fleet)
     rows = await usage_between(store, started - 60, time.time() + 60)
@@ -89,15 +90,25 @@ async def test_usage_equals_the_simulators_counts(example_policy: Policy,
     assert sum(r.requests for r in rows) == 300
     assert sum(r.input_tokens for r in rows) == sims_prompt
     accounted = sum(r.output_tokens for r in rows)
+    assert accounted == sims_output
+    outcomes = balancer.reconcile.outcomes
+    assert not {"negative", "over-headroom", "tainted", "reset"} & set(outcomes), outcomes
     if not leave_every:
         assert sum(r.cancelled for r in rows) == 0
-        assert accounted == sims_output
     else:  # a short answer may end before its client leaves
         left = sum(r.cancelled for r in rows)
         assert 0 < left <= cancelled
-        assert sims_output - 16 * left <= accounted < sims_output
+        assert outcomes["attributed"] > 0, outcomes
     assert all(r.gpu_seconds > 0 for r in rows)
     log = await read_log(store, count=1000)
-    assert len(log) == 300
+    kinds = [fields["kind"] for _, fields in log]
+    assert kinds.count("request") == 300
+    assert set(kinds) == ({"request", "reconcile"} if leave_every else {"request"})
     assert sum(int(fields["output_tokens"]) for _, fields in log) == accounted
+    assert all(fields["input_tokens"] == "0" and fields["cancelled"] == "0"
+               for _, fields in log if fields["kind"] == "reconcile")
+    counted = balancer.metrics.registry.get_sample_value
+    assert sum(counted("director_balancer_tenant_tokens_total",
+                       {"tenant": t, "model": MODEL, "kind": "output"}) or 0
+               for t in ("acme", "globex")) == sims_output
     await store.close()

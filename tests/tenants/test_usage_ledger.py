@@ -10,6 +10,7 @@ import io
 
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.usage import (
+    RECONCILE,
     UsageEvent,
     UsageKey,
     UsageLedger,
@@ -83,3 +84,18 @@ async def test_an_outage_keeps_the_usage_until_it_can_be_written() -> None:
         rows = await usage_between(store, BASE, BASE + 60)
         assert [(r.requests, r.output_tokens) for r in rows] == [(2, 25)]
         await store.close()
+
+
+async def test_a_reconciliation_adds_tokens_and_counts_no_request(valkey: EmbeddedValkey,
+                                                                  prefix: str) -> None:
+    store = AsyncStateStore.from_url(valkey.url, prefix=prefix)
+    ledger = UsageLedger(store)
+    ledger.record(event(BASE + 1, out=4, cancelled=True))
+    ledger.record(UsageEvent(BASE + 2, CHAT, 0, 6, False, 0.0, kind=RECONCILE))
+    assert await ledger.flush()
+    rows = await usage_between(store, BASE, BASE + 60)
+    assert [(r.requests, r.output_tokens, r.cancelled) for r in rows] == [(1, 10, 1)]
+    log = await read_log(store)
+    assert [(f["kind"], f["output_tokens"]) for _, f in log] == [("request", "4"),
+                                                                  ("reconcile", "6")]
+    await store.close()
