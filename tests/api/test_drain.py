@@ -104,9 +104,12 @@ async def test_a_ttl_drain_ends_when_the_api_that_set_it_is_gone(tmp_path, valke
     """The API stops before the ttl: every reader still sees the drain end on time, and the
     next API to start removes the flag (and says so in the audit log)."""
     store = StateStore.from_url(valkey.url, prefix=prefix)
+    # a ttl that outlasts stopping the API on a busy machine (at 1 s the drain was sometimes
+    # over before the API had stopped)
     async with running_api(tmp_path, valkey.url, prefix) as api:
-        status, body = await api.post("/api/v1/regions/eu-west/drain", json_body={"ttl": 1.0})
+        status, body = await api.post("/api/v1/regions/eu-west/drain", json_body={"ttl": 3.0})
         assert status == 200, body
+    assert body["until"] > time.time()
     assert store.drains().regions == {"eu-west"}  # the API is gone; the drain is not over
     await asyncio.sleep(max(0.0, body["until"] - time.time()) + 0.05)
     assert store.drains().regions == frozenset()  # over, though the flag is still stored
