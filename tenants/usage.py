@@ -9,6 +9,11 @@ about once a second in one pipeline:
   ``input_tokens``, ``output_tokens``, ``cancelled`` and ``gpu_seconds``;
 - ``XADD`` of one entry per request to the stream ``{p}:usage:log`` (capped near
   ``LOG_MAX`` entries): the usage log a billing pipeline reads (``XRANGE``/``XREAD``).
+  An entry has one field, ``usage``: a JSON object of strings (``at``, ``kind``,
+  ``tenant``, ``service``, ``model``, ``region``, ``backend``, ``input_tokens``,
+  ``output_tokens``, ``cancelled``, ``gpu_seconds``, ``request_id``), one field rather than
+  twelve because packing a command's arguments is most of what a request's accounting
+  costs the balancer; ``read_log`` returns the object.
   An entry's ``kind`` is ``request`` (one answered request) or ``reconcile``: output tokens
   the engine generated for cancelled requests after the balancer stopped reading them,
   learned later from the engine's own counter (``regions.balancer.usage_reconcile``); such
@@ -22,6 +27,8 @@ range: whole hours from the hourly buckets, the minutes at either end from the m
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,6 +39,7 @@ from tenants.time_buckets import FLUSH_S, BucketLedger, read_buckets
 
 METRICS = ("requests", "input_tokens", "output_tokens", "cancelled", "gpu_seconds")
 LOG_MAX = 1_000_000
+LOG_FIELD = "usage"
 MAX_PENDING = 100_000
 
 
@@ -67,11 +75,17 @@ class UsageEvent:
     kind: str = REQUEST
 
     def log_fields(self) -> dict[str, str]:
-        return {"at": f"{self.at:.3f}", "kind": self.kind, **asdict(self.key),
-                "input_tokens": str(self.input_tokens),
+        key = self.key
+        return {"at": f"{self.at:.3f}", "kind": self.kind, "tenant": key.tenant,
+                "service": key.service, "model": key.model, "region": key.region,
+                "backend": key.backend, "input_tokens": str(self.input_tokens),
                 "output_tokens": str(self.output_tokens),
                 "cancelled": "1" if self.cancelled else "0",
                 "gpu_seconds": f"{self.gpu_seconds:.6f}", "request_id": self.request_id}
+
+    def log_entry(self) -> dict[str, str]:
+        """The usage log entry's fields (see the module text)."""
+        return {LOG_FIELD: json.dumps(self.log_fields(), separators=(",", ":"))}
 
 
 @dataclass
@@ -128,7 +142,7 @@ class UsageLedger(BucketLedger):
 
     def _queue_more(self, pipe: Any, more: list[UsageEvent]) -> None:
         for event in more:
-            pipe.xadd(log_key(self.store), event.log_fields(), maxlen=LOG_MAX,
+            pipe.xadd(log_key(self.store), event.log_entry(), maxlen=LOG_MAX,
                       approximate=True)
 
     def _written_more(self, more: list[UsageEvent]) -> None:
@@ -163,6 +177,9 @@ async def read_log(store: AsyncStateStore, after: str = "-", count: int = 1000,
     for entry_id, fields in entries:
         decoded = {(k.decode() if isinstance(k, bytes) else k):
                    (v.decode() if isinstance(v, bytes) else v) for k, v in fields.items()}
+        if set(decoded) == {LOG_FIELD}:
+            with contextlib.suppress(ValueError, AttributeError):  # not ours: as stored
+                decoded = {str(k): str(v) for k, v in json.loads(decoded[LOG_FIELD]).items()}
         out.append((entry_id.decode() if isinstance(entry_id, bytes) else entry_id, decoded))
     return out
 

@@ -349,13 +349,13 @@ class Balancer:
         gpu_s = work / (snap.tokens_per_s * max(1, snap.cap)) if snap and snap.tokens_per_s \
             else 0.0
         tenant, model = info.tenant, info.model
-        m = self.metrics
-        m.tenant_requests.labels(tenant, model).inc()
-        m.tenant_tokens.labels(tenant, model, "input").inc(prompt)
-        m.tenant_tokens.labels(tenant, model, "output").inc(output)
+        counters = self.metrics.tenant(tenant, model)
+        counters.requests.inc()
+        counters.input_tokens.inc(prompt)
+        counters.output_tokens.inc(output)
         if cancelled:
-            m.tenant_cancelled.labels(tenant).inc()
-        m.tenant_gpu_seconds.labels(tenant).inc(gpu_s)
+            counters.cancelled.inc()
+        counters.gpu_seconds.inc(gpu_s)
         key = None
         if self.usage is not None or short:
             host = host_name(request.host)
@@ -376,7 +376,7 @@ class Balancer:
         """Account output tokens an engine generated for ``key``'s cancelled requests
         after the last piece relayed (``usage_reconcile``): a ``kind=reconcile`` usage
         entry and the Prometheus tenant token counter."""
-        self.metrics.tenant_tokens.labels(key.tenant, key.model, "output").inc(tokens)
+        self.metrics.tenant(key.tenant, key.model).output_tokens.inc(tokens)
         if self.usage is not None:
             self.usage.record(UsageEvent(time.time(), key, 0, tokens, False, 0.0,
                                          kind=RECONCILE))

@@ -102,6 +102,17 @@ class BackendMetrics:
     e2e: Histogram
 
 
+@dataclass(frozen=True, slots=True)
+class TenantMetrics:
+    """One tenant and model's children of the per-request usage counters, looked up once."""
+
+    requests: Counter
+    input_tokens: Counter
+    output_tokens: Counter
+    cancelled: Counter
+    gpu_seconds: Counter
+
+
 class OverflowCollector(Collector):
     """The overflow counts (``Overflow.counts``, keys ``outcome`` or ``outcome:sibling``),
     read at scrape time."""
@@ -156,6 +167,7 @@ class BalancerMetrics:
             "director_balancer_tenant_gpu_seconds",
             "GPU time per tenant, estimated from the backends' learned speeds",
             ["tenant"], registry=r)
+        self._tenants: dict[tuple[str, str], TenantMetrics] = {}
         self.auth_refused = Counter(
             "director_balancer_auth_refused",
             "Requests refused by tenant identity, by reason (401 credentials, 403 service, "
@@ -211,6 +223,18 @@ class BalancerMetrics:
             found = self._backends[name] = BackendMetrics(
                 self.decisions.labels(name), self.ttft.labels(name), self.e2e.labels(name)
             )
+        return found
+
+    def tenant(self, tenant: str, model: str) -> TenantMetrics:
+        """The usage counters of ``tenant`` using ``model`` (cached)."""
+        found = self._tenants.get((tenant, model))
+        if found is None:
+            found = self._tenants[(tenant, model)] = TenantMetrics(
+                self.tenant_requests.labels(tenant, model),
+                self.tenant_tokens.labels(tenant, model, "input"),
+                self.tenant_tokens.labels(tenant, model, "output"),
+                self.tenant_cancelled.labels(tenant),
+                self.tenant_gpu_seconds.labels(tenant))
         return found
 
     def residency_refused(self, service: str) -> None:
