@@ -59,13 +59,19 @@ class BucketLedger:
         self._minutes = minute_bucket(store, name, 0)[:-1]  # the minute buckets' prefix
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._minute = -1
+        self._buckets: tuple[str, ...] = ()
 
     def add(self, at: float, field: str, amount: float) -> None:
         """Add ``amount`` to ``field`` of the buckets of ``at`` (synchronous, no I/O)."""
         minute = int(at // 60)
-        for bucket in (minute_bucket(self.store, self.name, minute),
-                       hour_bucket(self.store, self.name, minute // 60)):
-            self._amounts[(bucket, field)] += amount
+        if minute != self._minute:  # the bucket names change once a minute
+            self._minute = minute
+            self._buckets = (minute_bucket(self.store, self.name, minute),
+                             hour_bucket(self.store, self.name, minute // 60))
+        amounts = self._amounts
+        for bucket in self._buckets:
+            amounts[(bucket, field)] += amount
 
     @property
     def pending(self) -> int:

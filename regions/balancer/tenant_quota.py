@@ -6,15 +6,19 @@ answer streams, settled when it ends (``tenants.quota.QuotaGate`` on the shared 
 from the tenant's bucket and the ``x-ratelimit-*`` headers) or, for a ``redis-down closed``
 tenant while the state is unreachable, with 503; an admitted request carries its
 ``RequestQuota`` (``request[QUOTA]``), whose meter the proxy feeds with the answer's chunks.
-Output tokens are charged about once a second while a stream runs and settled by
-``finish`` with the answer's own ``usage`` when it has one, else the token events counted.
+Output tokens are charged about once a second while a stream runs (one task for every
+running request of output-limited tenants, not one each) and settled by ``finish`` with the
+answer's own ``usage`` when it has one, else the token events counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import logging
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,8 @@ from regions.balancer.types import RequestInfo
 from state.aio import AsyncStateStore
 from tenants.identify import Identified
 from tenants.quota import Admission, QuotaGate
+
+log = logging.getLogger(__name__)
 
 CHARGE_EVERY_S = 1.0
 MAX_BODY_SCAN = 256 * 1024  # a non-streamed answer's body is read for its usage up to this
@@ -75,12 +81,11 @@ class UsageMeter(StreamMeter):
 
 
 
-@dataclass
+@dataclass(eq=False)
 class RequestQuota:
     admission: Admission
     meter: UsageMeter = field(default_factory=UsageMeter)
     charged: int = 0
-    ticker: asyncio.Task[None] | None = None
 
 
 QUOTA = web.RequestKey("director.quota", RequestQuota)
@@ -94,12 +99,20 @@ class TenantQuotas:
         self.local_share = local_share
         self.gate: QuotaGate | None = None
         self.on_refused = on_refused  # (tenant, status, limit) of each refusal
+        self._streaming: set[RequestQuota] = set()  # output-limited, charged as they stream
+        self._ticker: asyncio.Task[None] | None = None
+        self._ids = RequestIds()
 
     def attach(self, store: AsyncStateStore) -> None:
         self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share)
 
     async def close(self) -> None:
         """Give the budget slices the gate holds back to the shared state."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
         if self.gate is not None:
             await self.gate.aclose()
 
@@ -113,7 +126,7 @@ class TenantQuotas:
             return None
         admission = await self.gate.admit(
             who.tenant.name, quota, who.tenant.redis_down, input_tokens=info.prompt_tokens,
-            max_output_tokens=info.max_tokens, request_id=uuid.uuid4().hex)
+            max_output_tokens=info.max_tokens, request_id=self._ids.next())
         if not admission.allowed:
             if self.on_refused is not None:
                 self.on_refused(who.tenant.name, admission.status, admission.limit)
@@ -129,7 +142,9 @@ class TenantQuotas:
             return web.json_response(body, status=admission.status, headers=admission.headers)
         held = RequestQuota(admission)
         if quota.output_tokens_per_minute:
-            held.ticker = asyncio.create_task(self._charge_while_streaming(held))
+            self._streaming.add(held)
+            if self._ticker is None or self._ticker.done():
+                self._ticker = asyncio.create_task(self._charge_while_streaming())
         request[QUOTA] = held
         request[METER] = held.meter
         request[EXTRA_HEADERS] = admission.headers
@@ -140,18 +155,35 @@ class TenantQuotas:
         held = request.get(QUOTA)
         if not isinstance(held, RequestQuota):
             return
-        if held.ticker is not None:
-            held.ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await held.ticker
+        self._streaming.discard(held)
         await held.admission.finish(held.meter.output_tokens())
 
-    @staticmethod
-    async def _charge_while_streaming(held: RequestQuota) -> None:
-        while True:
+    async def _charge_while_streaming(self) -> None:
+        """Every ``CHARGE_EVERY_S``, charge each running output-limited request what it
+        streamed since; ends when none is left."""
+        while self._streaming:
             await asyncio.sleep(CHARGE_EVERY_S)
-            streamed = held.meter.events
-            if streamed > held.charged:
-                await held.admission.charge_output(streamed - held.charged)
-                held.charged = streamed
+            for held in list(self._streaming):
+                streamed = held.meter.events
+                if streamed > held.charged and held in self._streaming:
+                    fresh, held.charged = streamed - held.charged, streamed
+                    try:
+                        await held.admission.charge_output(fresh)
+                    except Exception:  # one request's charge never stops the others'
+                        log.exception("charging a stream's output tokens failed")
+
+
+class RequestIds:
+    """Ids for concurrency leases, unique across balancers: a random prefix per process
+    (drawn again in a forked child) and a counter."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._prefix = ""
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        if self._pid != os.getpid():
+            self._pid, self._prefix = os.getpid(), uuid.uuid4().hex[:16]
+        return f"{self._prefix}-{next(self._count)}"
 

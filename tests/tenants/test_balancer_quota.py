@@ -30,10 +30,10 @@ def shared(valkey: EmbeddedValkey, prefix: str) -> SharedStateConfig:
 
 
 @asynccontextmanager
-async def two_balancers(policy: Policy, shared: SharedStateConfig,
+async def two_balancers(policy: Policy, shared: SharedStateConfig, time_scale: float = 50.0,
                         ) -> AsyncIterator[list[aiohttp.ClientSession]]:
     """One simulated GPU server behind two balancers (each with its own state client)."""
-    async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=50.0) as fleet:
+    async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=time_scale) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 64) for s in fleet]
         balancers = [build_balancer(f"r{i}", backends, shared_state=shared, policy=policy,
                                     config=BalancerConfig(scrape_every_s=0))
@@ -111,6 +111,33 @@ async def test_streamed_output_tokens_are_charged_and_refuse_on_the_other_balanc
             body = await resp.json()
             assert "output_tokens" in body["error"]["message"]
             assert 1 <= int(resp.headers["Retry-After"]) <= 13  # 20 tokens at 100/min: 12 s
+
+
+async def test_a_running_stream_is_charged_before_it_ends(example_policy: Policy,
+                                                         shared: SharedStateConfig) -> None:
+    """A long stream through one balancer runs its tenant over its output quota: the other
+    balancer refuses the tenant while the stream still runs (charged about once a second,
+    not only at the end)."""
+    policy = with_tenants(example_policy, Tenant("acme", quota=TenantQuota(
+        output_tokens_per_minute=100)))
+    acme = await keyed(shared, "acme")
+    async with two_balancers(policy, shared, time_scale=1.0) as (one, two):
+        async with one.post("/v1/completions", json=completion(600),
+                            headers=acme) as stream:
+            assert stream.status == 200
+            reader = asyncio.create_task(stream.read())
+            refused_while_streaming = False
+            while not reader.done():
+                async with two.post("/v1/completions", json=completion(1, stream=False),
+                                    headers=acme) as resp:
+                    await resp.read()
+                    if resp.status == 429:
+                        refused_while_streaming = not reader.done()
+                        break
+                await asyncio.sleep(0.2)
+            body = await reader
+        assert refused_while_streaming
+        assert body.count(b"data: {") == 600
 
 
 async def test_concurrency_slots_come_back_when_streams_end(example_policy: Policy,
