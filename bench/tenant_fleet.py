@@ -100,6 +100,7 @@ class Outcome:
     sent_at: float
     status: int
     ttft: float | None = None
+    queued: float | None = None  # s in the region queue (the balancer's x-director-queue-ms)
     done_at: float | None = None
     weighted: float = 0.0
 
@@ -125,6 +126,8 @@ async def one(session: aiohttp.ClientSession, url: str, key: str | None, tenant:
     try:
         async with session.post(url + "/v1/completions", json=body, headers=headers) as resp:
             outcome.status = resp.status
+            if "x-director-queue-ms" in resp.headers:
+                outcome.queued = int(resp.headers["x-director-queue-ms"]) / 1000
             if resp.status != 200:
                 await resp.read()
                 return
@@ -175,6 +178,13 @@ async def capacity(url: str, key: str | None, seconds: float, concurrency: int) 
 def p99(values: list[float]) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(0.99 * len(values)))] if values else float("nan")
+
+
+def waits(tally: Tally, tenant: str) -> tuple[float, float]:
+    """p99 of ``tenant``'s time in the region queue, and of its TTFT less that time (s)."""
+    pairs = [(o.ttft, o.queued) for o in tally.outcomes[tenant]
+             if o.ttft is not None and o.queued is not None]
+    return p99([queued for _, queued in pairs]), p99([ttft - queued for ttft, queued in pairs])
 
 
 def summary(tally: Tally, tenant: str, seconds: float) -> tuple[float, float, int]:
@@ -253,6 +263,10 @@ async def main_async(args: argparse.Namespace) -> None:
                     f99, frate, _ = summary(during, tenant, args.flood_seconds)
                     rows.append((label, tenant, b99, f99, f99 / b99, brate, frate,
                                  frate / brate))
+                    (bq, bt), (fq, ft) = waits(before, tenant), waits(during, tenant)
+                    print(f"{label}, {tenant}: p99 in the region queue {bq:.3f} s before, "
+                          f"{fq:.3f} s in the flood; p99 TTFT less the queue {bt:.3f} s "
+                          f"before, {ft:.3f} s in the flood", flush=True)
                 print(f"{label}: region queue at most {during.queue_max:.0f} in the flood, "
                       f"capacity limits {sorted(during.limits)}", flush=True)
                 _, arate, a429 = summary(during, "a", args.flood_seconds)

@@ -55,6 +55,7 @@ RELAY_END = web.RequestKey("director.relay_end", RelayEnd)  # how the answer end
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
 REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
+QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
 DEADLINE_HEADER = "x-director-deadline-ms"
 RETRYABLE_STATUS = frozenset({502, 503})
 MAX_ERROR_BODY = 64 * 1024
@@ -273,7 +274,8 @@ class Proxy:
         metrics = self.metrics.backend(backend.name)
         resp = response_for(
             upstream, {**request.get(EXTRA_HEADERS, {}), REGION_HEADER: self.settings.region,
-                       BACKEND_HEADER: backend.name}
+                       BACKEND_HEADER: backend.name,
+                       QUEUE_HEADER: str(round((sent_at - start) * 1000))}
         )
         sse = upstream.content_type == "text/event-stream"
         meter = request.get(METER) or StreamMeter()

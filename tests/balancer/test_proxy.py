@@ -225,6 +225,26 @@ async def test_full_queue_is_shed_with_retry_after() -> None:
         await eventually(lambda: balancer.pool.in_flight() == 0)
 
 
+async def test_the_queue_header_says_how_long_a_request_waited_for_a_slot() -> None:
+    async with stack(cap=1, time_scale=5.0) as (fleet, balancer, client):
+        for server in fleet:
+            server.set_fault(Fault(FaultMode.HANG))
+        held = [await client.post("/v1/completions", json=completion(5)) for _ in range(2)]
+        for resp in held:
+            assert 0 <= int(resp.headers["x-director-queue-ms"]) < 200
+        waiting = asyncio.create_task(client.post("/v1/completions", json=completion(5)))
+        await eventually(lambda: balancer.dispatcher.queued == 1)
+        await asyncio.sleep(0.3)
+        for server in fleet:
+            server.set_fault(Fault())
+        for resp in held:
+            await resp.read()
+        resp = await waiting
+        await resp.read()
+        assert resp.status == 200
+        assert int(resp.headers["x-director-queue-ms"]) >= 300
+
+
 async def test_late_binding_never_exceeds_a_pinned_capacity() -> None:
     async with stack(speeds=(1.0, 0.4), cap=2, time_scale=5.0) as (fleet, _, client):
         peak = 0
