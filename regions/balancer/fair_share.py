@@ -14,9 +14,21 @@ Models", OSDI 2024) weighted by each tenant's policy weight.
   A tenant's counter grows by ``(input_weight x prompt tokens + output_weight x output
   tokens) / weight`` (the paper's w_p = 1, w_q = 2 by default): the prompt and the predicted
   output when a request is bound, the difference to the real output when it ends. A tenant
-  that becomes backlogged is lifted to the smallest counter of those queued (to the counter
-  of the last tenant served when none is), so idle time does not bank credit; that keeps
-  any two backlogged tenants' weighted service within the paper's bound of each other.
+  that becomes backlogged is lifted to ``credit_requests`` times U below the smallest
+  counter of those queued (to the counter of the last tenant served when none is), U being
+  the most one request has added to a counter: idle time banks at most that much credit,
+  and two continuously backlogged tenants' weighted service stays within the paper's bound
+  (2U) of each other.
+- **Below its share.** Before the counters, a tenant holding fewer slots than its weighted
+  share of the region's (among the tenants queued or in flight) goes first, by counter, as
+  long as its counter is at most U above the smallest queued one.
+
+The last two are why a flood does not lengthen the others' waits: with the paper's lift
+(no credit), a tenant that sends now and then rejoins level with the flooding tenant and
+alternates with it, so its requests wait a turn behind the flood's, and a short burst of
+them several turns (on the simulated fleet its p99 wait in the region queue doubled). With
+a few requests of credit, and first call on the slots of its share, it is served at the
+next free slot while it stays within its share (``bench/results/2026-11-26-tenant-fair-wait.md``).
 
 Requests without a tenant (no ``identity`` in the policy) are never reordered: the
 dispatcher keeps its plain priority-then-arrival queue for them (``active``).
@@ -37,6 +49,7 @@ class FairShareConfig:
     input_weight: float = 1.0  # VTC's w_p, per prompt token
     output_weight: float = 2.0  # VTC's w_q, per output token
     aging_s: float = 10.0  # a queued request rises one priority tier per this long waited
+    credit_requests: float = 8.0  # credit a rejoining tenant keeps, in largest requests
 
 
 class Queued(Protocol):
@@ -58,6 +71,7 @@ class FairShare:
         self.reserves: dict[str, float] = {}
         self.in_flight: dict[str, int] = {}
         self._last_served = 0.0  # counter of the tenant served last (the lift when none wait)
+        self._largest_cost = 0.0  # the most one request has added to a counter (VTC's U)
 
     def set_tenants(self, weights: Mapping[str, float], reserves: Mapping[str, float]) -> None:
         """Tenants' weights and reserved shares (in [0, 1]) from the policy."""
@@ -76,7 +90,8 @@ class FairShare:
         if tenant in waiting:
             return
         floor = min((self.counter(t) for t in waiting), default=self._last_served)
-        self.counters[tenant] = max(self.counter(tenant), floor)
+        credit = self.config.credit_requests * self._largest_cost
+        self.counters[tenant] = max(self.counter(tenant), floor - credit)
 
     def bound(self, request: RequestInfo) -> None:
         """``request`` got a backend: charge its prompt and predicted output."""
@@ -86,6 +101,7 @@ class FairShare:
         cfg = self.config
         cost = cfg.input_weight * request.prompt_tokens + cfg.output_weight * request.output_tokens
         self.counters[tenant] = self.counter(tenant) + cost / self.weight(tenant)
+        self._largest_cost = max(self._largest_cost, cost / self.weight(tenant))
         self._last_served = self.counters[tenant]
         self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
 
@@ -115,27 +131,35 @@ class FairShare:
 
     def next(self, entries: Sequence[Queued], now: float, slots: int) -> int:
         """Index in ``entries`` (in queue order) of the request to offer a slot next;
-        ``slots``: the region's request slots, for reserved shares."""
+        ``slots``: the region's request slots, for reserved and fair shares."""
         rank: dict[int, int] = {}  # priority -> its rank (priority + its oldest's aging)
         for entry in entries:
             priority = entry.request.priority
             rank[priority] = max(rank.get(priority, priority), priority + self.aged(entry, now))
         tier = max(rank, key=lambda p: (rank[p], p))
-        best: tuple[float, float, int] | None = None
-        seen: set[str | None] = set()
+        firsts: dict[str | None, int] = {}  # a tenant's first entry in queue order: its oldest
         for i, entry in enumerate(entries):
-            tenant = entry.request.tenant
-            if entry.request.priority != tier or tenant in seen:
-                continue  # a tenant's first entry in queue order is its oldest
-            seen.add(tenant)
+            if entry.request.priority == tier and entry.request.tenant not in firsts:
+                firsts[entry.request.tenant] = i
+        tenants = [t for t in firsts if t is not None]
+        floor = min((self.counter(t) for t in tenants), default=0.0)
+        active = set(tenants) | set(self.in_flight)
+        total = sum(self.weight(t) for t in active) or 1.0
+        best: tuple[float, float, int] | None = None
+        for tenant, i in firsts.items():
             if tenant is None:
                 order = (1.0, -math.inf, i)  # untenanted entries: before tenants over share
             else:
-                reserve = self.reserves.get(tenant, 0.0) * slots
                 held = self.in_flight.get(tenant, 0)
-                below = reserve > 0 and held < reserve
-                order = ((0.0, held / reserve, i) if below
-                         else (1.0, self.counter(tenant), i))
+                reserve = self.reserves.get(tenant, 0.0) * slots
+                counter = self.counter(tenant)
+                if reserve > 0 and held < reserve:
+                    order = (0.0, held / reserve, i)
+                elif (held < self.weight(tenant) / total * slots
+                      and counter <= floor + self._largest_cost):
+                    order = (0.5, counter, i)  # below its share of slots, not ahead on tokens
+                else:
+                    order = (1.0, counter, i)
             if best is None or order < best:
                 best = order
         assert best is not None

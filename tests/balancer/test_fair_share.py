@@ -162,3 +162,54 @@ async def test_without_tenants_the_queue_keeps_priority_then_arrival() -> None:
     await asyncio.gather(*tasks)
     assert order == ["y", "x", "z"]
     assert req().tenant is None  # requests of a policy without identity
+
+
+def charge(fair: FairShare, tenant: str, prompt: int, output: float = 0.0) -> RequestInfo:
+    """``tenant`` is bound a request of this size (which raises the largest cost, U)."""
+    request = req(tenant=tenant, prompt_tokens=prompt, output_tokens=output)
+    fair.bound(request)
+    return request
+
+
+def test_a_rejoining_tenant_keeps_a_few_requests_of_credit_and_no_more() -> None:
+    fair = FairShare(FairShareConfig(credit_requests=2.0))
+    charge(fair, "a", prompt=100)  # U = 100
+    fair.counters = {"a": 1000.0, "b": 0.0, "c": 950.0}
+    queued = [ask("a")]
+    fair.arrived("b", queued)
+    assert fair.counter("b") == 800.0  # two requests of credit below the smallest queued
+    fair.arrived("c", queued)
+    assert fair.counter("c") == 950.0  # within its credit already: unchanged
+
+
+def test_a_tenant_below_its_share_of_slots_goes_before_a_smaller_counter() -> None:
+    fair = FairShare()
+    charge(fair, "a", prompt=100)  # U = 100; a holds 1 slot
+    charge(fair, "a", prompt=100)
+    charge(fair, "a", prompt=100)  # a holds 3 of 4 slots, over its share of 2
+    fair.counters = {"a": 100.0, "b": 180.0}
+    entries = [ask("a"), ask("b")]
+    assert fair.next(entries, now=0.0, slots=4) == 1  # b holds 0 of its 2, within U of a
+    fair.counters["b"] = 250.0
+    assert fair.next(entries, now=0.0, slots=4) == 0  # more than U ahead: counters decide
+
+
+async def test_a_tenant_that_sends_now_and_then_is_served_at_the_next_free_slot() -> None:
+    """a floods the queue; b's one request takes the next slot that frees, not a turn
+    after a's oldest (which the paper's lift, level with a, would give it)."""
+    d = dispatcher(slots=4)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
+    running = [await d.acquire(req(tenant="a")) for _ in range(4)]
+    flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(10)]
+    await asyncio.sleep(0.01)
+    b = asyncio.create_task(d.acquire(req(tenant="b")))
+    await asyncio.sleep(0.01)
+    assert d.queued == 11
+    d.finished(req(tenant="a"), 10.0)
+    running.pop().release()
+    await asyncio.sleep(0.01)
+    assert b.done() and not any(t.done() for t in flood)
+    b.result().release()
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
