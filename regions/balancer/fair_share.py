@@ -16,9 +16,9 @@ Models", OSDI 2024) weighted by each tenant's policy weight.
   output when a request is bound, the difference to the real output when it ends. A tenant
   that becomes backlogged is lifted to ``credit_requests`` times U below the smallest
   counter of those queued (to the counter of the last tenant served when none is), U being
-  the most one request has added to a counter: idle time banks at most that much credit,
-  and two continuously backlogged tenants' weighted service stays within the paper's bound
-  (2U) of each other.
+  the most one request has added to a counter: idle time banks at most that much credit.
+  Two continuously backlogged tenants' weighted service stays within 3U of each other (the
+  paper's 2U, and the one request by which the next rule may let a tenant go ahead).
 - **Below its share.** Before the counters, a tenant holding fewer slots than its weighted
   share of the region's (among the tenants queued or in flight) goes first, by counter, as
   long as its counter is at most U above the smallest queued one.
