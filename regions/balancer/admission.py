@@ -18,8 +18,10 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
   refiners' precedence (``precedence_s``: a long request counts as having arrived a little earlier,
   so that in a backlog it starts first and its end-to-end time does not take the whole
   wait plus its long service on top). When it is full, a new
-  request evicts the lowest-priority queued one if its own priority is higher; otherwise
-  it is shed. A queued request whose deadline passes is shed.
+  request evicts the lowest-priority queued one if its own priority is higher; a tenant's
+  request evicts the newest (of no higher priority) of the tenant holding the most of the
+  queue, when that holds more than its own tenant plus one; otherwise it is shed. A queued
+  request whose deadline passes is shed.
 - Once requests carry tenants (the policy identifies them), the queue is served by
   ``fair_share``: priority tiers with aging, reserved shares, then the tenants' virtual
   token counters; without tenants nothing changes.
@@ -203,7 +205,29 @@ class Dispatcher:
             if not lowest.future.done():
                 lowest.future.set_exception(self._shed("evicted"))
             return
+        hog = self._hog(request) if request.tenant is not None else None
+        if hog is not None:
+            evicted = self._queue.pop(hog)
+            evicted.future.set_exception(self._shed("evicted"))  # _hog picks one not done
+            return
         raise self._shed("queue-full")
+
+    def _hog(self, request: RequestInfo) -> int | None:
+        """Index of the newest queued entry of the tenant holding the most of the full
+        queue, when that is another tenant holding more entries than ``request``'s tenant
+        (plus one): a flood fills the queue, but never sheds the other tenants' requests."""
+        held: dict[str | None, int] = {}
+        for entry in self._queue:
+            held[entry.request.tenant] = held.get(entry.request.tenant, 0) + 1
+        hog = max(held, key=lambda t: held[t])
+        if hog is None or hog == request.tenant or held[hog] <= held.get(request.tenant, 0) + 1:
+            return None
+        for i in range(len(self._queue) - 1, -1, -1):
+            entry = self._queue[i]
+            if (entry.request.tenant == hog and entry.request.priority <= request.priority
+                    and not entry.future.done()):
+                return i
+        return None
 
     def _remove(self, entry: _Entry) -> None:
         i = bisect.bisect_left(self._queue, entry)

@@ -14,6 +14,7 @@ import pytest
 
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import BackendPool, BackendSpec
+from regions.balancer.errors import ShedError
 from regions.balancer.fair_share import FairShare, FairShareConfig
 from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import RequestInfo
@@ -213,3 +214,29 @@ async def test_a_tenant_that_sends_now_and_then_is_served_at_the_next_free_slot(
     for task in flood:
         task.cancel()
     await asyncio.gather(*flood, return_exceptions=True)
+
+
+async def test_a_full_queue_sheds_the_flooding_tenants_newest_not_another_tenant() -> None:
+    specs = [BackendSpec("b0", "http://127.0.0.1:9000", (MODEL,), 1)]
+    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
+    d = Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=4))
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
+    held = await d.acquire(req(tenant="a"))
+    flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    assert d.queued == 4
+    b = asyncio.create_task(d.acquire(req(tenant="b")))  # evicts a's newest
+    await asyncio.sleep(0.01)
+    assert d.queued == 4 and not b.done()
+    assert isinstance(flood[-1].exception(), ShedError)
+    assert not any(t.done() for t in flood[:-1])
+    more_a = asyncio.create_task(d.acquire(req(tenant="a")))  # a's own: shed as before
+    await asyncio.sleep(0.01)
+    assert isinstance(more_a.exception(), ShedError)
+    untenanted = asyncio.create_task(d.acquire(req()))  # without tenants nothing changes
+    await asyncio.sleep(0.01)
+    assert isinstance(untenanted.exception(), ShedError)
+    held.release()
+    for task in [*flood[:-1], b]:
+        task.cancel()
+    await asyncio.gather(*flood, b, return_exceptions=True)
