@@ -216,6 +216,8 @@ class Dispatcher:
         """Index of the newest queued entry of the tenant holding the most of the full
         queue, when that is another tenant holding more entries than ``request``'s tenant
         (plus one): a flood fills the queue, but never sheds the other tenants' requests."""
+        if not self._queue:  # a queue of no room at all (max_queue 0)
+            return None
         held: dict[str | None, int] = {}
         for entry in self._queue:
             held[entry.request.tenant] = held.get(entry.request.tenant, 0) + 1

@@ -236,6 +236,11 @@ async def test_a_full_queue_sheds_the_flooding_tenants_newest_not_another_tenant
     untenanted = asyncio.create_task(d.acquire(req()))  # without tenants nothing changes
     await asyncio.sleep(0.01)
     assert isinstance(untenanted.exception(), ShedError)
+    no_room = Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=0))
+    busy = await no_room.acquire(req(tenant="a"))
+    with pytest.raises(ShedError):  # nothing to evict: shed, not an error
+        await no_room.acquire(req(tenant="b"))
+    busy.release()
     held.release()
     for task in [*flood[:-1], b]:
         task.cancel()
