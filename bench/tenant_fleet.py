@@ -20,7 +20,7 @@ slots) is measured first; every rate below is a share of it.
 ::
 
     .venv/bin/python bench/tenant_fleet.py [--seconds 60] [--flood-seconds 120] [--slots 16]
-        [--variants ours,plain] [--no-fairness]
+        [--variants ours,plain] [--no-fairness] [--seed 0]
 """
 
 from __future__ import annotations
@@ -197,13 +197,14 @@ def summary(tally: Tally, tenant: str, seconds: float) -> tuple[float, float, in
 
 
 async def phase(url: str, keys: dict[str, str | None], rates: dict[str, float],
-                seconds: float) -> Tally:
+                seconds: float, seed: int = 0) -> Tally:
     tally = Tally()
     connector = aiohttp.TCPConnector(limit=0)  # the client must not queue requests itself
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300),
                                      connector=connector) as session:
         sampler = asyncio.create_task(sample_queue(session, url, tally))
-        await asyncio.gather(*(poisson(session, url, keys[t], t, rate, seconds, tally, n)
+        await asyncio.gather(*(poisson(session, url, keys[t], t, rate, seconds, tally,
+                                       seed + n)
                                for n, (t, rate) in enumerate(sorted(rates.items()))))
         sampler.cancel()
     tally.window = (tally.started, tally.started + seconds)
@@ -255,9 +256,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 else:
                     raise SystemExit(f"unknown variant {variant!r}: ours, plain")
                 before = await phase(url, variant_keys, {"a": third, "b": third, "c": third},
-                                     args.seconds)
+                                     args.seconds, args.seed)
                 during = await phase(url, variant_keys, {"a": 3 * third, "b": third,
-                                                         "c": third}, args.flood_seconds)
+                                                         "c": third}, args.flood_seconds,
+                                     args.seed)
                 for tenant in "bc":
                     b99, brate, _ = summary(before, tenant, args.seconds)
                     f99, frate, _ = summary(during, tenant, args.flood_seconds)
@@ -327,6 +329,8 @@ def main() -> int:
                         help="balancers to flood, in order: ours, plain (a policy that "
                         "identifies nobody: today's behaviour)")
     parser.add_argument("--fairness", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="first seed of the tenants' arrival sequences")
     parser.add_argument("--scale", type=float, default=2.0,
                         help="simulator time scale (higher: more requests per second for "
                         "the one client process to drive; 2 keeps it below saturation)")
