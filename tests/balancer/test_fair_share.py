@@ -101,10 +101,10 @@ def test_a_newly_backlogged_tenant_is_lifted_and_banks_no_credit() -> None:
     assert fair.counter("c") == 900.0  # never lowered
 
 
-def dispatcher(slots: int = 1) -> Dispatcher:
+def dispatcher(slots: int = 1, max_queue: int = 4096) -> Dispatcher:
     specs = [BackendSpec("b0", "http://127.0.0.1:9000", (MODEL,), slots)]
     profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
-    return Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=4096))
+    return Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=max_queue))
 
 
 async def test_two_backlogged_tenants_weighted_one_to_two_stay_within_the_vtc_bound() -> None:
@@ -217,9 +217,7 @@ async def test_a_tenant_that_sends_now_and_then_is_served_at_the_next_free_slot(
 
 
 async def test_a_full_queue_sheds_the_flooding_tenants_newest_not_another_tenant() -> None:
-    specs = [BackendSpec("b0", "http://127.0.0.1:9000", (MODEL,), 1)]
-    profile = build_profile(register_builtin_plugins(Registry()), rng=random.Random(0))
-    d = Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=4))
+    d = dispatcher(max_queue=4)
     d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
     held = await d.acquire(req(tenant="a"))
     flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(4)]
@@ -236,7 +234,7 @@ async def test_a_full_queue_sheds_the_flooding_tenants_newest_not_another_tenant
     untenanted = asyncio.create_task(d.acquire(req()))  # without tenants nothing changes
     await asyncio.sleep(0.01)
     assert isinstance(untenanted.exception(), ShedError)
-    no_room = Dispatcher(BackendPool(specs), profile, AdmissionConfig(max_queue=0))
+    no_room = dispatcher(max_queue=0)
     busy = await no_room.acquire(req(tenant="a"))
     with pytest.raises(ShedError):  # nothing to evict: shed, not an error
         await no_room.acquire(req(tenant="b"))
