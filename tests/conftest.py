@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from director.datasets import maxmind_test_db
 from state import EmbeddedValkey, StateStore
@@ -19,6 +20,12 @@ ASYNC_TEST_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "policies" / "examples"
 MAXMIND_TEST_CITY = maxmind_test_db("GeoIP2-City-Test")
+
+# Hypothesis's explain phase traces every line while it re-runs a failing example; on a large
+# strategy that took past the 300 s test timeout and hid the example behind a timeout.
+settings.register_profile("director", phases=[p for p in Phase if p is not Phase.explain],
+                          print_blob=True)
+settings.load_profile("director")
 
 
 @pytest.fixture(scope="session")

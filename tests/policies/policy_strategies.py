@@ -161,8 +161,10 @@ def _tenant(draw, name: str, services: dict[str, list[str]]) -> Node:
         body.append(_leaf("models", "llama-3.1-8b"))
     serving = sorted({r for host in used for r in services[host]})
     if serving and draw(st.booleans()):
-        body.append(_leaf("regions", *draw(st.lists(st.sampled_from(serving), min_size=1,
-                                                    unique=True))))
+        # a tenant's regions may narrow where its services run, never leave one with none
+        needed = {draw(st.sampled_from(services[host])) for host in used}
+        extra = draw(st.lists(st.sampled_from(serving), unique=True))
+        body.append(_leaf("regions", *sorted(needed | set(extra))))
     if draw(st.booleans()):
         body.append(_leaf("redis-down", draw(st.sampled_from(["open", "closed"]))))
     if draw(st.booleans()):
