@@ -9,15 +9,22 @@ Every path that loads a policy goes through here: ``director policy check`` and 
 ``PUT /api/v1/policy`` and the admin API's follower, ``dns serve`` (its file, its reloads,
 the stored-policy follower), ``director up``, ``region serve`` and its follower, the probe
 workers and the demo. ``tests/test_policy_gate.py`` checks that no other path loads one.
+
+A policy stored in Redis carries the digests of the engine proofs its writer ran
+(``Acceptance.proofs``, ``director.proof_digest``): a follower running the same code adopts
+those services without running their decisions again, and runs any other itself. The
+digests are trusted as the policy text beside them is: whoever can write one can write the
+other. The policy half of the proof always runs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
-from director.engine.engine_proof import EngineProof, run_engine_proof
+from director.engine.engine_proof import EngineProof, ServiceCoverage, run_engine_proof
+from director.proof_digest import proof_digest
 from policies import CheckResult, Diagnostic, Policy, PolicyError, check_policy
 from policies.loader import (
     PolicySources,
@@ -72,36 +79,52 @@ class Acceptance:
     def error(self) -> PolicyError:
         return PolicyError(self.diagnostics, self.result.sources)
 
+    @property
+    def proofs(self) -> tuple[str, ...]:
+        """Digests of the engine proofs that hold, to store with the policy (empty unless
+        accepted after running them)."""
+        policy = self.policy
+        if policy is None or self.engine is None:
+            return ()
+        return tuple(proof_digest(service_proof_key(policy, service))
+                     for service in policy.services if service.residency)
+
     def sources(self) -> PolicySources:
         """The texts that were accepted: the main file and its includes."""
         return sources_of(self.path, self.result)
 
 
-def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False) -> Acceptance:
-    """Check the policy at ``path`` (and what it includes) through both proofs."""
+def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False,
+           proven: Collection[str] = ()) -> Acceptance:
+    """Check the policy at ``path`` (and what it includes) through both proofs; engine
+    proofs whose digest is in ``proven`` (a stored record's) are not run again."""
     result = check_policy(path, reader=reader)
     engine = None
     if result.policy is not None and not proof_disabled():
-        engine = engine_proof(result.policy)
+        engine = engine_proof(result.policy, proven=frozenset(proven))
     return Acceptance(path, result, engine, strict)
 
 
-def engine_proof(policy: Policy) -> EngineProof:
+def engine_proof(policy: Policy, *, proven: frozenset[str] = frozenset()) -> EngineProof:
     """``run_engine_proof(policy)``, one service at a time, each service's part remembered
     under ``service_proof_key``: an edit that no decision reads (TTLs, SOA, endpoints, GPU
     servers, health checks) is adopted in milliseconds, and an edit of one service runs the
-    decisions of that service alone."""
-    parts = [_service_proof(service_proof_key(policy, service))
+    decisions of that service alone. A part whose digest is in ``proven`` is not run."""
+    parts = [_service_proof(service_proof_key(policy, service), proven)
              for service in policy.services if service.residency]
     return EngineProof(tuple(v for part in parts for v in part.violations),
                        tuple(s for part in parts for s in part.services),
                        sum(part.seconds for part in parts))
 
 
-def _service_proof(key: Policy) -> EngineProof:
+def _service_proof(key: Policy, proven: frozenset[str]) -> EngineProof:
     memo_key = (run_engine_proof, key)  # per proof implementation, too
     with _PROOFS_LOCK:
         proof = _PROOFS.get(memo_key)
+    if proof is None and proven and proof_digest(key) in proven:
+        service = key.services[0]
+        return EngineProof((), (ServiceCoverage(service.name, len(service.regions), 0, 0, 0,
+                                                False, (), attested=True),), 0.0)
     if proof is None:
         proof = run_engine_proof(key)
         with _PROOFS_LOCK:
@@ -133,9 +156,10 @@ def service_proof_key(policy: Policy, service: Service) -> Policy:
 
 
 def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,
-                *, strict: bool = False) -> Acceptance:
+                *, strict: bool = False, proven: Collection[str] = ()) -> Acceptance:
     """Like ``accept``, from memory; ``files`` holds included files by path."""
-    return accept(name, reader=memory_reader({name: text, **(files or {})}), strict=strict)
+    return accept(name, reader=memory_reader({name: text, **(files or {})}), strict=strict,
+                  proven=proven)
 
 
 def load(path: str, *, reader: SourceReader = read_file) -> Policy:
@@ -149,9 +173,14 @@ def load_text(text: str, name: str = "policy.dp",
     return _accepted(accept_text(text, name, files))
 
 
+def accept_record(record: PolicyRecord) -> Acceptance:
+    """``accept`` on a stored record, trusting the engine proofs its writer recorded."""
+    return accept_text(record.text, record.name, record.files, proven=record.proofs)
+
+
 def load_record(record: PolicyRecord) -> Policy:
     """The accepted policy a stored record holds; raises ``PolicyError``."""
-    return load_text(record.text, record.name, record.files)
+    return _accepted(accept_record(record))
 
 
 def _accepted(acceptance: Acceptance) -> Policy:

@@ -198,6 +198,8 @@ class PolicyRecord:
 
     ``name`` is the main file's name and ``files`` the files it includes, by the path its
     ``include`` directives use, so a reader can ``load_policy_text(text, name, files)``.
+    ``proofs``: digests of the engine proofs the writer ran (``director.proof_digest``); a
+    malformed list reads as none, so a reader runs the proofs itself.
     """
 
     text: str
@@ -205,6 +207,7 @@ class PolicyRecord:
     timestamp: float
     name: str = "policy.dp"
     files: Mapping[str, str] = field(default_factory=dict)
+    proofs: tuple[str, ...] = ()
 
     @classmethod
     def from_fields(cls, raw: RawHash) -> PolicyRecord:
@@ -223,12 +226,24 @@ class PolicyRecord:
             timestamp=_required(fields, "timestamp"),
             name=fields.get("name") or "policy.dp",
             files=files,
+            proofs=_proofs(fields.get("proofs")),
         )
 
     def fields(self) -> dict[str, str]:
         """The hash fields to store (``version`` is incremented by the writer)."""
         return {"text": self.text, "timestamp": repr(self.timestamp), "name": self.name,
-                "files": json.dumps(dict(self.files), sort_keys=True)}
+                "files": json.dumps(dict(self.files), sort_keys=True),
+                "proofs": json.dumps(list(self.proofs))}
+
+
+def _proofs(value: str | None) -> tuple[str, ...]:
+    try:
+        proofs = json.loads(value or "[]")
+    except ValueError:
+        return ()
+    if not isinstance(proofs, list) or not all(isinstance(p, str) for p in proofs):
+        return ()
+    return tuple(proofs)
 
 
 def drain_value(set_at: float, until: float | None = None) -> str:

@@ -12,7 +12,7 @@ unreachable and :class:`~state.errors.StateError` for other server errors.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import redis
 
@@ -133,10 +133,11 @@ class StateStore:
     # policy and drains -------------------------------------------------------------------
 
     def set_policy(self, text: str, now: float | None = None, *, name: str = "policy.dp",
-                   files: Mapping[str, str] | None = None) -> int:
-        """Store the active policy's text (and its included ``files``); returns its new
-        version (1, 2, ...)."""
-        record = PolicyRecord(text, 0, time.time() if now is None else now, name, files or {})
+                   files: Mapping[str, str] | None = None, proofs: Sequence[str] = ()) -> int:
+        """Store the active policy's text (and its included ``files``, and the digests of
+        the engine ``proofs`` that passed); returns its new version (1, 2, ...)."""
+        record = PolicyRecord(text, 0, time.time() if now is None else now, name, files or {},
+                              tuple(proofs))
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=True)
             pipe.hincrby(self.keys.policy, "version", 1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +25,10 @@ class PolicyDocument:
     text: str
     files: Mapping[str, str] = field(default_factory=dict)
 
-    def accept(self) -> Acceptance:
-        """Through the policy gate: both residency proofs and the lint."""
-        return policy_gate.accept_text(self.text, self.name, self.files)
+    def accept(self, proven: Collection[str] = ()) -> Acceptance:
+        """Through the policy gate: both residency proofs (engine proofs whose digests are
+        in ``proven`` trusted) and the lint."""
+        return policy_gate.accept_text(self.text, self.name, self.files, proven=proven)
 
     def load(self) -> Policy:
         """The accepted policy; raises ``policies.PolicyError``."""

@@ -35,6 +35,7 @@ class ActivePolicy:
     version: int
     engine: Engine
     warnings: tuple[Diagnostic, ...] = ()  # the lint's, from the policy gate
+    proofs: tuple[str, ...] = ()  # digests of the engine proofs that passed, stored with it
 
 
 class PersistError(ApiError):
@@ -48,8 +49,8 @@ class PolicyHolder:
     """Holds the active policy; ``current`` is a plain reference read (no I/O)."""
 
     def __init__(self, document: PolicyDocument, policy: Policy, store: StateStore,
-                 disk: PolicyDisk | None = None) -> None:
-        self._current = ActivePolicy(document, policy, 0, Engine(policy))
+                 disk: PolicyDisk | None = None, *, proofs: tuple[str, ...] = ()) -> None:
+        self._current = ActivePolicy(document, policy, 0, Engine(policy), proofs=proofs)
         self._store = store
         self._disk = disk
         self._lock = asyncio.Lock()
@@ -68,7 +69,7 @@ class PolicyHolder:
         """Load, persist and activate ``document``; raises ``PolicyRejected`` (422),
         ``PersistError`` (500) or ``StateError`` (Redis: 503), keeping the old policy."""
         async with self._lock:
-            policy, warnings = await _load(document)
+            policy, warnings, proofs = await _load(document)
             prepared = None
             disk = self._disk
             if disk is not None:
@@ -80,7 +81,7 @@ class PolicyHolder:
             try:
                 version = await asyncio.to_thread(
                     self._store.set_policy, document.text, name=document.name,
-                    files=dict(document.files))
+                    files=dict(document.files), proofs=proofs)
             except BaseException:
                 if disk is not None and prepared is not None:
                     disk.discard(prepared)
@@ -92,7 +93,7 @@ class PolicyHolder:
                     log.exception("api: policy version %d stored in Redis but not on disk",
                                   version)
             return self._swap(ActivePolicy(document, policy, version, Engine(policy),
-                                           warnings))
+                                           warnings, proofs))
 
     async def sync(self, read: Callable[[], Awaitable[PolicyRecord | None]]) -> str:
         """One follow step: ``read`` the record, then adopt a version we do not run, or
@@ -113,7 +114,7 @@ class PolicyHolder:
             return "failed"  # already reported
         document = PolicyDocument(record.name, record.text, dict(record.files))
         try:
-            policy, warnings = await _load(document)
+            policy, warnings, proofs = await _load(document, record.proofs)
         except PolicyRejected as exc:
             self._failed = (record.version, record.timestamp)
             self.reload_failures += 1
@@ -121,7 +122,8 @@ class PolicyHolder:
                       "\n%s", record.version, self._current.version, exc.message)
             return "failed"
         self._persist_quietly(document, record.version)
-        self._swap(ActivePolicy(document, policy, record.version, Engine(policy), warnings))
+        self._swap(ActivePolicy(document, policy, record.version, Engine(policy), warnings,
+                                proofs))
         log.info("api: following policy version %d (%s)", record.version, record.name)
         return "adopted"
 
@@ -129,9 +131,10 @@ class PolicyHolder:
         active = self._current
         doc = active.document
         version = await asyncio.to_thread(self._store.set_policy, doc.text, name=doc.name,
-                                          files=dict(doc.files))
+                                          files=dict(doc.files), proofs=active.proofs)
         self._persist_quietly(doc, version)
-        self._swap(ActivePolicy(doc, active.policy, version, active.engine, active.warnings))
+        self._swap(ActivePolicy(doc, active.policy, version, active.engine, active.warnings,
+                                active.proofs))
         log.info("api: Redis held no policy; stored ours as version %d", version)
 
     def _persist_quietly(self, document: PolicyDocument, version: int) -> None:
@@ -150,11 +153,13 @@ class PolicyHolder:
         return active
 
 
-async def _load(document: PolicyDocument) -> tuple[Policy, tuple[Diagnostic, ...]]:
-    """The policy of ``document`` and its warnings, through the policy gate off the event
-    loop; raises ``PolicyRejected``."""
+async def _load(document: PolicyDocument, proven: tuple[str, ...] = ()
+                ) -> tuple[Policy, tuple[Diagnostic, ...], tuple[str, ...]]:
+    """The policy of ``document``, its warnings and its proofs' digests, through the policy
+    gate off the event loop (trusting the ``proven`` digests of a stored record); raises
+    ``PolicyRejected``."""
     try:
-        acceptance = await asyncio.to_thread(document.accept)
+        acceptance = await asyncio.to_thread(document.accept, proven)
     except Exception as exc:  # a loader bug must not replace the running policy either
         log.exception("api: policy loader failed")
         raise PolicyRejected(f"{document.name}: the policy could not be loaded: {exc}",
@@ -162,4 +167,4 @@ async def _load(document: PolicyDocument) -> tuple[Policy, tuple[Diagnostic, ...
     if acceptance.policy is None:
         error = acceptance.error()
         raise PolicyRejected(error.render(), diagnostics=[d.as_dict() for d in error.diagnostics])
-    return acceptance.policy, tuple(acceptance.warnings)
+    return acceptance.policy, tuple(acceptance.warnings), acceptance.proofs

@@ -47,9 +47,13 @@ class ApiRuntime:
                                               timeout=config.state_timeout)
         self.sync_store = StateStore.from_url(config.redis_url, prefix=config.prefix,
                                               timeout=config.state_timeout)
-        policy = config.policy.load()
+        acceptance = config.policy.accept()
+        if acceptance.policy is None:
+            raise acceptance.error()
+        policy = acceptance.policy
         disk = PolicyDisk(config.policy_store) if config.policy_store else None
-        self.holder = PolicyHolder(config.policy, policy, self.sync_store, disk)
+        self.holder = PolicyHolder(config.policy, policy, self.sync_store, disk,
+                                   proofs=acceptance.proofs)
         self.refresher = SnapshotRefresher(
             self.store, policy, metrics=RefresherMetrics(self.metrics.registry))
         self.holder.on_swap(lambda active: self.refresher.set_policy(active.policy))

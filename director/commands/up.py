@@ -66,7 +66,8 @@ def up(
         geoip=geoip.resolve() if geoip else None)
     try:
         status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,
-                                    plain_console(soft_wrap=False), embedded=redis_url is None))
+                                    plain_console(soft_wrap=False), embedded=redis_url is None,
+                                    proofs=acceptance.proofs))
     except UpError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None

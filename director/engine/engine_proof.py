@@ -64,7 +64,9 @@ class Violation:
 
 @dataclass(frozen=True)
 class ServiceCoverage:
-    """What ran for one service; ``missing`` lists regions never placed, down or hot."""
+    """What ran for one service; ``missing`` lists regions never placed, down or hot.
+    ``attested``: nothing ran here, the process that stored the policy ran this proof with
+    the same code (``director.proof_digest``)."""
 
     service: str
     regions: int
@@ -73,11 +75,13 @@ class ServiceCoverage:
     decisions: int
     exhaustive: bool
     missing: tuple[str, ...]
+    attested: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {"service": self.service, "regions": self.regions, "classes": self.classes,
                 "placements": self.placements, "decisions": self.decisions,
-                "exhaustive": self.exhaustive, "missing": list(self.missing)}
+                "exhaustive": self.exhaustive, "missing": list(self.missing),
+                "attested": self.attested}
 
 
 @dataclass(frozen=True)
@@ -98,14 +102,19 @@ class EngineProof:
         """One line: decisions, services, how they were checked."""
         if not self.services:
             return "no residency rules to run"
-        exhaustive = sum(s.exhaustive for s in self.services)
-        classes = sum(s.classes for s in self.services)
-        placements = sum(s.placements for s in self.services)
-        how = (f"{exhaustive} of {len(self.services)} services exhaustively, the rest on the "
+        ran = [s for s in self.services if not s.attested]
+        attested = len(self.services) - len(ran)
+        also = f"; {attested} proven by the policy's writer" if attested else ""
+        if not ran:
+            return f"all {attested} services proven by the policy's writer"
+        exhaustive = sum(s.exhaustive for s in ran)
+        classes = sum(s.classes for s in ran)
+        placements = sum(s.placements for s in ran)
+        how = (f"{exhaustive} of {len(ran)} services exhaustively, the rest on the "
                "border states" if exhaustive else "on the border states")
         return (f"{self.decisions} engine decisions over {classes} client classes and "
                 f"{placements} placements, {how}, every region included, "
-                f"{self.seconds:.2f} s")
+                f"{self.seconds:.2f} s{also}")
 
     def as_dict(self) -> dict[str, object]:
         return {"decisions": self.decisions, "seconds": round(self.seconds, 3),

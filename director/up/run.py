@@ -30,11 +30,13 @@ class UpError(Exception):
     """``director up`` cannot start (another one runs, Redis unreachable, ...)."""
 
 
-def publish_policy(redis_url: str, sources: PolicySources) -> int:
-    """Make the accepted policy the active one in Redis, as every instance follows it there."""
+def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ...] = ()) -> int:
+    """Make the accepted policy the active one in Redis, as every instance follows it there,
+    with the digests of the engine ``proofs`` it passed (the children do not run them again)."""
     store = StateStore.from_url(redis_url)
     try:
-        return store.set_policy(sources.text, name=sources.name, files=sources.files)
+        return store.set_policy(sources.text, name=sources.name, files=sources.files,
+                                proofs=proofs)
     finally:
         store.close()
 
@@ -71,7 +73,7 @@ async def wait_bindable(specs: list[ChildSpec], grace: float) -> list[str]:
 
 
 async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
-                 console: Console, embedded: bool) -> int:
+                 console: Console, embedded: bool, proofs: tuple[str, ...] = ()) -> int:
     """Start everything, print where it is, serve until a signal; returns the exit status."""
     run_dir = options.run_dir
     if (run_dir / "control.sock").exists() and await _answers(run_dir / "control.sock"):
@@ -95,7 +97,7 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
         loop.add_signal_handler(signum, stop.set)
     try:
         if not embedded:
-            await _publish_and_control(supervisor, options, sources)
+            await _publish_and_control(supervisor, options, sources, proofs)
         for group in start_groups(specs):
             if stop.is_set():
                 return 130
@@ -106,7 +108,7 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
                               f"({child.log_path}) ends with:[/yellow]")
                 console.print(tail(child.log_path), markup=False)
             if group == ["valkey"]:
-                await _publish_and_control(supervisor, options, sources)
+                await _publish_and_control(supervisor, options, sources, proofs)
         rundir.write_manifest(run_dir, {
             "pid": os.getpid(), "api": f"http://{hostport(options.api)}",
             "dns": hostport(options.dns), "redis": options.redis_url,
@@ -126,8 +128,8 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
 
 
 async def _publish_and_control(supervisor: Supervisor, options: UpOptions,
-                               sources: PolicySources) -> None:
-    await asyncio.to_thread(publish_policy, options.redis_url, sources)
+                               sources: PolicySources, proofs: tuple[str, ...]) -> None:
+    await asyncio.to_thread(publish_policy, options.redis_url, sources, proofs)
     await supervisor.serve_control()
 
 

@@ -72,6 +72,9 @@ async def test_good_policy_is_versioned_persisted_and_audited(tmp_path, valkey, 
     async with running_api(tmp_path, valkey.url, prefix) as api:
         _, before = await api.get("/api/v1/policy", token="read")
         assert before["version"] == 1  # Redis held none: the API stored its own
+        store = StateStore.from_url(valkey.url, prefix=prefix)
+        assert len(store.policy().proofs) == 3  # with its proofs
+        store.close()
         good = before["text"].replace(AFFINITY, "    affinity none\n", 1)
         assert good != before["text"]
         status, body = await api.put("/api/v1/policy", data=good.encode())
@@ -85,6 +88,9 @@ async def test_good_policy_is_versioned_persisted_and_audited(tmp_path, valkey, 
         store.close()
         assert (record.version, record.text, record.name) == (2, good, before["name"])
         assert dict(record.files) == before["files"]
+        # the engine proofs the PUT ran go with it, so followers need not run them again
+        document = PolicyDocument(before["name"], good, before["files"])
+        assert len(record.proofs) == 3 and record.proofs == document.accept().proofs
 
         assert (tmp_path / "policy" / "2.dp").read_text() == good
         saved = json.loads((tmp_path / "policy" / "2.json").read_text())

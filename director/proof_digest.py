@@ -1,0 +1,69 @@
+"""A digest that names one engine proof across processes: the proof's input and the code
+that ran it.
+
+Two processes with the same digest ran, or would run, the same decisions with the same
+code, so a proof one of them completed holds for the other. The digest covers:
+
+- **the input**: a policy cut as ``policy_gate.service_proof_key`` cuts it, encoded
+  canonically (dataclass fields that take part in equality, sets sorted, floats exact), so
+  it is the same in every process whatever its hash seed;
+- **the code**: a fingerprint of every Python source file of the packages a decision reads
+  (``director``, ``routing``, ``policies``). Any edit, or another version in a rolling
+  upgrade, gives other digests, and that process runs the proof itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib
+import json
+from pathlib import Path
+
+from policies.model import Policy
+
+FINGERPRINTED = ("director", "routing", "policies")
+
+
+def proof_digest(key: Policy) -> str:
+    """The hex digest naming the engine proof of ``key`` run by this code."""
+    text = json.dumps(canonical(key), separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(f"{source_fingerprint()}\n{text}".encode()).hexdigest()
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """SHA-256 over the paths and bytes of the fingerprinted packages' ``.py`` files."""
+    digest = hashlib.sha256()
+    for package in FINGERPRINTED:
+        root = Path(importlib.import_module(package).__file__ or "").parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def canonical(value: object) -> object:
+    """``value`` as JSON-ready data that is equal exactly when the values are equal."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"@": type(value).__name__,
+                **{f.name: canonical(getattr(value, f.name))
+                   for f in dataclasses.fields(value) if f.compare}}
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, float):
+        return {"f": repr(value)}  # exact, and never confused with an int
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    if isinstance(value, tuple | list):
+        return [canonical(item) for item in value]
+    if isinstance(value, frozenset | set):
+        items = [canonical(item) for item in value]
+        return {"set": sorted(items, key=lambda item: json.dumps(item, sort_keys=True))}
+    if isinstance(value, dict):
+        pairs = [[canonical(k), canonical(v)] for k, v in value.items()]
+        return {"map": sorted(pairs, key=lambda pair: json.dumps(pair, sort_keys=True))}
+    return {type(value).__name__: str(value)}  # addresses, networks
