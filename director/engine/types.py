@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ class Client:
     source: str
     location: Location | None  # None: cannot be located (not in the database, or opted out)
 
-    @property
+    @functools.cached_property
     def bucket(self) -> IPNetwork:
         """The network whose clients share hashing decisions: /24 for IPv4, /56 for IPv6."""
         prefix = min(BUCKET_PREFIX[self.address.version], self.network.prefixlen)
