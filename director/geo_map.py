@@ -38,12 +38,16 @@ class NetworkMap:
     their addresses are located the full way."""
 
     def __init__(self, ranges: Sequence[int], classes: Sequence[Hashable],
-                 fields: Sequence[RecordFields], version: int = 4) -> None:
+                 fields: Sequence[RecordFields], version: int = 4,
+                 aliases: tuple[tuple[int, int], ...] = ()) -> None:
         """``ranges``: ``first address << shift | prefix length << 16 | class index``,
         sorted, covering the space, with ``shift`` 22 for IPv4 and 24 for IPv6 (first
         address: its first 64 bits); ``classes[i]`` and ``fields[i]``: class ``i`` and a
-        record's fields of it."""
+        record's fields of it. ``aliases`` (IPv6): (first 64 bits, prefix length) of the
+        prefixes the database points into its IPv4 tree (6to4 2002::/16 and Teredo
+        2001::/32 in MaxMind's), whose next 32 bits are an IPv4 address (``ipv4_of``)."""
         self.version = version
+        self.aliases = aliases
         shift = 22 if version == 4 else 24
         self.starts = array("L", (packed >> shift for packed in ranges))
         bits = (1 << (shift - 16)) - 1  # the prefix length's field
@@ -73,6 +77,15 @@ class NetworkMap:
 
     def class_of(self, index: int) -> Hashable:
         return self.classes[self.class_index[index]]
+
+    def ipv4_of(self, address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, int] | None:
+        """The IPv4 address ``address`` stands for under one of the database's aliases, and
+        the alias's prefix length; None outside them."""
+        top = int(address) >> 64
+        for value, depth in self.aliases:
+            if top >> (64 - depth) == value >> (64 - depth):
+                return ipaddress.IPv4Address((top >> (64 - depth - 32)) & 0xFFFFFFFF), depth
+        return None
 
     def locate(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> Location | None:
         """The merged network holding ``address`` and a record's fields of its class; None

@@ -144,6 +144,7 @@ class MergedNetworks:
         record_ids: dict[int, int] = {}
         field_ids: dict[RecordFields, int] = {}
         ranges: MutableSequence[int] = array("Q") if version == 4 else []  # v6: > 64 bits
+        aliases: list[tuple[int, int]] = []  # IPv6 prefixes leading into the IPv4 tree
         nodes, fields_at = self._nodes, reader.fields
 
         def children(node: int) -> tuple[int, int]:
@@ -192,6 +193,8 @@ class MergedNetworks:
             if node >= nodes:
                 return leaf(node, value)
             if version == 6 and node == ipv4_start and depth:
+                if depth <= width - 32:  # an alias whose IPv4 address is in the first 64 bits
+                    aliases.append((value, depth))
                 return FALLBACK  # the IPv4 space inside the IPv6 tree (and its aliases)
             if version == 6 and depth == width:  # split below /64: one class, or fallback
                 cls = below(node, value << 64, depth)
@@ -215,7 +218,7 @@ class MergedNetworks:
             if top >= 0:
                 ranges.append(top)
             classes = [cls for cls, _ in sorted(ids.items(), key=lambda item: item[1])]
-            return NetworkMap(sorted(ranges), classes, fields_of, version)
+            return NetworkMap(sorted(ranges), classes, fields_of, version, tuple(aliases))
         finally:
             # the recursive closures hold these in a reference cycle: emptied here, they are
             # freed now, not at the next full collection (a 200 ms pause of the server)

@@ -68,6 +68,8 @@ class ClientLocator:
         location: Location | None = None
         if network_map is not None:
             location = network_map.locate(address)  # None where the map falls back
+            if location is None and address.version == 6:
+                location = self._aliased(address)
         if location is None:
             location = self.widened(address)
         final = location is not None
@@ -94,7 +96,29 @@ class ClientLocator:
         network_map = self.network_map if address.version == 4 else self.network_map6
         if network_map is not None and network_map.locate(address) is not None:
             return True
+        if address.version == 6 and self._aliased(address) is not None:
+            return True
         return self.widened(address) is not None
+
+    def _aliased(self, address: ipaddress.IPv6Address) -> Location | None:
+        """An IPv6 address under one of the database's IPv4 aliases (6to4, Teredo), located
+        through the IPv4 map as the database would through its IPv4 tree, with the network
+        of the IPv4 map's merged network under the alias; None when not aliased or not
+        mapped. The database is not read: its pages stay out of the server's memory."""
+        network_map6, network_map = self.network_map6, self.network_map
+        if network_map6 is None or network_map is None:
+            return None
+        aliased = network_map6.ipv4_of(address)
+        if aliased is None:
+            return None
+        ipv4, depth = aliased
+        location = network_map.locate(ipv4)
+        if location is None:
+            return None
+        prefix = depth + location.network.prefixlen
+        network = ipaddress.IPv6Network((int(address) >> (128 - prefix) << (128 - prefix),
+                                         prefix))
+        return dataclasses.replace(location, network=network)
 
     def widened(self, address: IPAddress) -> Location | None:
         """The location memoised for the widened network holding ``address``, if any

@@ -159,6 +159,40 @@ def test_geolite2_ipv6_compiles_to_the_widened_networks(example_policy, geolite2
         assert geolite2_map6.fallback(geolite2_map6.find(value)), embedded
 
 
+def test_ipv6_aliases_of_ipv4_are_located_through_the_ipv4_map(
+        example_policy, geolite2, geolite2_map: NetworkMap, geolite2_map6: NetworkMap,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """6to4 and Teredo subnets (the database's IPv4 aliases) answer as the full path does,
+    without reading the database: its pages are what grew the server on IPv6 streams."""
+    assert sorted(geolite2_map6.aliases) == [(0x2001 << 48, 32), (0x2002 << 48, 16)]
+    mapped = DnsApp(example_policy, geolite2, StaticSnapshotSource())
+    mapped.locator.network_map = geolite2_map
+    mapped.locator.network_map6 = geolite2_map6
+    full = DnsApp(example_policy, geolite2, StaticSnapshotSource(), merge_budget=UNBOUNDED)
+    rng = random.Random(11)
+    queries = []
+    for _ in range(150):
+        ipv4 = rng.randrange(1 << 24, 224 << 24)
+        for top, depth in ((0x2002, 16), (0x2001_0000, 32)):
+            value = top << (128 - depth) | ipv4 << (96 - depth) | rng.randrange(1 << 40)
+            prefix = rng.choice([56, 56, 48, 64])
+            subnet = str(ipaddress.ip_network((value, prefix), strict=False))
+            queries.append((subnet, make_query("chat.infer.example.com", ecs=subnet,
+                                               qid=rng.randrange(65536)).to_wire()))
+    expected = {subnet: full.respond_full(wire, "127.0.0.1") for subnet, wire in queries}
+
+    def no_database(*_: object) -> None:
+        raise AssertionError("the database was read")
+
+    monkeypatch.setattr(mapped.locator.geo, "locate", no_database)
+    monkeypatch.setattr(mapped.locator.merged, "widen", no_database)
+    for subnet, wire in queries:
+        assert mapped.respond(wire, "127.0.0.1") == expected[subnet], subnet
+    assert geolite2_map6.ipv4_of(ipaddress.IPv6Address("2002:5102:4501::1")) == (
+        ipaddress.IPv4Address("81.2.69.1"), 16)
+    assert geolite2_map6.ipv4_of(ipaddress.IPv6Address("2003::1")) is None
+
+
 @pytest.mark.parametrize("compile_map", [MergedNetworks.compile_ipv4,
                                          MergedNetworks.compile_ipv6])
 def test_a_map_build_leaves_its_records_to_reference_counting(example_policy,
