@@ -14,7 +14,9 @@ the network is the widest correct ECS scope (the same as an unbudgeted widening)
 ``compile_ipv6()`` does the same for the IPv6 tree to /64 (1.5 s for GeoLite2 City:
 280,000 networks); a /64 the database splits further is walked to its leaves and keeps one
 class if it has one, else falls back to the full path, as does the IPv4 space embedded in
-the IPv6 tree (``FALLBACK``).
+the IPv6 tree (``FALLBACK``). Addresses under the aliases of that space within the first 64
+bits (6to4, Teredo) are located through the IPv4 map instead (``ipv4_of``), without a
+database read.
 """
 
 from __future__ import annotations
