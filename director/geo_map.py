@@ -29,6 +29,7 @@ from collections.abc import Hashable, Sequence
 from director.geo import Location, RecordFields
 
 FALLBACK = 0xFFFF  # the class index of networks the map leaves to the full path
+TOP_BITS = 16  # the blocks ``NetworkMap.find`` narrows its search to
 
 
 class NetworkMap:
@@ -59,6 +60,12 @@ class NetworkMap:
         self.keys = array("I", (packed & ((1 << shift) - 1) for packed in ranges))
         self.classes = tuple(classes)
         self.fields = tuple(fields)
+        # A bisect over 400,000 starts was most of a lane answer's time (19 steps, each
+        # boxing an array item): ``first[h]`` is the first network starting in the block
+        # of top 16 bits ``h``, so a search bisects one block's networks only.
+        self.top_shift = (32 if version == 4 else 64) - TOP_BITS
+        self.first = array("L", (bisect.bisect_left(self.starts, block << self.top_shift)
+                                 for block in range((1 << TOP_BITS) + 1)))
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -66,7 +73,9 @@ class NetworkMap:
     def find(self, value: int) -> int:
         """The index of the network holding ``value``: an IPv4 address, or the first 64
         bits of an IPv6 one."""
-        return bisect.bisect_right(self.starts, value) - 1
+        block = value >> self.top_shift
+        return bisect.bisect_right(self.starts, value, self.first[block],
+                                   self.first[block + 1]) - 1
 
     def network(self, index: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
         if self.version == 4:

@@ -49,6 +49,7 @@ class LaneAnswer(NamedTuple):
     header: bytes  # response bytes 2..12: flags and counts
     tail: bytes  # after the question, up to the ECS address
     slot: int  # its metrics counter (DnsStats.label_id)
+    whole: bytes  # header, the lane's question as its shape has it, tail
 
 
 class Lane(NamedTuple):
@@ -107,15 +108,23 @@ class SubnetLanes:
             name_end = cut - _AFTER_NAME
             if name_end <= 10:
                 continue
-            lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
-            if lane is None:
-                continue
+            # a query already in lower case is its own shape: one slice, and its answer's
+            # bytes up to the ECS address are the lane's (``LaneAnswer.whole``)
+            lane = self._lanes.get(query[:cut])
+            exact = lane is not None
+            if not exact:
+                lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
+                if lane is None:
+                    continue
             answers, mask, shift, rtt, spill_service, points, bits, network_map = lane
             raw = int.from_bytes(query[cut:], "big")
             if raw & mask:
                 return None
             address = raw << shift  # IPv4: the address; IPv6: its first 64 bits
-            key = network_map.keys[self._bisect(network_map.starts, address) - 1]
+            block = address >> network_map.top_shift  # NetworkMap.find, inlined
+            first = network_map.first
+            key = network_map.keys[self._bisect(network_map.starts, address, first[block],
+                                                first[block + 1]) - 1]
             if rtt and self.rtt_map is not None:
                 key |= self.rtt_map.find(address) << 22
             if spill_service is not None:
@@ -129,7 +138,9 @@ class SubnetLanes:
             found = answers.get(key)
             if found is None:
                 return None
-            header, tail, slot = found
+            if exact:
+                return found.whole + query[cut:], found.slot
+            header, tail, slot, _ = found
             return header + query[10:cut - _AFTER_QUESTION] + tail + query[cut:], slot
         return None
 
@@ -161,6 +172,7 @@ class SubnetLanes:
                 self._sizes.append(size)
         question = cut - _AFTER_QUESTION - 10
         tail = response[10 + question:len(response) - size]
-        lane.answers[key] = LaneAnswer(response[:10], tail, slot)
+        lane.answers[key] = LaneAnswer(response[:10], tail, slot,
+                                       response[:10] + shape[10:cut - _AFTER_QUESTION] + tail)
         if spill is not None:
             lane.points[key & ~SPILLED] = spill[1]
