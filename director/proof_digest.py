@@ -20,6 +20,8 @@ import functools
 import hashlib
 import importlib
 import json
+import sys
+import uuid
 from pathlib import Path
 
 from policies.model import Policy
@@ -35,13 +37,23 @@ def proof_digest(key: Policy) -> str:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """SHA-256 over the paths and bytes of the fingerprinted packages' ``.py`` files."""
-    digest = hashlib.sha256()
+    """SHA-256 over the Python version and the paths and bytes of the fingerprinted
+    packages' ``.py`` files. Where a package's sources cannot be read (no files on disk: a
+    zipped install), a value of this process alone: its digests then match no other's,
+    and every reader runs its own proofs."""
+    digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]}\0".encode())
     for package in FINGERPRINTED:
-        root = Path(importlib.import_module(package).__file__ or "").parent
-        for path in sorted(root.rglob("*.py")):
+        location = importlib.import_module(package).__file__
+        root = Path(location).parent if location else None
+        sources = sorted(root.rglob("*.py")) if root is not None else []
+        if root is None or not sources:
+            return f"unshared {uuid.uuid4()}"
+        for path in sources:
             digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
+            try:
+                digest.update(path.read_bytes())
+            except OSError:
+                return f"unshared {uuid.uuid4()}"
             digest.update(b"\0")
     return digest.hexdigest()
 

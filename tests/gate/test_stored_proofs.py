@@ -134,6 +134,21 @@ def test_digests_are_the_same_in_every_process_whatever_its_hash_seed() -> None:
     assert len(found) == 1 and len(found.pop().split()) == 3
 
 
+def test_code_whose_sources_cannot_be_read_shares_no_digest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Zipped:
+        __file__ = None
+
+    monkeypatch.setattr(proof_digest.importlib, "import_module", lambda _name: Zipped)
+    proof_digest.source_fingerprint.cache_clear()
+    try:
+        first = proof_digest.source_fingerprint()
+        proof_digest.source_fingerprint.cache_clear()
+        assert first.startswith("unshared") and proof_digest.source_fingerprint() != first
+    finally:
+        proof_digest.source_fingerprint.cache_clear()
+
+
 def test_canonical_tells_apart_what_equality_does() -> None:
     assert canonical(frozenset({"b", "a"})) == canonical(frozenset({"a", "b"}))
     assert canonical(1.0) != canonical(1)
