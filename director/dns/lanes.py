@@ -112,7 +112,7 @@ class SubnetLanes:
             # bytes up to the ECS address are the lane's (``LaneAnswer.whole``)
             lane = self._lanes.get(query[:cut])
             exact = lane is not None
-            if not exact:
+            if lane is None:
                 lane = self._lanes.get(query[:name_end].lower() + query[name_end:cut])
                 if lane is None:
                     continue
