@@ -64,12 +64,7 @@ class ClientLocator:
         hit = self._memo.get(key)
         if hit is not None and hit is not _SPLIT:
             return hit  # type: ignore[return-value]
-        network_map = self.network_map if address.version == 4 else self.network_map6
-        location: Location | None = None
-        if network_map is not None:
-            location = network_map.locate(address)  # None where the map falls back
-            if location is None and address.version == 6:
-                location = self._aliased(address)
+        location = self._mapped(address)
         if location is None:
             location = self.widened(address)
         final = location is not None
@@ -93,12 +88,19 @@ class ClientLocator:
         if client.location is None:
             return True
         address = client.address
+        return self._mapped(address) is not None or self.widened(address) is not None
+
+    def _mapped(self, address: IPAddress) -> Location | None:
+        """The location the precompiled maps give ``address``: its version's map, or for an
+        IPv6 address under an IPv4 alias the IPv4 map; None where they fall back, or before
+        they are built."""
         network_map = self.network_map if address.version == 4 else self.network_map6
-        if network_map is not None and network_map.locate(address) is not None:
-            return True
-        if address.version == 6 and self._aliased(address) is not None:
-            return True
-        return self.widened(address) is not None
+        if network_map is None:
+            return None
+        location = network_map.locate(address)
+        if location is None and isinstance(address, ipaddress.IPv6Address):
+            location = self._aliased(address)
+        return location
 
     def _aliased(self, address: ipaddress.IPv6Address) -> Location | None:
         """An IPv6 address under one of the database's IPv4 aliases (6to4, Teredo), located
