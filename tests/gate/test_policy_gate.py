@@ -14,7 +14,7 @@ from policies import read_sources
 from policies.loader import UNSAFE_SKIP_PROOF_ENV
 from state import AsyncStateStore, EmbeddedValkey, StateStore
 from state.policy_follower import PolicyFollower
-from tests.gate.gate_helpers import leaking_engine_proof
+from tests.gate.gate_helpers import engine_proof_runs, leaking_engine_proof
 from workers.policy_source import PolicyFile, StaticPolicy, StoredPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,14 +123,8 @@ def test_no_path_loads_a_policy_around_the_gate() -> None:
 def test_edits_no_decision_reads_reuse_the_proof_and_a_service_edit_reruns_that_service(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sources = read_sources(str(EXAMPLE))
-    runs: list[tuple[str, ...]] = []
     real = policy_gate.run_engine_proof
-
-    def counted(policy: policy_gate.Policy, **kwargs: object) -> policy_gate.EngineProof:
-        runs.append(tuple(service.name for service in policy.services))
-        return real(policy)
-
-    monkeypatch.setattr(policy_gate, "run_engine_proof", counted)
+    runs = engine_proof_runs(monkeypatch)
 
     def edited(old: str, new: str) -> policy_gate.Policy:
         assert old in sources.text

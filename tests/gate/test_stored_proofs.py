@@ -16,7 +16,7 @@ from director.proof_digest import canonical
 from policies import read_sources
 from policies.loader import UNSAFE_SKIP_PROOF_ENV
 from state import PolicyRecord, StateStore
-from tests.gate.gate_helpers import leaking_engine_proof
+from tests.gate.gate_helpers import engine_proof_runs, leaking_engine_proof
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "examples" / "global.dp"
@@ -29,17 +29,9 @@ print(' '.join(a.proofs))
 
 
 @pytest.fixture
-def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Services whose engine proof actually ran (a fresh memo: the spy is a new function)."""
-    ran: list[str] = []
-    real = policy_gate.run_engine_proof
-
-    def counted(policy: policy_gate.Policy, **kwargs: object) -> policy_gate.EngineProof:
-        ran.extend(service.name for service in policy.services)
-        return real(policy)
-
-    monkeypatch.setattr(policy_gate, "run_engine_proof", counted)
-    return ran
+    return engine_proof_runs(monkeypatch)
 
 
 def _sources(spill: str = "85"):
@@ -49,16 +41,17 @@ def _sources(spill: str = "85"):
     return text, sources.name, dict(sources.files)
 
 
-def test_an_accepted_policy_names_one_proof_per_service_with_residency(runs: list[str]) -> None:
+def test_an_accepted_policy_names_one_proof_per_service_with_residency(
+        runs: list[tuple[str, ...]]) -> None:
     text, name, files = _sources()
     acceptance = policy_gate.accept_text(text, name, files)
     assert acceptance.ok and acceptance.policy is not None
     ruled = [s for s in acceptance.policy.services if s.residency]
     assert len(acceptance.proofs) == len(ruled) == len(set(acceptance.proofs)) == 3
-    assert sorted(runs) == sorted(s.name for s in ruled)
+    assert sorted(runs) == sorted((s.name,) for s in ruled)
 
 
-def test_a_reader_with_the_writers_digests_runs_no_decision(runs: list[str]) -> None:
+def test_a_reader_with_the_writers_digests_runs_no_decision(runs: list[tuple[str, ...]]) -> None:
     text, name, files = _sources("71.5")
     writer = policy_gate.accept_text(text, name, files)
     runs.clear()
@@ -73,18 +66,18 @@ def test_a_reader_with_the_writers_digests_runs_no_decision(runs: list[str]) -> 
 
 
 def test_only_the_edited_service_runs_when_the_digests_are_of_the_old_policy(
-        runs: list[str]) -> None:
+        runs: list[tuple[str, ...]]) -> None:
     old = policy_gate.accept_text(*_sources("72.5"))
     runs.clear()
     policy_gate._PROOFS.clear()
     new = policy_gate.accept_text(*_sources("73.5"), proven=old.proofs)
-    assert new.ok and runs == ["chat.infer.example.com"]
+    assert new.ok and runs == [("chat.infer.example.com",)]
     assert new.engine is not None
-    assert [s.service for s in new.engine.services if not s.attested] == runs
+    assert [(s.service,) for s in new.engine.services if not s.attested] == runs
     assert "2 proven by the policy's writer" in new.engine.summary()
 
 
-def test_digests_from_other_code_are_not_trusted(runs: list[str],
+def test_digests_from_other_code_are_not_trusted(runs: list[tuple[str, ...]],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     text, name, files = _sources("74.5")
     written = policy_gate.accept_text(text, name, files).proofs
