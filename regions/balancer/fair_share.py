@@ -23,12 +23,24 @@ Models", OSDI 2024) weighted by each tenant's policy weight.
   share of the region's (among the tenants queued or in flight) goes first, by counter, as
   long as its counter is at most U above the smallest queued one.
 
-The last two are why a flood does not lengthen the others' waits: with the paper's lift
-(no credit), a tenant that sends now and then rejoins level with the flooding tenant and
-alternates with it, so its requests wait a turn behind the flood's, and a short burst of
-them several turns (on the simulated fleet its p99 wait in the region queue doubled). With
-a few requests of credit, and first call on the slots of its share, it is served at the
-next free slot while it stays within its share (``bench/results/2026-11-26-tenant-fair-wait.md``).
+- **Flooding.** Before all of that (reserves aside), a tenant that has had requests queued
+  without a break while the region bound ``flood_turnovers`` times its slots in requests,
+  and whose recent service (the cost bound to it, decayed over the same span) is at least
+  ``flood_share`` of its weighted share of the active tenants', goes after every tenant
+  queued more recently. When every queued tenant is such a tenant, the counters alone
+  decide, so the bound above holds between continuously backlogged tenants.
+
+Why the last three: with the paper's lift (no credit), a tenant that sends now and then
+rejoins level with the flooding tenant and alternates with it, so its requests wait a turn
+behind the flood's, and a short burst of them several turns (on the simulated fleet its p99
+wait in the region queue doubled). Credit and first call on the slots of its share help
+only while its burst stays within them; a burst past them alternates with the flood again.
+A tenant that stays backlogged while being served its share is taking what the others
+leave: it loses nothing by going after them, and they keep the waits they had without it.
+It is never held below ``flood_share`` of its share by tenants that keep rejoining: below
+that it competes by counter again. Both spans are counted in the region's own turnovers,
+so they scale with its slots and its request lengths (no seconds to tune per fleet);
+``bench/results/2026-11-26-tenant-fair-wait.md``.
 
 Requests without a tenant (no ``identity`` in the policy) are never reordered: the
 dispatcher keeps its plain priority-then-arrival queue for them (``active``).
@@ -50,6 +62,8 @@ class FairShareConfig:
     output_weight: float = 2.0  # VTC's w_q, per output token
     aging_s: float = 10.0  # a queued request rises one priority tier per this long waited
     credit_requests: float = 8.0  # credit a rejoining tenant keeps, in largest requests
+    flood_turnovers: float = 6.0  # queued this long, in the region's slots bound, ...
+    flood_share: float = 0.8  # ... and served this much of its share: it goes last
 
 
 class Queued(Protocol):
@@ -72,6 +86,13 @@ class FairShare:
         self.in_flight: dict[str, int] = {}
         self._last_served = 0.0  # counter of the tenant served last (the lift when none wait)
         self._largest_cost = 0.0  # the most one request has added to a counter (VTC's U)
+        self._bound = 0  # requests bound so far, every tenant's and none's
+        self._slots = 1  # the region's slots at the last ``next``
+        self._queued_since: dict[str, int] = {}  # ``_bound`` when the tenant last queued anew
+        # recent service: cost x a scale that grows each bind, i.e. decays older service
+        # (only the tenants' ratios are read, so nothing decays in place)
+        self._recent: dict[str, float] = {}
+        self._scale = 1.0
 
     def set_tenants(self, weights: Mapping[str, float], reserves: Mapping[str, float]) -> None:
         """Tenants' weights and reserved shares (in [0, 1]) from the policy."""
@@ -89,17 +110,24 @@ class FairShare:
         waiting = {e.request.tenant for e in queued if e.request.tenant is not None}
         if tenant in waiting:
             return
+        self._queued_since[tenant] = self._bound
         floor = min((self.counter(t) for t in waiting), default=self._last_served)
         credit = self.config.credit_requests * self._largest_cost
         self.counters[tenant] = max(self.counter(tenant), floor - credit)
 
     def bound(self, request: RequestInfo) -> None:
         """``request`` got a backend: charge its prompt and predicted output."""
+        self._bound += 1
         tenant = request.tenant
         if tenant is None:
             return
         cfg = self.config
         cost = cfg.input_weight * request.prompt_tokens + cfg.output_weight * request.output_tokens
+        self._scale /= 1.0 - 1.0 / max(1.0, cfg.flood_turnovers * self._slots)
+        if self._scale > 1e100:
+            self._recent = {t: v / self._scale for t, v in self._recent.items()}
+            self._scale = 1.0
+        self._recent[tenant] = self._recent.get(tenant, 0.0) + cost * self._scale
         self.counters[tenant] = self.counter(tenant) + cost / self.weight(tenant)
         self._largest_cost = max(self._largest_cost, cost / self.weight(tenant))
         self._last_served = self.counters[tenant]
@@ -145,22 +173,43 @@ class FairShare:
         floor = min((self.counter(t) for t in tenants), default=0.0)
         active = set(tenants) | set(self.in_flight)
         total = sum(self.weight(t) for t in active) or 1.0
-        best: tuple[float, float, int] | None = None
+        self._slots = max(1, slots)
+        flooding = self.flooding(tenants, active, total)
+        best: tuple[int, float, float, int] | None = None
         for tenant, i in firsts.items():
             if tenant is None:
-                order = (1.0, -math.inf, i)  # untenanted entries: before tenants over share
+                order = (0, 1.0, -math.inf, i)  # untenanted entries: before tenants over share
             else:
                 held = self.in_flight.get(tenant, 0)
                 reserve = self.reserves.get(tenant, 0.0) * slots
                 counter = self.counter(tenant)
+                after = 1 if tenant in flooding else 0
                 if reserve > 0 and held < reserve:
-                    order = (0.0, held / reserve, i)
+                    order = (0, 0.0, held / reserve, i)
                 elif (held < self.weight(tenant) / total * slots
                       and counter <= floor + self._largest_cost):
-                    order = (0.5, counter, i)  # below its share of slots, not ahead on tokens
+                    order = (after, 0.5, counter, i)  # below its share of slots, not ahead
                 else:
-                    order = (1.0, counter, i)
+                    order = (after, 1.0, counter, i)
             if best is None or order < best:
                 best = order
         assert best is not None
-        return best[2]
+        return best[3]
+
+    def flooding(self, queued: Sequence[str], active: Iterable[str], total_weight: float
+                 ) -> set[str]:
+        """Of the ``queued`` tenants, those that go after the others (see Flooding): queued
+        without a break for ``flood_turnovers`` x the region's slots binds, served at
+        least ``flood_share`` of their weighted share; none when that is all of them."""
+        span = self.config.flood_turnovers * self._slots
+        long = [t for t in queued
+                if self._bound - self._queued_since.get(t, self._bound) >= span]
+        if not long or len(long) == len(queued):
+            return set()
+        recent = {t: self._recent.get(t, 0.0) for t in active}
+        served = sum(recent.values())
+        if served <= 0.0:
+            return set()
+        share = self.config.flood_share
+        return {t for t in long
+                if recent[t] / served >= share * self.weight(t) / total_weight}

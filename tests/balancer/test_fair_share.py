@@ -243,3 +243,98 @@ async def test_a_full_queue_sheds_the_flooding_tenants_newest_not_another_tenant
     for task in [*flood[:-1], b]:
         task.cancel()
     await asyncio.gather(*flood, b, return_exceptions=True)
+
+
+def flooding_share(turnovers: float = 2.0) -> FairShare:
+    """A fair share over a region of 4 slots whose flooding span is ``turnovers`` x 4 binds."""
+    fair = FairShare(FairShareConfig(flood_turnovers=turnovers))
+    fair.next([ask("x")], now=0.0, slots=4)  # tells it the region's slots
+    return fair
+
+
+def test_a_tenant_queued_through_its_span_and_served_its_share_goes_after_a_newcomer() -> None:
+    fair = flooding_share()
+    fair.arrived("a", [])
+    backlog = [ask("a") for _ in range(3)]
+    for _ in range(7):
+        charge(fair, "a", prompt=100)
+    fair.arrived("b", backlog)
+    fair.counters = {"a": 100.0, "b": 500.0}  # on counters alone a goes first
+    entries = [*backlog, ask("b")]
+    assert fair.next(entries, now=0.0, slots=4) == 0  # 7 binds: short of 2 x 4
+    charge(fair, "a", prompt=100)
+    fair.counters = {"a": 100.0, "b": 500.0}
+    assert fair.next(entries, now=0.0, slots=4) == 3  # 8: a has been flooding
+
+
+def test_a_backlogged_tenant_served_below_its_share_competes_by_counter() -> None:
+    fair = flooding_share()
+    fair.arrived("a", [])
+    backlog = [ask("a") for _ in range(3)]
+    for _ in range(8):  # a is served one in four lately: under 0.8 of its half
+        charge(fair, "a", prompt=100)
+        for _ in range(3):
+            charge(fair, "b", prompt=100)
+    fair.arrived("b", backlog)
+    fair.counters = {"a": 100.0, "b": 500.0}
+    assert fair.next([*backlog, ask("b")], now=0.0, slots=4) == 0
+
+
+def test_when_every_queued_tenant_is_backlogged_the_counters_alone_decide() -> None:
+    fair = flooding_share()
+    fair.arrived("a", [])
+    fair.arrived("b", [ask("a")])
+    for _ in range(8):
+        charge(fair, "a", prompt=100)
+        charge(fair, "b", prompt=100)
+    fair.counters = {"a": 100.0, "b": 500.0}
+    assert fair.next([ask("b"), ask("a")], now=0.0, slots=4) == 1
+
+
+def test_a_reserve_still_goes_first_when_its_tenant_is_flooding() -> None:
+    fair = flooding_share()
+    fair.set_tenants({"a": 1.0, "b": 1.0}, {"a": 0.5})
+    fair.arrived("a", [])
+    backlog = [ask("a")]
+    for _ in range(8):
+        request = charge(fair, "a", prompt=100)
+        fair.finished(request, request.output_tokens)  # a holds nothing: under its 2 slots
+    fair.arrived("b", backlog)
+    assert fair.next([*backlog, ask("b")], now=0.0, slots=4) == 0
+
+
+async def test_a_burst_past_its_credit_is_served_before_a_flooding_tenant() -> None:
+    """a floods a region of 4 slots for longer than its span (6 turnovers); b then sends a
+    burst of 12 requests, more than its credit (8 requests) and its share of slots: every
+    one of them is bound before another of a's."""
+    d = dispatcher(slots=4)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
+    running = [await d.acquire(req(tenant="a")) for _ in range(4)]
+    flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(60)]
+    burst: list[asyncio.Task] = []
+    await asyncio.sleep(0.01)
+    taken: set[asyncio.Task] = set()
+
+    async def turn() -> None:
+        """One request ends; the slot it frees goes to the next queued one."""
+        d.finished(req(tenant="a"), 10.0)
+        running.pop(0).release()
+        await asyncio.sleep(0.01)
+        for task in [*flood, *burst]:
+            if task.done() and task not in taken:
+                taken.add(task)
+                running.append(task.result())
+
+    for _ in range(24):  # 6 x 4 binds of a's since it queued
+        await turn()
+    a_bound = sum(t.done() for t in flood)
+    assert a_bound == 24
+    burst.extend(asyncio.create_task(d.acquire(req(tenant="b"))) for _ in range(12))
+    await asyncio.sleep(0.01)
+    for _ in range(12):
+        await turn()
+    assert all(t.done() for t in burst)
+    assert sum(t.done() for t in flood) == a_bound
+    for task in flood:
+        task.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
