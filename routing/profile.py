@@ -11,10 +11,14 @@ three ways over the same plugins, which all reach the same order:
   ``timings`` (``routing.timings``);
 - explained (``explain=True``): each filter's ``check`` per candidate, so every drop has its
   reason, recorded as trace steps (``FilterStep``, ``ScoreStep``, ``PickStep``,
-  ``SampleStep``) that each tier renders in its own explain format.
+  ``SampleStep``) that each tier renders in its own explain format;
+- traced (``trace=True``): the lean calls, recording what each filter kept and what each
+  scorer returned (no drop reasons, no notes), for a caller that reads those without
+  rendering an explanation; timed like a lean run.
 
-A tier that explains every run (the global tier: each decision carries its explain chain)
-sets ``time_explained``, so that one explained run in ``timings.every`` is timed too.
+A tier that explains runs that matter to its timings (the global tier, whose explain
+answers run the engine afresh) sets ``time_explained``, so that one explained run in
+``timings.every`` is timed too.
 
 Large candidate sets: with more than ``sample`` candidates, a run first considers ``sample``
 of them drawn at random with replacement (the power of k choices), plus every candidate a
@@ -111,11 +115,16 @@ class Profile(Generic[R, C]):
             self, "_scores", tuple((ws.scorer.score, ws.weight) for ws in self.scorers))
         object.__setattr__(self, "_draws", range(self.sample))
 
-    def run(self, request: R, candidates: Sequence[C], *, explain: bool = False) -> Outcome[C]:
+    def run(self, request: R, candidates: Sequence[C], *, explain: bool = False,
+            trace: bool = False) -> Outcome[C]:
         """Filter, score and order ``candidates`` for ``request``."""
         timings = self.timings
-        if explain:
-            run_on: Callable[[Sequence[C], R], Outcome[C]] = self._explained
+        if trace and not explain:
+            run_on: Callable[[Sequence[C], R], Outcome[C]] = self._traced
+            if timings is not None and timings.due():
+                run_on = self._traced_timed
+        elif explain:
+            run_on = self._explained
             if self.time_explained and timings is not None and timings.due():
                 run_on = self._explained_timed
         elif timings is not None and timings.due():
@@ -131,7 +140,7 @@ class Profile(Generic[R, C]):
             sampled = [candidates[i] for i in picked]
             outcome = run_on(sampled, request)
             if outcome.order:
-                if explain:
+                if explain or trace:
                     step = SampleStep(tuple(sampled), n)
                     return Outcome(outcome.order, None, (step, *outcome.steps))
                 return outcome
@@ -167,6 +176,24 @@ class Profile(Generic[R, C]):
             if not candidates:
                 return Outcome((), name)
         return Outcome(self._ordered(candidates, request, None, observe), None, ())
+
+    def _traced(self, candidates: Sequence[C], request: R,
+                observe: Callable[[str, str, float], None] | None = None) -> Outcome[C]:
+        steps: list[Step] = []
+        for keep, name in self._keeps:
+            start = perf_counter() if observe is not None else 0.0
+            candidates = keep(request, candidates)
+            if observe is not None:
+                observe("filter", name, perf_counter() - start)
+            steps.append(FilterStep(name, tuple(candidates), {}, ""))
+            if not candidates:
+                return Outcome((), name, tuple(steps))
+        return Outcome(self._ordered(candidates, request, steps, observe), None, tuple(steps))
+
+    def _traced_timed(self, candidates: Sequence[C], request: R) -> Outcome[C]:
+        timings = self.timings
+        assert timings is not None
+        return self._traced(candidates, request, timings.observe)
 
     def _explained_timed(self, candidates: Sequence[C], request: R) -> Outcome[C]:
         timings = self.timings

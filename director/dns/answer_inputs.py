@@ -13,9 +13,8 @@ reason) reads only:
 - the measured RTTs, only when a service steers by a method that reads them.
 
 ``AnswerInputs.of(snapshot)`` is that, as a value: equal values, equal answers. A
-utilization change that crosses no threshold and flips no health changes nothing. The
-explain chain of a memoised decision keeps the figures of the snapshot it was made under;
-``explain`` queries never come from the memo.
+utilization change that crosses no threshold and flips no health changes nothing.
+Memoised decisions carry no explain chain; ``explain`` queries never come from the memo.
 """
 
 from __future__ import annotations

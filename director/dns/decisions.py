@@ -1,6 +1,7 @@
 """Engine decisions for DNS answers, memoised by exactly what the decision depends on.
 
-``Engine.decide`` costs a few hundred microseconds; a DNS answer must cost a few. Two memos,
+An engine decision (unexplained, ``Engine.decide(explain=False)``) costs tens of
+microseconds; a DNS answer must cost a few. Two memos,
 both dropped when a new snapshot changes what answers read (``answer_inputs``: health,
 drains, a spillover threshold crossed, RTTs under latency steering), kept otherwise:
 
@@ -175,7 +176,7 @@ class Decisions:
         """A fresh decision with its full explain chain (never memoised)."""
         snapshot = self.snapshots.current
         client = self.locator.client(service, ecs, host)
-        decision = self._timed(service, client, snapshot)
+        decision = self._timed(service, client, snapshot, explain=True)
         return Answered(decision, self._scope(decision, client, service, snapshot))
 
     def _scope(self, decision: Decision, client: Client, service: Service,
@@ -235,9 +236,10 @@ class Decisions:
             self._by_inputs[key] = decision
         return decision
 
-    def _timed(self, service: Service, client: Client, snapshot: Snapshot) -> Decision:
+    def _timed(self, service: Service, client: Client, snapshot: Snapshot, *,
+               explain: bool = False) -> Decision:
         start = time.perf_counter()
-        decision = self.engine.decide(service, client, snapshot)
+        decision = self.engine.decide(service, client, snapshot, explain=explain)
         if self.observe is not None:
             self.observe(time.perf_counter() - start)
         return decision

@@ -141,7 +141,7 @@ class _Run:
         snapshot = self.snapshots.get((down, hot))
         if snapshot is None:
             snapshot = self.snapshots[(down, hot)] = self._snapshot(down, hot)
-        answer = self.engine.decide(self.service, client, snapshot).regions
+        answer = self.engine.decide(self.service, client, snapshot, explain=False).regions
         self.decisions += 1
         self.down |= down
         self.hot |= hot
@@ -206,7 +206,7 @@ def _classify(policy: Policy, service: Service, run: _Run) -> list[_Class]:
     for rule, country, continent in _places(policy, service):
         label = country or continent or "?"
         location = Location(country, continent, first.latitude, first.longitude, _NETWORK)
-        decision = run.engine.decide(service, _client(location, 0), Snapshot())
+        decision = run.engine.decide(service, _client(location, 0), Snapshot(), explain=False)
         run.decisions += 1
         names = tuple(sorted({rule.name, *decision.rules}))
         allowed = frozenset(service.regions)

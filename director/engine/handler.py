@@ -28,17 +28,20 @@ RESIDENCY = "residency"  # the filter whose kept regions all-down and failover r
 
 
 def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[str],
-                reads: frozenset[Input]) -> Decision:
-    """The decision for ``ctx`` from ``profile``'s explained run ``outcome``; ``reads``:
-    what the service's steering methods read."""
+                reads: frozenset[Input], explain: bool = True) -> Decision:
+    """The decision for ``ctx`` from ``profile``'s explained (or traced, when not
+    ``explain``: then the decision has no steps) run ``outcome``; ``reads``: what the
+    service's steering methods read."""
     client, service, snapshot = ctx.client, ctx.service, ctx.snapshot
     location = client.location if client.location and client.location.found else None
-    steps = [locate_step(client, ctx.rules)]
     filtered = {s.plugin: s for s in outcome.steps if isinstance(s, FilterStep)}
-    for flt in profile.filters:  # a filter after the one that left nothing ran on nothing
-        ran = filtered.get(flt.name)
-        steps.append(filter_step(ran) if ran is not None
-                     else Step("filter", flt.name, (), note=flt.note(ctx)))
+    steps: list[Step] = []
+    if explain:
+        steps.append(locate_step(client, ctx.rules))
+        for flt in profile.filters:  # a filter after the one that left nothing ran on nothing
+            ran = filtered.get(flt.name)
+            steps.append(filter_step(ran) if ran is not None
+                         else Step("filter", flt.name, (), note=flt.note(ctx)))
     candidates = filtered[RESIDENCY].kept
     healthy = outcome.order
 
@@ -50,21 +53,25 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
     floor = 0  # what the scope depends on besides the location network
     if outcome.stopped_at is not None:
         answer, step = all_down(ctx, profile.order(ctx, candidates).order, ctx.allowed is None)
-        steps.append(step)
+        if explain:
+            steps.append(step)
         reason = "all-down" if location is not None else "refused"
         return _decision(ctx, answer, reason, located, floor, steps, degraded=True)
 
     for s in outcome.steps:
         if isinstance(s, ScoreStep):
-            steps.append(score_step(s))
+            if explain:
+                steps.append(score_step(s))
             if isinstance(s.values, Scores):
                 floor = max(floor, s.values.scope_prefix)
-    ranked, step, spilled = spillover(ctx, healthy)
-    steps.append(step)
+    ranked, spill_step, spilled = spillover(ctx, healthy, explain)
     if service.spillover is not None and snapshot.region(ranked[0]).utilization is not None:
         floor = max(floor, client.bucket.prefixlen if ctx.key_is_client else 0)
     answer = ranked[: service.answers]
-    steps.append(Step("pick", "top-n", answer, note=f"answers {service.answers}"))
+    if explain:
+        assert spill_step is not None
+        steps.append(spill_step)
+        steps.append(Step("pick", "top-n", answer, note=f"answers {service.answers}"))
     if spilled:
         reason = "spillover"
     elif len(healthy) < len(candidates) and _preferred_down(ctx, profile, candidates, healthy):

@@ -1,8 +1,9 @@
 """One routing profile per service: residency then health (filters), the service's steering
 methods in the order it lists them (scorers), the lexicographic picker.
 
-Every run is explained (each decision carries its explain chain), so a profile given
-``timings`` times one explained run in ``timings.every`` (``Profile.time_explained``).
+Decisions that serve are traced (``Engine.decide(explain=False)``), explain asks for an
+explained run; a profile given ``timings`` times one run in ``timings.every`` of either
+kind (``Profile.time_explained``).
 """
 
 from __future__ import annotations

@@ -46,26 +46,40 @@ def spill_hash(key: bytes, service: str, primary: str) -> float:
     return unit_hash(key, service, primary, "spill")
 
 
-def spillover(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[tuple[str, ...], Step, bool]:
-    """The ranking after spillover, its explain step, and whether this client spilled."""
+def spillover(ctx: DecisionContext, ranked: tuple[str, ...], explain: bool = True
+              ) -> tuple[tuple[str, ...], Step | None, bool]:
+    """The ranking after spillover, its explain step (None unless ``explain``), and whether
+    this client spilled."""
+    moved, spilled, note, values = _spill(ctx, ranked)
+    step = Step("spillover", "spillover", moved, note=note.format(**values)) if explain \
+        else None
+    return moved, step, spilled
+
+
+_HEAD = "{primary} at {utilization:.0%} > {threshold:.0%}: spilling {share:.1%}"
+
+
+def _spill(ctx: DecisionContext, ranked: tuple[str, ...]
+           ) -> tuple[tuple[str, ...], bool, str, dict[str, object]]:
+    """(ranking, spilled, the explain note's template and its values): the note is only
+    formatted when explaining."""
     config = ctx.service.spillover
     if config is None or not ranked:
-        return ranked, Step("spillover", "spillover", ranked, note="no spillover configured"), False
+        return ranked, False, "no spillover configured", {}
     primary = ranked[0]
     utilization = ctx.snapshot.region(primary).utilization
     if utilization is None:
-        return ranked, Step("spillover", "spillover", ranked,
-                            note=f"{primary}: no live load reported"), False
+        return ranked, False, "{primary}: no live load reported", {"primary": primary}
+    values: dict[str, object] = {"primary": primary, "utilization": utilization,
+                                 "threshold": config.threshold}
     point = spill_point(ctx, ranked)
     if point is None:
-        note = f"{primary} at {utilization:.0%} of capacity, under {config.threshold:.0%}"
-        return ranked, Step("spillover", "spillover", ranked, note=note), False
-    share = point[1]
-    h = spill_hash(ctx.client_key, ctx.service.name, primary)
-    head = f"{primary} at {utilization:.0%} > {config.threshold:.0%}: spilling {share:.1%}"
+        return ranked, False, "{primary} at {utilization:.0%} of capacity, under " \
+                              "{threshold:.0%}", values
+    share = values["share"] = point[1]
+    h = values["hash"] = spill_hash(ctx.client_key, ctx.service.name, primary)
     if h >= share:
-        return ranked, Step("spillover", "spillover", ranked,
-                            note=f"{head}; this client's hash {h:.3f} stays"), False
+        return ranked, False, _HEAD + "; this client's hash {hash:.3f} stays", values
     allowed_targets = set(_targets(ctx, ranked))
     for target in ranked[1:]:
         if target not in allowed_targets:
@@ -73,11 +87,10 @@ def spillover(ctx: DecisionContext, ranked: tuple[str, ...]) -> tuple[tuple[str,
         load = ctx.snapshot.region(target).utilization
         if load is not None and load >= config.threshold:
             continue
+        values["target"] = target
         moved = (target, *[r for r in ranked if r != target])
-        return moved, Step("spillover", "spillover", moved,
-                           note=f"{head}; this client's hash {h:.3f} moves to {target}"), True
-    return ranked, Step("spillover", "spillover", ranked,
-                        note=f"{head}; no allowed target under threshold, stays"), False
+        return moved, True, _HEAD + "; this client's hash {hash:.3f} moves to {target}", values
+    return ranked, False, _HEAD + "; no allowed target under threshold, stays", values
 
 
 def _targets(ctx: DecisionContext, ranked: tuple[str, ...]) -> set[str]:

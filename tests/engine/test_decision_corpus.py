@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from dataclasses import replace
 
-from decision_corpus import decide_all, read_fixture
+from decision_corpus import cases, decide_all, engine, policies, read_fixture
 
 
 def test_decisions_equal_the_recorded_corpus() -> None:
@@ -41,3 +42,19 @@ def test_the_corpus_reaches_every_path() -> None:
               if s["stage"] == "score" and "scores" in s["note"]}
     assert scored == {"latency", "geo", "weighted", "priority"}
     assert len(decisions) > 5000
+
+
+def test_unexplained_decisions_equal_the_explained_ones() -> None:
+    """What serving and the engine proof use (``explain=False``) decides every case of the
+    corpus as the explained decision does, field for field, with no steps."""
+    compared = 0
+    for policy_name, policy in policies().items():
+        explained, quiet = engine(policy_name, policy), engine(policy_name, policy)
+        for service, label, snapshot_name, c, snapshot in cases(policy_name, policy):
+            full = explained.decide(service, c, snapshot)
+            bare = quiet.decide(service, c, snapshot, explain=False)
+            assert bare.steps == ()
+            assert bare == replace(full, steps=()), (policy_name, service, label,
+                                                     snapshot_name)
+            compared += 1
+    assert compared > 5000

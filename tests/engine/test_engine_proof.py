@@ -66,24 +66,24 @@ def _forbidden(engine: Engine, decision) -> tuple[str, ...]:
 
 
 class LeaksOnSpill(Engine):
-    def decide(self, service, client, snapshot):
-        decision = super().decide(service, client, snapshot)
+    def decide(self, service, client, snapshot, *, explain=True):
+        decision = super().decide(service, client, snapshot, explain=explain)
         if decision.reason == "spillover" and decision.allowed is not None:
             return dataclasses.replace(decision, regions=_forbidden(self, decision))
         return decision
 
 
 class LeaksWhenAllAllowedAreDown(Engine):
-    def decide(self, service, client, snapshot):
-        decision = super().decide(service, client, snapshot)
+    def decide(self, service, client, snapshot, *, explain=True):
+        decision = super().decide(service, client, snapshot, explain=explain)
         if decision.reason == "all-down" and decision.allowed is not None:
             return dataclasses.replace(decision, regions=_forbidden(self, decision))
         return decision
 
 
 class LeaksForUnlocatedClients(Engine):
-    def decide(self, service, client, snapshot):
-        decision = super().decide(service, client, snapshot)
+    def decide(self, service, client, snapshot, *, explain=True):
+        decision = super().decide(service, client, snapshot, explain=explain)
         if client.location is None:
             regions = self.policy.service(decision.service).regions
             return dataclasses.replace(decision, regions=regions[-1:])
@@ -91,8 +91,8 @@ class LeaksForUnlocatedClients(Engine):
 
 
 class LeaksWhenOnlyAForbiddenRegionIsUp(Engine):
-    def decide(self, service, client, snapshot):
-        decision = super().decide(service, client, snapshot)
+    def decide(self, service, client, snapshot, *, explain=True):
+        decision = super().decide(service, client, snapshot, explain=explain)
         up = [r for r, state in snapshot.regions.items() if state.healthy]
         if len(up) == 1 and decision.allowed is not None and up[0] not in decision.allowed:
             return dataclasses.replace(decision, regions=tuple(up))
@@ -102,12 +102,12 @@ class LeaksWhenOnlyAForbiddenRegionIsUp(Engine):
 class ForgetsOneCountry(Engine):
     """Misclassifies German clients as covered by no rule (so they go anywhere)."""
 
-    def decide(self, service, client, snapshot):
+    def decide(self, service, client, snapshot, *, explain=True):
         location = client.location
         if location is not None and location.country == "DE":
             client = dataclasses.replace(client, location=dataclasses.replace(
                 location, country="ZZ", continent=None))
-        return super().decide(service, client, snapshot)
+        return super().decide(service, client, snapshot, explain=explain)
 
 
 @pytest.mark.parametrize("mutant", [LeaksOnSpill, LeaksWhenAllAllowedAreDown,

@@ -116,15 +116,24 @@ def test_explain_records_every_step() -> None:
 
 
 @given(st.integers(0, 30), st.lists(st.integers(0, 40), max_size=30), st.integers(0, 6))
-def test_lean_timed_and_explained_reach_one_order(request: int, candidates: list[int],
+def test_every_run_mode_reaches_one_order(request: int, candidates: list[int],
                                                    sample: int) -> None:
     lean = profile(sample=sample, rng=random.Random(1)).run(request, candidates)
     timed = profile(PluginTimings(every=1), sample=sample, rng=random.Random(1)).run(
         request, candidates)
     explained = profile(sample=sample, rng=random.Random(1)).run(request, candidates,
                                                                explain=True)
-    assert lean.order == timed.order == explained.order
-    assert lean.stopped_at == timed.stopped_at == explained.stopped_at
+    traced = profile(sample=sample, rng=random.Random(1)).run(request, candidates, trace=True)
+    traced_timed = profile(PluginTimings(every=1), sample=sample, rng=random.Random(1)).run(
+        request, candidates, trace=True)
+    assert lean.order == timed.order == explained.order == traced.order == traced_timed.order
+    assert lean.stopped_at == timed.stopped_at == explained.stopped_at == traced.stopped_at
+    # a trace holds what each filter kept and each scorer returned, as the explained run
+    assert traced.steps == traced_timed.steps
+    assert [(s.plugin, s.kept) for s in traced.steps if isinstance(s, FilterStep)] == \
+        [(s.plugin, s.kept) for s in explained.steps if isinstance(s, FilterStep)]
+    assert [s for s in traced.steps if not isinstance(s, FilterStep)] == \
+        [s for s in explained.steps if not isinstance(s, FilterStep)]
 
 
 def test_sampling_falls_back_to_every_candidate_and_nominees_join() -> None:
