@@ -117,10 +117,13 @@ async def test_a_ttl_drain_ends_when_the_api_that_set_it_is_gone(tmp_path, valke
 
     async with running_api(tmp_path, valkey.url, prefix) as api:
 
-        async def removed() -> bool:
-            return not store.client.hgetall(store.keys.drain)
+        async def removed_and_audited() -> bool:
+            # the flag goes first, the audit line right after: wait for both
+            lines = api.audit_lines()
+            return not store.client.hgetall(store.keys.drain) and bool(lines) and \
+                lines[-1]["who"] == "deadman"
 
-        await eventually(removed, timeout=5)
+        await eventually(removed_and_audited, timeout=5)
         last = api.audit_lines()[-1]
         assert (last["who"], last["action"], last["target"]) == (
             "deadman", "undrain", "region eu-west")
