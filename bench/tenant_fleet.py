@@ -20,7 +20,8 @@ slots) is measured first; every rate below is a share of it.
 ::
 
     .venv/bin/python bench/tenant_fleet.py [--seconds 60] [--flood-seconds 120] [--slots 16]
-        [--variants ours,plain] [--no-fairness] [--seed 0]
+        [--variants ours,plain] [--no-fairness] [--seed 0] [--onset 15]
+        [--pin-slots]
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ MODEL = "sim-model"
 PROMPT_TOKENS = 200
 
 
-def policy_text(sims: list[Proc], tenants: str, identity: bool) -> str:
-    gpus = "\n".join(f"    gpu {p.name} {{ url {p.url}; models {MODEL} }}" for p in sims)
+def policy_text(sims: list[Proc], tenants: str, identity: bool, pin: int | None = None) -> str:
+    seqs = f"; max-seqs {pin}" if pin else ""
+    gpus = "\n".join(f"    gpu {p.name} {{ url {p.url}; models {MODEL}{seqs} }}" for p in sims)
     ident = "identity { api-keys on }\n" if identity else ""
     return f"""zone infer.example.com {{ ns ns1.infer.example.com 127.0.0.1 }}
 region bench {{
@@ -112,6 +114,8 @@ class Tally:
     window: tuple[float, float] = (0.0, 0.0)
     queue_max: float = 0.0
     limits: set[float] = field(default_factory=set)
+    # (s since the phase began, requests in flight by backend, limit by backend), sampled
+    samples: list[tuple[float, dict[str, int], dict[str, int]]] = field(default_factory=list)
 
 
 async def one(session: aiohttp.ClientSession, url: str, key: str | None, tenant: str,
@@ -212,16 +216,47 @@ async def phase(url: str, keys: dict[str, str | None], rates: dict[str, float],
 
 
 async def sample_queue(session: aiohttp.ClientSession, url: str, tally: Tally) -> None:
-    """The balancer's region queue and learned capacities, every second."""
+    """The balancer's region queue, requests in flight and learned capacities, four times a
+    second."""
     while True:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.25)
         async with session.get(url + "/metrics") as resp:
             text = await resp.text()
+        in_flight: dict[str, int] = {}
+        limits: dict[str, int] = {}
         for line in text.splitlines():
             if line.startswith("director_balancer_queue "):
                 tally.queue_max = max(tally.queue_max, float(line.split()[-1]))
             elif line.startswith("director_balancer_capacity_limit{"):
                 tally.limits.add(float(line.split()[-1]))
+                limits[_backend(line)] = int(float(line.split()[-1]))
+            elif line.startswith("director_balancer_in_flight{"):
+                in_flight[_backend(line)] = int(float(line.split()[-1]))
+        tally.samples.append((time.monotonic() - tally.started, in_flight, limits))
+
+
+def _backend(line: str) -> str:
+    return line.split('backend="', 1)[1].split('"', 1)[0]
+
+
+def onset(tally: Tally, seconds: int) -> None:
+    """The flood's first ``seconds``, second by second: b and c's longest TTFT and region
+    queue wait for the requests sent in it, and the balancer's last sample in it."""
+    print("\n| second of the flood | b longest TTFT s | b longest queue wait s | c longest "
+          "TTFT s | c longest queue wait s | in flight / limit by backend (-: unbounded) |")
+    print("|---|---|---|---|---|---|")
+    for second in range(seconds):
+        cells = []
+        for tenant in "bc":
+            sent = [o for o in tally.outcomes[tenant]
+                    if second <= o.sent_at - tally.started < second + 1]
+            cells.append(max((o.ttft for o in sent if o.ttft is not None), default=0.0))
+            cells.append(max((o.queued for o in sent if o.queued is not None), default=0.0))
+        seen = [(f, lim) for at, f, lim in tally.samples if second <= at < second + 1]
+        in_flight, limits = seen[-1] if seen else ({}, {})
+        shown = ", ".join(f"{name} {count} / {limits.get(name, '-')}"
+                          for name, count in sorted(in_flight.items()))
+        print(f"| {second} | " + " | ".join(f"{v:.2f}" for v in cells) + f" | {shown} |")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -239,7 +274,9 @@ async def main_async(args: argparse.Namespace) -> None:
             tenants = "".join(f"tenant {t} {{ quota {{ requests {share_rpm:.0f}/min }} }}\n"
                               for t in "abc")
             tenants += "tenant w1 { weight 1 }\ntenant w2 { weight 2 }\n"
-            ours = start_balancer(workdir, policy_text(sims, tenants, True), valkey.url, "ours",
+            pin = args.slots if args.pin_slots else None
+            ours = start_balancer(workdir, policy_text(sims, tenants, True, pin), valkey.url,
+                                  "ours",
                                   ("--late-binding",) if args.late_binding else ())
             procs.append(ours)
             keys = await tenant_keys(valkey.url, "ours")
@@ -271,6 +308,8 @@ async def main_async(args: argparse.Namespace) -> None:
                           f"before, {ft:.3f} s in the flood", flush=True)
                 print(f"{label}: region queue at most {during.queue_max:.0f} in the flood, "
                       f"capacity limits {sorted(during.limits)}", flush=True)
+                if args.onset:
+                    onset(during, args.onset)
                 _, arate, a429 = summary(during, "a", args.flood_seconds)
                 rows.append((label, "a (3x)", float("nan"), float("nan"), float("nan"),
                              float("nan"), arate, a429))
@@ -334,6 +373,11 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=2.0,
                         help="simulator time scale (higher: more requests per second for "
                         "the one client process to drive; 2 keeps it below saturation)")
+    parser.add_argument("--pin-slots", action="store_true",
+                        help="our balancer's policy pins each server's slots (max-seqs) "
+                        "instead of leaving the balancer to learn them")
+    parser.add_argument("--onset", type=int, default=0,
+                        help="print the flood's first N seconds second by second")
     parser.add_argument("--late-binding", action=argparse.BooleanOptionalAction, default=True,
                         help="our tenant balancer holds requests at the learned capacity "
                         "(the region queue, where fair sharing happens)")
