@@ -166,16 +166,8 @@ class Profile(Generic[R, C]):
         return _new_tuple(Outcome, (tuple([candidates[i] for i in order]), None, ()))
 
     def _timed(self, candidates: Sequence[C], request: R) -> Outcome[C]:
-        timings = self.timings
-        assert timings is not None
-        observe = timings.observe
-        for keep, name in self._keeps:
-            start = perf_counter()
-            candidates = keep(request, candidates)
-            observe("filter", name, perf_counter() - start)
-            if not candidates:
-                return Outcome((), name)
-        return Outcome(self._ordered(candidates, request, None, observe), None, ())
+        order, stopped_at, _ = self._traced_timed(candidates, request)
+        return Outcome(order, stopped_at, ())
 
     def _traced(self, candidates: Sequence[C], request: R,
                 observe: Callable[[str, str, float], None] | None = None) -> Outcome[C]:
