@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from director.console import plain_console
+from regions.balancer.capacity import CapacityConfig
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
 from state.ports import parse_hostport
 
@@ -160,6 +161,16 @@ def serve(
             "prompts trip it on healthy fleets).",
         ),
     ] = 0.0,
+    provisional_growth: Annotated[
+        float,
+        typer.Option(
+            "--provisional-growth",
+            min=0.0,
+            help="Where requests are held (tenants, --late-binding), a GPU server not yet "
+            "seen saturated may run FACTOR times the most it was seen running, growing by "
+            "FACTOR while it runs all it is given (0: unbounded until saturated).",
+        ),
+    ] = CapacityConfig.provisional_growth,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
     import uvloop
@@ -178,7 +189,7 @@ def serve(
             f"expected off, redirect or proxy, got '{overflow}'", param_hint="--overflow"
         ) from None
     siblings = dict(parse_pairs(sibling, "--sibling", "REGION=URL"))
-    config = balancer_config(scorer, picker, late_binding, ttft_eject)
+    config = balancer_config(scorer, picker, late_binding, ttft_eject, provisional_growth)
 
     acceptance = policy_gate.accept(str(policy))
     if acceptance.policy is None:
@@ -236,7 +247,8 @@ def serve(
 
 
 def balancer_config(
-    scorer: list[str] | None, picker: str | None, late_binding: bool, ttft_eject: float
+    scorer: list[str] | None, picker: str | None, late_binding: bool, ttft_eject: float,
+    provisional_growth: float = CapacityConfig.provisional_growth,
 ) -> BalancerConfig:
     """The balancer's configuration from the command line's routing options."""
     from regions.balancer import BalancerConfig
@@ -260,6 +272,9 @@ def balancer_config(
         config = dataclasses.replace(
             config, capacity=dataclasses.replace(config.capacity, late_binding=True)
         )
+    if provisional_growth != config.capacity.provisional_growth:
+        config = dataclasses.replace(config, capacity=dataclasses.replace(
+            config.capacity, provisional_growth=provisional_growth))
     if ttft_eject:
         config = dataclasses.replace(
             config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)

@@ -711,6 +711,10 @@ def _is_loopback(remote: str | None) -> bool:
 
 def describe_capacity(capacity: Capacity, in_flight: int) -> str:
     """One backend's capacity in explain's words."""
+    if capacity.provisional:
+        return (f"capacity unknown, provisional limit {capacity.limit} in flight (from the most "
+                f"it was seen running, until its metrics show it saturated); "
+                f"{in_flight} in flight")
     if capacity.slots is None:
         held = "at most " + str(capacity.limit) if capacity.limit < UNBOUNDED else "nothing held"
         return (f"capacity unknown ({held}: least outstanding requests until its metrics show "

@@ -623,19 +623,21 @@ class BackendPool:
         """Renew what the region's views share; True if it changed. ``_guess``: what scorers
         assume of a backend whose capacity is unknown, the largest learned in the region
         (its peers are likely alike), else ``GUESS_SLOTS``. ``_unsure``: with late binding,
-        some healthy backend's capacity is unknown; then no backend is full (``_limit``).
+        some healthy backend's capacity is unknown, without even a provisional limit (no
+        scrape has shown it running); then no backend is full (``_limit``).
         Without late binding only pins hold, whatever the others know."""
         known = [b.cap_now.slots for b in self.backends if b.cap_now.slots is not None]
         guess = max(known) if known else GUESS_SLOTS
         unsure = self.capacity_config.late_binding and any(
-            b.cap_now.slots is None for b in self.backends if b.healthy)
+            b.cap_now.slots is None and not b.cap_now.provisional
+            for b in self.backends if b.healthy)
         changed = (guess, unsure) != (self._guess, self._unsure)
         self._guess, self._unsure = guess, unsure
         return changed
 
     def _limit(self, b: Backend, capacity: Capacity) -> int:
-        """What admission lets be in flight at ``b``: its pinned limit, or its learned one
-        (with ``late_binding``) once every healthy backend's capacity is known. Until then
+        """What admission lets be in flight at ``b``: its pinned limit, or its learned or
+        provisional one (with ``late_binding``) once every healthy backend has one. Until then
         none but a pinned one is full (short of an engine's own in-flight limit): a region
         queue that holds requests for the known backends while an unknown one has "room"
         would send that one every request, hundreds deep in its engine's queue, where

@@ -21,7 +21,8 @@ Sources, strongest first:
    until an observation says otherwise.
 4. **unknown**: nothing said yet. Admission then holds nothing (the limit is unbounded), so
    the balancer behaves like least-outstanding-requests; scorers see a guess: the largest
-   capacity learned in the region, else ``GUESS_SLOTS``.
+   capacity learned in the region, else ``GUESS_SLOTS``. A region that holds (below) gives
+   an unknown backend a provisional limit instead, once a scrape has shown it running.
 
 What admission does with it (the limit):
 
@@ -37,6 +38,21 @@ What admission does with it (the limit):
   share more may wait at each server), and for one second in ten one request more is
   allowed, so that a server that could run more is seen running it (the estimate is then
   dropped and learned anew).
+- **unknown, in a region that holds**: a provisional limit, so that a burst is not sent into
+  the engines before their capacity is seen (a tenant's flood would fill the engines' own
+  queues, where the fair share cannot reorder it). Every scrape shows a lower bound on the
+  slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
+  least one more. While it binds, the backend is scraped sooner (``engine_scrape``); a
+  scrape showing the engine running all that the limit allows may mean room, and the limit
+  grows by the same factor (requests from elsewhere waiting beside those are not
+  saturation), so a ramp on a large server costs a few quick scrapes of queueing. (An
+  engine exactly full at the limit looks the same: growing by a quarter, not doubling,
+  keeps what that sends into its queue small.) One
+  fewer running with one waiting is what a slot limit one below looks like, and also an
+  arrival waiting for the engine's next iteration: the saturation rule above decides. An
+  engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated and
+  learned as above. Without a scrape (no metrics), nothing is held, as before;
+  ``provisional_growth`` 0 turns it off.
 - An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429) caps the
   limit, whatever the source.
 
@@ -62,7 +78,9 @@ class CapacityConfig:
     beyond a learned capacity, as a share of it, at least one (0, the default: none);
     ``probe_every_s``: without headroom, one request more than the learned capacity is
     allowed for ``probe_s`` of every ``probe_every_s`` seconds (0: never), so that a server
-    that could run more is seen doing it."""
+    that could run more is seen doing it; ``provisional_growth``: a holding region's limit
+    for a backend of unknown capacity, as a multiple of the most it was seen running (0:
+    none, unbounded)."""
 
     late_binding: bool = False
     window_s: float = 5.0
@@ -71,6 +89,7 @@ class CapacityConfig:
     probe_s: float = 1.0
     kv_full: float = 0.9
     persist: int = 2
+    provisional_growth: float = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +99,7 @@ class Capacity:
     slots: int | None  # None: unknown
     source: str  # "pinned", "observed", "engine" or "unknown"
     limit: int  # what admission lets be in flight there (UNBOUNDED while unknown)
+    provisional: bool = False  # unknown, and the limit is the provisional one
 
     @property
     def known(self) -> bool:
@@ -97,6 +117,7 @@ class CapacityEstimator:
         self._saturated: deque[tuple[float, int]] = deque()  # (time, running) at capacity
         self._recent: deque[bool] = deque(maxlen=self.config.persist + 1)  # at capacity?
         self._max_running = 0  # the most it was seen running, since it was last forgotten
+        self._provisional = 0  # the provisional limit (0: none yet), see the module docstring
 
     def engine_limits(self, max_running: int | None, max_in_flight: int | None) -> None:
         """What the engine's info endpoint says (None: it does not say)."""
@@ -113,19 +134,47 @@ class CapacityEstimator:
         self._max_running = max(self._max_running, count)
         full = (waiting > 0 and count > 0
                 and (count == self._max_running
-                     or (kv_usage is not None and kv_usage >= config.kv_full)))
+                     or (kv_usage is not None and kv_usage >= config.kv_full))
+                and not self._runs_all_allowed(count))
         self._recent.append(full)
         if full and sum(self._recent) >= config.persist:
             self._saturated.append((now, count))
         elif not waiting and self._saturated and count > max(c for _, c in self._saturated):
             self._saturated.clear()  # it ran more than we thought it could, with room left
+        if not full:  # a limit that may be the engine's is no reason to allow more
+            self._grow_provisional(count)
         self._expire(now)
+
+    def _runs_all_allowed(self, running: int) -> bool:
+        """Whether a holding balancer's provisional limit, not the engine, holds ``running``
+        where it is: the engine runs exactly what it was allowed (running more, it is fed
+        from elsewhere too, and what waits may wait for a slot)."""
+        return (self.config.late_binding and self._provisional > 0
+                and running == self._provisional)
+
+    def _grow_provisional(self, running: int) -> None:
+        growth = self.config.provisional_growth
+        if growth <= 0 or self._max_running <= 0:
+            return
+        seen = self._max_running
+        limit = max(seen + 1, math.ceil(seen * growth))
+        if self._provisional and running >= self._provisional:  # it ran all it was allowed
+            limit = max(limit, self._provisional + 1, math.ceil(self._provisional * growth))
+        self._provisional = max(self._provisional, limit)
+
+    def provisional_binds(self, in_flight: int) -> bool:
+        """Whether ``in_flight`` requests fill the provisional limit in force (a scrape soon
+        tells whether it may grow, or what the capacity is)."""
+        return (self.config.late_binding and self._provisional > 0 and not self._saturated
+                and self.pinned is None and self.engine_slots is None
+                and in_flight >= self._provisional)
 
     def forget(self) -> None:
         """Drop what was observed (a restart may have changed it); the pin stays."""
         self._saturated.clear()
         self._recent.clear()
         self._max_running = 0
+        self._provisional = 0
         self.engine_slots = None
         self.engine_in_flight = None
 
@@ -141,11 +190,15 @@ class CapacityEstimator:
         else:
             slots, source = None, "unknown"
         limit = self.unheld_limit()
+        provisional = False
         if slots is not None and (source == "pinned" or self.config.late_binding):
             limit = min(limit, slots + self._headroom(slots, source, now))
+        elif slots is None and self.config.late_binding and self._provisional:
+            provisional = self._provisional < limit
+            limit = min(limit, self._provisional)
         if slots is not None and self.engine_in_flight is not None:
             slots = min(slots, self.engine_in_flight)
-        return Capacity(slots, source, limit)
+        return Capacity(slots, source, limit, provisional)
 
     def unheld_limit(self) -> int:
         """The admission limit when nothing is held at a capacity: the engine's own

@@ -3,7 +3,9 @@
 without being told (``capacity``).
 
 Every ``every_s`` seconds, each backend that has requests in flight, or whose capacity is
-unknown, is scraped (an idle one with a known capacity every ``info_every_s``): ``GET
+unknown, is scraped (an idle one with a known capacity every ``info_every_s``), and every
+``binding_every_s`` one whose provisional limit is full (``capacity``: the sooner it is
+read, the sooner the limit grows or the capacity is known): ``GET
 /metrics`` read with its engine's names (``engines.metrics``) gives running, waiting and
 cache usage, which go to ``BackendPool.set_scraped`` (a scrape with waiting requests is a
 capacity observation). Every ``info_every_s``, and at start, the engine's info endpoint
@@ -61,11 +63,13 @@ class EngineScraper:
         every_s: float = 1.0,
         info_every_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        binding_every_s: float = 0.1,
     ) -> None:
         self.pool = pool
         self.sessions = sessions
         self.every_s = every_s
         self.info_every_s = info_every_s
+        self.binding_every_s = min(binding_every_s, every_s)
         self.clock = clock
         self.counts = ScrapeCounts()
         self._info_at: dict[str, float] = {}
@@ -146,11 +150,28 @@ class EngineScraper:
             self.pool.forget_capacity(b.name)
             self._info_at.pop(b.name, None)
 
+    async def scrape_binding(self) -> None:
+        """Scrape the backends whose provisional limit is full, unless scraped in the last
+        ``binding_every_s``."""
+        now = self.clock()
+        due = [b for b in self.pool
+               if b.name in self.sessions and b.healthy
+               and b.capacity.provisional_binds(b.in_flight)
+               and now - self._scraped_at.get(b.name, -1e18) >= self.binding_every_s]
+        if due:
+            await asyncio.gather(*(self._scrape(b) for b in due))
+
     async def _run(self) -> None:
+        round_at = -1e18
         while True:
             started = self.clock()
-            await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.every_s - (self.clock() - started)))
+            if started - round_at >= self.every_s:
+                round_at = started
+                await self.scrape_once()
+            elif self.binding_every_s > 0:
+                await self.scrape_binding()
+            step = self.binding_every_s if self.binding_every_s > 0 else self.every_s
+            await asyncio.sleep(max(0.0, min(step, round_at + self.every_s - self.clock())))
 
     async def __aenter__(self) -> EngineScraper:
         if self.every_s > 0:

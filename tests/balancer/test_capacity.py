@@ -5,6 +5,8 @@ turn ``late_binding`` on (``HOLD``), the mode in which a learned capacity is a l
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,8 +27,62 @@ def test_unknown_until_something_says_so() -> None:
     estimator = CapacityEstimator(config=HOLD)
     capacity = estimator.current(0.0)
     assert (capacity.slots, capacity.source, capacity.limit) == (None, "unknown", UNBOUNDED)
-    estimator.observe(1.0, running=12, waiting=0)  # busy, not saturated: says nothing
-    assert estimator.current(1.0).limit == UNBOUNDED
+    estimator.observe(1.0, running=12, waiting=0)  # busy, not saturated: no capacity yet
+    capacity = estimator.current(1.0)
+    assert (capacity.slots, capacity.source) == (None, "unknown")
+    assert (capacity.limit, capacity.provisional) == (15, True)  # 1.25 x the most it ran
+
+
+@pytest.mark.parametrize("config", [CapacityConfig(late_binding=True, provisional_growth=0),
+                                    CapacityConfig()])
+def test_no_provisional_limit_when_turned_off_or_not_holding(config: CapacityConfig) -> None:
+    estimator = CapacityEstimator(config=config)
+    estimator.observe(1.0, running=12, waiting=0)
+    capacity = estimator.current(1.0)
+    assert (capacity.slots, capacity.limit, capacity.provisional) == (None, UNBOUNDED, False)
+
+
+def test_the_provisional_limit_grows_with_what_runs_and_while_all_of_it_runs() -> None:
+    estimator = CapacityEstimator(config=HOLD)
+    estimator.observe(1.0, running=8, waiting=0)
+    assert estimator.current(1.0).limit == 10
+    estimator.observe(2.0, running=6, waiting=0)  # below the limit: nothing to learn
+    assert estimator.current(2.0).limit == 10
+    for second, running, limit in ((3.0, 10, 13), (4.0, 13, 17), (5.0, 17, 22), (6.0, 17, 22)):
+        estimator.observe(second, running=running, waiting=0)  # all it was given: a quarter more
+        assert estimator.current(second).limit == limit
+    estimator.observe(7.0, running=5, waiting=0)  # never shrinks while unknown
+    assert estimator.current(7.0).limit == 22
+    estimator.forget()
+    assert estimator.current(8.0).limit == UNBOUNDED
+
+
+def test_requests_waiting_beside_all_it_was_allowed_are_not_saturation() -> None:
+    """An engine running all that the provisional limit allows may have room (the limit grows),
+    whatever waits beside (another balancer's requests): not a slot limit."""
+    estimator = CapacityEstimator(config=HOLD)
+    estimator.observe(1.0, running=8, waiting=0)
+    assert estimator.provisional_binds(10) and not estimator.provisional_binds(9)
+    for second, running, limit in ((2.0, 10, 13), (3.0, 13, 17), (4.0, 17, 22)):
+        estimator.observe(second, running=running, waiting=1)
+        capacity = estimator.current(second)
+        assert (capacity.slots, capacity.limit) == (None, limit)
+    unheld = CapacityEstimator()  # not holding: the old rule, saturated at what it runs
+    unheld.observe(1.0, running=8, waiting=0)
+    saturate(unheld, 3.0, running=10, waiting=1)
+    assert unheld.current(3.0).slots == 10 and not unheld.provisional_binds(100)
+
+
+def test_a_burst_at_the_provisional_limit_reveals_the_capacity() -> None:
+    """A flood sent at the provisional limit overfills the engine by the margin, not by the
+    flood: the engine keeps requests waiting at its slots, which is saturation."""
+    estimator = CapacityEstimator(config=HOLD)
+    estimator.observe(1.0, running=26, waiting=0)  # 90% load on 32 slots
+    assert estimator.current(1.0).limit == 33
+    saturate(estimator, 3.0, running=32, waiting=1)  # the flood: 33 sent, 32 run
+    capacity = estimator.current(3.0)
+    assert (capacity.slots, capacity.source, capacity.limit) == (32, "observed", 32)
+    assert not estimator.provisional_binds(100)  # known now
 
 
 def test_persistent_waiting_at_its_most_running_reveals_its_capacity() -> None:
@@ -64,7 +120,8 @@ def test_a_server_running_more_than_the_estimate_makes_it_unknown_again() -> Non
     saturate(estimator, 2.0, running=20)
     estimator.observe(3.0, running=22, waiting=0)  # the headroom all runs: it had room
     capacity = estimator.current(3.0)
-    assert (capacity.slots, capacity.source, capacity.limit) == (None, "unknown", UNBOUNDED)
+    assert (capacity.slots, capacity.source) == (None, "unknown")
+    assert capacity.limit == 28  # provisional, 1.25 x the 22 it ran
     saturate(estimator, 5.0, running=64, waiting=4)
     assert (estimator.current(5.0).slots, estimator.current(5.0).source) == (64, "observed")
 
@@ -105,7 +162,8 @@ def test_headroom(headroom: float) -> None:
 
 # The floor, as a property: a server whose capacity changes as it pleases, a balancer that
 # sends it what its demand and the estimator's limit allow, one scrape per step. Holding
-# while the server has room never outlasts one probe period (and the scrapes it takes).
+# while the server has room never outlasts one probe period (and the scrapes it takes), then
+# the provisional limit's growth: one scrape per step up to what the server runs.
 PROBE_EVERY = 10  # scrapes, a second apart: CapacityConfig.probe_every_s
 
 
@@ -113,11 +171,15 @@ PROBE_EVERY = 10  # scrapes, a second apart: CapacityConfig.probe_every_s
 @given(capacities=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=12),
        demand=st.integers(min_value=0, max_value=1000),
        steps=st.integers(min_value=1, max_value=25))
-def test_holding_while_the_server_has_room_never_outlasts_a_probe_period(
+def test_holding_while_the_server_has_room_never_outlasts_a_probe_period_and_a_growth(
         capacities: list[int], demand: int, steps: int) -> None:
     estimator = CapacityEstimator(config=HOLD)
     now = 0.0
     holding_with_room = 0
+    growth_steps, allowed = 1, 1
+    while allowed < max(capacities):
+        allowed = max(allowed + 1, math.ceil(allowed * HOLD.provisional_growth))
+        growth_steps += 1
     for step in range(steps * len(capacities)):
         true = capacities[step // steps]
         limit = estimator.current(now).limit
@@ -126,7 +188,8 @@ def test_holding_while_the_server_has_room_never_outlasts_a_probe_period(
         held = demand > in_flight
         if held and running < true:
             holding_with_room += 1
-            assert holding_with_room <= PROBE_EVERY + 1, "held with room past a probe period"
+            assert holding_with_room <= PROBE_EVERY + 1 + growth_steps, \
+                "held with room past a probe period and the provisional limit's growth"
         else:
             holding_with_room = 0
         if waiting:  # what is held is never below what the server was just seen running

@@ -93,6 +93,36 @@ async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> No
             await cancel(tasks)
 
 
+async def test_a_burst_before_the_capacity_is_known_waits_in_the_region_queue() -> None:
+    """A vLLM server publishes no slot count and, at light load, is never seen saturated. A
+    holding balancer gives it a provisional limit from what it was seen running, grows it
+    (scraping sooner) while the engine runs all of it, and learns the capacity from the
+    burst that overfills it by the last step's margin, not by the burst: the rest of the
+    burst waits in the region queue, where the fair share orders it."""
+    async with behind(spec("gpu", 32, "vllm"), late_binding=True) as (fleet, balancer,
+                                                                      client):
+        backend = balancer.pool["gpu"]
+        engine = fleet["gpu"].engine
+        tasks = await flood(client, 8)
+        try:
+            await eventually(lambda: backend.cap_now.provisional, timeout=LEARN_WITHIN_S)
+            assert (backend.cap_now.slots, backend.cap_now.limit) == (None, 10)
+            tasks += await flood(client, 60)
+            most_at_engine = most_queued = 0
+            deadline = time.monotonic() + LEARN_WITHIN_S
+            while backend.cap_now.slots is None and time.monotonic() < deadline:
+                state = engine.state()
+                most_at_engine = max(most_at_engine, state.running + state.waiting)
+                most_queued = max(most_queued, balancer.dispatcher.queued)
+                await asyncio.sleep(0.01)
+            assert (backend.cap_now.slots, backend.cap_now.source) == (32, "observed")
+            assert most_at_engine <= 35  # limits 10, 13, 17, 22, 28, 35; unbounded: all 68
+            assert most_queued >= 68 - 35
+            assert balancer.dispatcher.queued >= 68 - 35  # held now at the capacity
+        finally:
+            await cancel(tasks)
+
+
 async def test_by_default_a_learned_capacity_holds_nothing() -> None:
     """Without late binding the capacity is learned and shown, and requests beyond it go to
     the server's own queue, as least-outstanding-requests sends them."""

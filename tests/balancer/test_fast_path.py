@@ -244,7 +244,8 @@ def test_pool_views_are_what_the_keyword_constructor_builds(late_binding: bool) 
                 [o.cap_now.slots for o in pool.backends if o.cap_now.slots is not None],
                 default=GUESS_SLOTS)
             unsure = late_binding and any(
-                o.cap_now.slots is None for o in pool.backends if o.healthy)
+                o.cap_now.slots is None and not o.cap_now.provisional
+                for o in pool.backends if o.healthy)
             pinned = b.cap_now.source == "pinned"
             limit = UNBOUNDED if unsure and not pinned else b.cap_now.limit
             assert view == BackendSnapshot(

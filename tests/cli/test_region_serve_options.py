@@ -65,12 +65,14 @@ def test_help_states_the_real_default_profile() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "late_binding", "ttft_factor"),
-    [([], False, 0.0), (["--late-binding"], True, 0.0), (["--ttft-eject", "4"], False, 4.0)],
-    ids=["defaults", "late-binding", "ttft-eject"],
+    ("args", "late_binding", "ttft_factor", "growth"),
+    [([], False, 0.0, 1.25), (["--late-binding"], True, 0.0, 1.25),
+     (["--ttft-eject", "4"], False, 4.0, 1.25), (["--provisional-growth", "0"], False, 0.0, 0.0)],
+    ids=["defaults", "late-binding", "ttft-eject", "provisional-growth"],
 )
 def test_opt_in_mechanisms_reach_the_balancer(monkeypatch: pytest.MonkeyPatch, args: list[str],
-                                              late_binding: bool, ttft_factor: float) -> None:
+                                              late_binding: bool, ttft_factor: float,
+                                              growth: float) -> None:
     import regions.balancer
 
     seen = {}
@@ -84,6 +86,7 @@ def test_opt_in_mechanisms_reach_the_balancer(monkeypatch: pytest.MonkeyPatch, a
     config = seen["config"]
     assert config.capacity.late_binding is late_binding
     assert config.outliers.ttft_factor == ttft_factor
+    assert config.capacity.provisional_growth == growth
 
 
 def test_a_negative_ttft_factor_is_a_usage_error() -> None:
