@@ -167,8 +167,8 @@ def serve(
             "--provisional-growth",
             min=0.0,
             help="Where requests are held (tenants, --late-binding), a GPU server not yet "
-            "seen saturated may run FACTOR times the most it was seen running, growing by "
-            "FACTOR while it runs all it is given (0: unbounded until saturated).",
+            "seen saturated may run FACTOR times the most it was seen running, doubling "
+            "while it runs all it is given (0: unbounded until saturated).",
         ),
     ] = CapacityConfig.provisional_growth,
 ) -> None:

@@ -44,10 +44,12 @@ What admission does with it (the limit):
   slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
   least one more. While it binds, the backend is scraped sooner (``engine_scrape``); a
   scrape showing the engine running all that the limit allows may mean room, and the limit
-  grows by the same factor (requests from elsewhere waiting beside those are not
-  saturation), so a ramp on a large server costs a few quick scrapes of queueing. (An
-  engine exactly full at the limit looks the same: growing by a quarter, not doubling,
-  keeps what that sends into its queue small.) One
+  doubles (slow start; requests from elsewhere waiting beside those are not saturation),
+  so a ramp on a large server costs a few quick scrapes of queueing. An engine exactly
+  full at the limit looks the same, and then a burst overfills it by up to the limit:
+  growing by a quarter instead cost a load step five times its p99 TTFT and, scraping
+  this often, made transient waits look like saturation (``bench/tenant_step.py``,
+  ``bench/results/2026-11-27-provisional-capacity.md``). One
   fewer running with one waiting is what a slot limit one below looks like, and also an
   arrival waiting for the engine's next iteration: the saturation rule above decides. An
   engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated and
@@ -159,12 +161,12 @@ class CapacityEstimator:
         seen = self._max_running
         limit = max(seen + 1, math.ceil(seen * growth))
         if self._provisional and running >= self._provisional:  # it ran all it was allowed
-            limit = max(limit, self._provisional + 1, math.ceil(self._provisional * growth))
+            limit = max(limit, 2 * self._provisional)
         self._provisional = max(self._provisional, limit)
 
     def provisional_binds(self, in_flight: int) -> bool:
         """Whether ``in_flight`` requests fill the provisional limit in force (a scrape soon
-        tells whether it may grow, or what the capacity is)."""
+        tells whether it may double, or what the capacity is)."""
         return (self.config.late_binding and self._provisional > 0 and not self._saturated
                 and self.pinned is None and self.engine_slots is None
                 and in_flight >= self._provisional)

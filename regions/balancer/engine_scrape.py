@@ -5,7 +5,7 @@ without being told (``capacity``).
 Every ``every_s`` seconds, each backend that has requests in flight, or whose capacity is
 unknown, is scraped (an idle one with a known capacity every ``info_every_s``), and every
 ``binding_every_s`` one whose provisional limit is full (``capacity``: the sooner it is
-read, the sooner the limit grows or the capacity is known): ``GET
+read, the sooner the limit doubles or the capacity is known): ``GET
 /metrics`` read with its engine's names (``engines.metrics``) gives running, waiting and
 cache usage, which go to ``BackendPool.set_scraped`` (a scrape with waiting requests is a
 capacity observation). Every ``info_every_s``, and at start, the engine's info endpoint

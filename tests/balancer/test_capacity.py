@@ -5,8 +5,6 @@ turn ``late_binding`` on (``HOLD``), the mode in which a learned capacity is a l
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,28 +40,28 @@ def test_no_provisional_limit_when_turned_off_or_not_holding(config: CapacityCon
     assert (capacity.slots, capacity.limit, capacity.provisional) == (None, UNBOUNDED, False)
 
 
-def test_the_provisional_limit_grows_with_what_runs_and_while_all_of_it_runs() -> None:
+def test_the_provisional_limit_grows_with_what_runs_and_doubles_while_all_of_it_runs() -> None:
     estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=8, waiting=0)
     assert estimator.current(1.0).limit == 10
     estimator.observe(2.0, running=6, waiting=0)  # below the limit: nothing to learn
     assert estimator.current(2.0).limit == 10
-    for second, running, limit in ((3.0, 10, 13), (4.0, 13, 17), (5.0, 17, 22), (6.0, 17, 22)):
-        estimator.observe(second, running=running, waiting=0)  # all it was given: a quarter more
+    for second, running, limit in ((3.0, 10, 20), (4.0, 20, 40), (5.0, 40, 80), (6.0, 50, 80)):
+        estimator.observe(second, running=running, waiting=0)  # all it was given: doubled
         assert estimator.current(second).limit == limit
     estimator.observe(7.0, running=5, waiting=0)  # never shrinks while unknown
-    assert estimator.current(7.0).limit == 22
+    assert estimator.current(7.0).limit == 80
     estimator.forget()
     assert estimator.current(8.0).limit == UNBOUNDED
 
 
 def test_requests_waiting_beside_all_it_was_allowed_are_not_saturation() -> None:
-    """An engine running all that the provisional limit allows may have room (the limit grows),
+    """An engine running all that the provisional limit allows may have room (it doubles),
     whatever waits beside (another balancer's requests): not a slot limit."""
     estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=8, waiting=0)
     assert estimator.provisional_binds(10) and not estimator.provisional_binds(9)
-    for second, running, limit in ((2.0, 10, 13), (3.0, 13, 17), (4.0, 17, 22)):
+    for second, running, limit in ((2.0, 10, 20), (3.0, 20, 40), (4.0, 40, 80)):
         estimator.observe(second, running=running, waiting=1)
         capacity = estimator.current(second)
         assert (capacity.slots, capacity.limit) == (None, limit)
@@ -178,7 +176,7 @@ def test_holding_while_the_server_has_room_never_outlasts_a_probe_period_and_a_g
     holding_with_room = 0
     growth_steps, allowed = 1, 1
     while allowed < max(capacities):
-        allowed = max(allowed + 1, math.ceil(allowed * HOLD.provisional_growth))
+        allowed *= 2
         growth_steps += 1
     for step in range(steps * len(capacities)):
         true = capacities[step // steps]
