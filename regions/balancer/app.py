@@ -593,6 +593,7 @@ class Balancer:
                         "slots": self.pool[b.name].cap_now.slots,
                         "source": self.pool[b.name].cap_now.source,
                         "limit": self.pool[b.name].cap_now.limit,
+                        "provisional": self.pool[b.name].cap_now.provisional,
                     },
                     "work_tokens": round(b.work_tokens, 3),
                     "prefill_tokens": round(b.prefill_tokens, 3),

@@ -107,6 +107,10 @@ async def test_a_burst_before_the_capacity_is_known_waits_in_the_region_queue() 
         try:
             await eventually(lambda: backend.cap_now.provisional, timeout=LEARN_WITHIN_S)
             assert (backend.cap_now.slots, backend.cap_now.limit) == (None, 10)
+            async with client.get("/_admin/state") as resp:
+                shown = (await resp.json())["backends"][0]["capacity"]
+            assert shown == {"slots": None, "source": "unknown", "limit": 10,
+                             "provisional": True}
             tasks += await flood(client, 60)
             most_at_engine = most_queued = 0
             deadline = time.monotonic() + LEARN_WITHIN_S
@@ -205,7 +209,8 @@ service chat.infer.example.com {{ all-down answer-nothing }}
             assert fleet["gpu"].engine.state().running == 24  # the pin, not the server's 64
             async with client.get("/_admin/state") as resp:
                 (state,) = (await resp.json())["backends"]
-            assert state["capacity"] == {"slots": 24, "source": "pinned", "limit": 24}
+            assert state["capacity"] == {"slots": 24, "source": "pinned", "limit": 24,
+                                         "provisional": False}
             async with client.get("/metrics") as resp:
                 text = await resp.text()
             assert 'director_balancer_capacity{backend="gpu",source="pinned"} 24.0' in text
