@@ -275,9 +275,11 @@ async def main_async(args: argparse.Namespace) -> None:
                               for t in "abc")
             tenants += "tenant w1 { weight 1 }\ntenant w2 { weight 2 }\n"
             pin = args.slots if args.pin_slots else None
+            extra = ("--late-binding",) if args.late_binding else ()
+            if args.provisional_growth is not None:
+                extra += ("--provisional-growth", str(args.provisional_growth))
             ours = start_balancer(workdir, policy_text(sims, tenants, True, pin), valkey.url,
-                                  "ours",
-                                  ("--late-binding",) if args.late_binding else ())
+                                  "ours", extra)
             procs.append(ours)
             keys = await tenant_keys(valkey.url, "ours")
             await asyncio.sleep(1.0)
@@ -378,6 +380,9 @@ def main() -> int:
                         "instead of leaving the balancer to learn them")
     parser.add_argument("--onset", type=int, default=0,
                         help="print the flood's first N seconds second by second")
+    parser.add_argument("--provisional-growth", type=float, default=None,
+                        help="our balancer's --provisional-growth (0: unbounded until the "
+                        "servers are seen saturated; default: the balancer's)")
     parser.add_argument("--late-binding", action=argparse.BooleanOptionalAction, default=True,
                         help="our tenant balancer holds requests at the learned capacity "
                         "(the region queue, where fair sharing happens)")

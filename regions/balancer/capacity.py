@@ -42,7 +42,9 @@ What admission does with it (the limit):
   the engines before their capacity is seen (a tenant's flood would fill the engines' own
   queues, where the fair share cannot reorder it). Every scrape shows a lower bound on the
   slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
-  least one more. While it binds, the backend is scraped sooner (``engine_scrape``); a
+  least one more. While it binds, or the backend has more in flight than it was ever seen
+  running, it is scraped sooner (``engine_scrape``), and a slot limit must hold the count
+  still over two scrapes to be seen (a climbing count is not one); a
   scrape showing the engine running all that the limit allows may mean room, and the limit
   doubles (slow start; requests from elsewhere waiting beside those are not saturation),
   so a ramp on a large server costs a few quick scrapes of queueing. An engine exactly
@@ -120,6 +122,7 @@ class CapacityEstimator:
         self._recent: deque[bool] = deque(maxlen=self.config.persist + 1)  # at capacity?
         self._max_running = 0  # the most it was seen running, since it was last forgotten
         self._provisional = 0  # the provisional limit (0: none yet), see the module docstring
+        self._last_count: int | None = None  # running, as the previous scrape showed it
 
     def engine_limits(self, max_running: int | None, max_in_flight: int | None) -> None:
         """What the engine's info endpoint says (None: it does not say)."""
@@ -134,10 +137,12 @@ class CapacityEstimator:
         count = int(running)
         config = self.config
         self._max_running = max(self._max_running, count)
+        last, self._last_count = self._last_count, count
         full = (waiting > 0 and count > 0
                 and (count == self._max_running
                      or (kv_usage is not None and kv_usage >= config.kv_full))
-                and not self._runs_all_allowed(count))
+                and not self._runs_all_allowed(count)
+                and (count == last or not self._provisional_mode()))
         self._recent.append(full)
         if full and sum(self._recent) >= config.persist:
             self._saturated.append((now, count))
@@ -146,6 +151,13 @@ class CapacityEstimator:
         if not full:  # a limit that may be the engine's is no reason to allow more
             self._grow_provisional(count)
         self._expire(now)
+
+    def _provisional_mode(self) -> bool:
+        """Holding at a provisional limit: scrapes come every ``binding_every_s`` while it
+        explores, so a count that is still climbing (each scrape a new most, with arrivals
+        waiting for the next iteration) must not pass for a slot limit, which holds the
+        count still from one scrape to the next."""
+        return self.config.late_binding and self._provisional > 0
 
     def _runs_all_allowed(self, running: int) -> bool:
         """Whether a holding balancer's provisional limit, not the engine, holds ``running``
@@ -164,12 +176,13 @@ class CapacityEstimator:
             limit = max(limit, 2 * self._provisional)
         self._provisional = max(self._provisional, limit)
 
-    def provisional_binds(self, in_flight: int) -> bool:
-        """Whether ``in_flight`` requests fill the provisional limit in force (a scrape soon
-        tells whether it may double, or what the capacity is)."""
-        return (self.config.late_binding and self._provisional > 0 and not self._saturated
+    def explores(self, in_flight: int) -> bool:
+        """Whether ``in_flight`` requests, under a provisional limit, fill it or exceed the
+        most the engine was seen running: a scrape soon tells whether the limit may double,
+        or what the capacity is."""
+        return (self._provisional_mode() and not self._saturated
                 and self.pinned is None and self.engine_slots is None
-                and in_flight >= self._provisional)
+                and (in_flight >= self._provisional or in_flight > self._max_running))
 
     def forget(self) -> None:
         """Drop what was observed (a restart may have changed it); the pin stays."""
@@ -177,6 +190,7 @@ class CapacityEstimator:
         self._recent.clear()
         self._max_running = 0
         self._provisional = 0
+        self._last_count = None
         self.engine_slots = None
         self.engine_in_flight = None
 

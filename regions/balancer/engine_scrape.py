@@ -4,8 +4,9 @@ without being told (``capacity``).
 
 Every ``every_s`` seconds, each backend that has requests in flight, or whose capacity is
 unknown, is scraped (an idle one with a known capacity every ``info_every_s``), and every
-``binding_every_s`` one whose provisional limit is full (``capacity``: the sooner it is
-read, the sooner the limit doubles or the capacity is known): ``GET
+``binding_every_s`` one whose provisional limit is full or that has more in flight than
+it was seen running (``capacity``: the sooner it is read, the sooner the limit doubles or
+the capacity is known): ``GET
 /metrics`` read with its engine's names (``engines.metrics``) gives running, waiting and
 cache usage, which go to ``BackendPool.set_scraped`` (a scrape with waiting requests is a
 capacity observation). Every ``info_every_s``, and at start, the engine's info endpoint
@@ -151,12 +152,12 @@ class EngineScraper:
             self._info_at.pop(b.name, None)
 
     async def scrape_binding(self) -> None:
-        """Scrape the backends whose provisional limit is full, unless scraped in the last
-        ``binding_every_s``."""
+        """Scrape the backends exploring their provisional limit (``explores``), unless
+        scraped in the last ``binding_every_s``."""
         now = self.clock()
         due = [b for b in self.pool
                if b.name in self.sessions and b.healthy
-               and b.capacity.provisional_binds(b.in_flight)
+               and b.capacity.explores(b.in_flight)
                and now - self._scraped_at.get(b.name, -1e18) >= self.binding_every_s]
         if due:
             await asyncio.gather(*(self._scrape(b) for b in due))

@@ -60,7 +60,7 @@ def test_requests_waiting_beside_all_it_was_allowed_are_not_saturation() -> None
     whatever waits beside (another balancer's requests): not a slot limit."""
     estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=8, waiting=0)
-    assert estimator.provisional_binds(10) and not estimator.provisional_binds(9)
+    assert estimator.explores(9) and not estimator.explores(8)  # 9: more than it ran
     for second, running, limit in ((2.0, 10, 20), (3.0, 20, 40), (4.0, 40, 80)):
         estimator.observe(second, running=running, waiting=1)
         capacity = estimator.current(second)
@@ -68,7 +68,7 @@ def test_requests_waiting_beside_all_it_was_allowed_are_not_saturation() -> None
     unheld = CapacityEstimator()  # not holding: the old rule, saturated at what it runs
     unheld.observe(1.0, running=8, waiting=0)
     saturate(unheld, 3.0, running=10, waiting=1)
-    assert unheld.current(3.0).slots == 10 and not unheld.provisional_binds(100)
+    assert unheld.current(3.0).slots == 10 and not unheld.explores(100)
 
 
 def test_a_burst_at_the_provisional_limit_reveals_the_capacity() -> None:
@@ -77,10 +77,25 @@ def test_a_burst_at_the_provisional_limit_reveals_the_capacity() -> None:
     estimator = CapacityEstimator(config=HOLD)
     estimator.observe(1.0, running=26, waiting=0)  # 90% load on 32 slots
     assert estimator.current(1.0).limit == 33
-    saturate(estimator, 3.0, running=32, waiting=1)  # the flood: 33 sent, 32 run
-    capacity = estimator.current(3.0)
+    # the flood: 33 sent, 32 run; the first scrape at 32 may be a count still climbing
+    saturate(estimator, 3.0, running=32, waiting=1)
+    assert estimator.current(3.0).slots is None
+    estimator.observe(3.1, running=32, waiting=1)  # held still: a slot limit
+    capacity = estimator.current(3.1)
     assert (capacity.slots, capacity.source, capacity.limit) == (32, "observed", 32)
-    assert not estimator.provisional_binds(100)  # known now
+    assert not estimator.explores(100)  # known now
+
+
+def test_a_count_still_climbing_is_not_a_slot_limit() -> None:
+    """Scraped every 0.1 s while a provisional limit explores, a climbing count shows
+    arrivals waiting for the engine's next iteration at each new most: not saturation."""
+    estimator = CapacityEstimator(config=HOLD)
+    estimator.observe(1.0, running=30, waiting=0)
+    assert estimator.current(1.0).limit == 38
+    assert estimator.explores(31) and not estimator.explores(30)
+    for step, running in enumerate((33, 35, 36, 37)):
+        estimator.observe(2.0 + step / 10, running=running, waiting=2)
+    assert estimator.current(3.0).slots is None
 
 
 def test_persistent_waiting_at_its_most_running_reveals_its_capacity() -> None:
@@ -120,7 +135,7 @@ def test_a_server_running_more_than_the_estimate_makes_it_unknown_again() -> Non
     capacity = estimator.current(3.0)
     assert (capacity.slots, capacity.source) == (None, "unknown")
     assert capacity.limit == 28  # provisional, 1.25 x the 22 it ran
-    saturate(estimator, 5.0, running=64, waiting=4)
+    saturate(estimator, 5.0, running=64, waiting=4, scrapes=3)  # the first: a climb, maybe
     assert (estimator.current(5.0).slots, estimator.current(5.0).source) == (64, "observed")
 
 
