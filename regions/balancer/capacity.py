@@ -47,13 +47,15 @@ What admission does with it (the limit):
   still over two scrapes to be seen (a climbing count is not one); a
   scrape showing the engine running all that the limit allows may mean room, and the limit
   doubles (slow start; requests from elsewhere waiting beside those are not saturation),
-  so a ramp on a large server costs a few quick scrapes of queueing. An engine exactly
-  full at the limit looks the same, and then a burst overfills it by up to the limit:
+  so a ramp on a large server costs a few quick scrapes of queueing. One running fewer
+  than the limit with one waiting is never taken for saturation: an arrival waiting for
+  the engine's next iteration looks the same, and taken for a slot limit it held a whole
+  baseline in the region queue; an engine one slot short of the limit queues one request,
+  which is harmless. An engine exactly full at the limit looks like one with room, and
+  then a burst overfills it by up to the limit:
   growing by a quarter instead cost a load step five times its p99 TTFT and, scraping
   this often, made transient waits look like saturation (``bench/tenant_step.py``,
-  ``bench/results/2026-11-27-provisional-capacity.md``). One
-  fewer running with one waiting is what a slot limit one below looks like, and also an
-  arrival waiting for the engine's next iteration: the saturation rule above decides. An
+  ``bench/results/2026-11-27-provisional-capacity.md``). An
   engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated and
   learned as above. Without a scrape (no metrics), nothing is held, as before;
   ``provisional_growth`` 0 turns it off.
@@ -149,7 +151,7 @@ class CapacityEstimator:
         elif not waiting and self._saturated and count > max(c for _, c in self._saturated):
             self._saturated.clear()  # it ran more than we thought it could, with room left
         if not full:  # a limit that may be the engine's is no reason to allow more
-            self._grow_provisional(count)
+            self._grow_provisional(count, waiting)
         self._expire(now)
 
     def _provisional_mode(self) -> bool:
@@ -160,21 +162,25 @@ class CapacityEstimator:
         return self.config.late_binding and self._provisional > 0
 
     def _runs_all_allowed(self, running: int) -> bool:
-        """Whether a holding balancer's provisional limit, not the engine, holds ``running``
-        where it is: the engine runs exactly what it was allowed (running more, it is fed
-        from elsewhere too, and what waits may wait for a slot)."""
+        """Whether a holding balancer's provisional limit, not the engine, may hold
+        ``running`` where it is: the engine runs what it was allowed, or all but one (that
+        one may wait for its next iteration as well as for a slot; either way an engine
+        one short of the limit is harmless). Running more, it is fed from elsewhere too,
+        and what waits may wait for a slot."""
         return (self.config.late_binding and self._provisional > 0
-                and running == self._provisional)
+                and self._provisional - 1 <= running <= self._provisional)
 
-    def _grow_provisional(self, running: int) -> None:
+    def _grow_provisional(self, running: int, waiting: float) -> None:
         growth = self.config.provisional_growth
         if growth <= 0 or self._max_running <= 0:
             return
-        seen = self._max_running
-        limit = max(seen + 1, math.ceil(seen * growth))
+        limit = self._provisional
+        if not waiting or not self._provisional:  # what runs with some waiting may be a limit
+            seen = self._max_running
+            limit = max(limit, seen + 1, math.ceil(seen * growth))
         if self._provisional and running >= self._provisional:  # it ran all it was allowed
             limit = max(limit, 2 * self._provisional)
-        self._provisional = max(self._provisional, limit)
+        self._provisional = limit
 
     def explores(self, in_flight: int) -> bool:
         """Whether ``in_flight`` requests, under a provisional limit, fill it or exceed the

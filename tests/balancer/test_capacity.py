@@ -75,15 +75,26 @@ def test_a_burst_at_the_provisional_limit_reveals_the_capacity() -> None:
     """A flood sent at the provisional limit overfills the engine by the margin, not by the
     flood: the engine keeps requests waiting at its slots, which is saturation."""
     estimator = CapacityEstimator(config=HOLD)
-    estimator.observe(1.0, running=26, waiting=0)  # 90% load on 32 slots
-    assert estimator.current(1.0).limit == 33
-    # the flood: 33 sent, 32 run; the first scrape at 32 may be a count still climbing
-    saturate(estimator, 3.0, running=32, waiting=1)
+    estimator.observe(1.0, running=30, waiting=0)  # 90% load on 32 slots, a busy moment
+    assert estimator.current(1.0).limit == 38
+    # the flood: 38 sent, 32 run; the first scrape at 32 may be a count still climbing
+    saturate(estimator, 3.0, running=32, waiting=6)
     assert estimator.current(3.0).slots is None
-    estimator.observe(3.1, running=32, waiting=1)  # held still: a slot limit
+    estimator.observe(3.1, running=32, waiting=6)  # held still: a slot limit
     capacity = estimator.current(3.1)
     assert (capacity.slots, capacity.source, capacity.limit) == (32, "observed", 32)
     assert not estimator.explores(100)  # known now
+
+
+def test_one_short_of_the_provisional_limit_with_one_waiting_is_not_saturation() -> None:
+    """An arrival waiting for the engine's next iteration, or one slot fewer than the
+    limit: never learned as a capacity (the engine queues one at most)."""
+    estimator = CapacityEstimator(config=HOLD)
+    estimator.observe(1.0, running=26, waiting=0)
+    assert estimator.current(1.0).limit == 33
+    saturate(estimator, 5.0, running=32, waiting=1, scrapes=5)
+    capacity = estimator.current(5.0)
+    assert (capacity.slots, capacity.limit) == (None, 33)
 
 
 def test_a_count_still_climbing_is_not_a_slot_limit() -> None:
