@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -352,12 +351,7 @@ async def main_async(args: argparse.Namespace) -> None:
                       f"{max(ratios, key=lambda r: abs(r - 2)):.2f}")
     finally:
         for proc in procs:
-            proc.process.terminate()
-        for proc in procs:
-            try:
-                proc.process.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.process.kill()
+            proc.stop(10)
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,17 +76,11 @@ async def main_async(args: argparse.Namespace) -> None:
                                    args.seed + 10)
                 rows.append((label, cells(high, STEP_WINDOW_S), cells(high), cells(low),
                              sorted(high.limits)))
-                balancer.process.terminate()
-                balancer.process.wait(10)
+                balancer.stop(10)
                 await asyncio.sleep(5.0)  # the servers finish what they run
     finally:
         for proc in procs:
-            proc.process.terminate()
-        for proc in procs:
-            try:
-                proc.process.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.process.kill()
+            proc.stop(10)
     print(f"\nLoad step on 2 x {args.slots} slots: {args.low:.0%} -> {args.high:.0%} of "
           f"capacity ({cap:.1f} req/s), {args.seconds:.0f} s each, three tenants.\n")
     print(f"| balancer | first {STEP_WINDOW_S:.0f} s after the step: p99 TTFT s | p99 queue s "
