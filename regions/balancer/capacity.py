@@ -42,23 +42,22 @@ What admission does with it (the limit):
   the engines before their capacity is seen (a tenant's flood would fill the engines' own
   queues, where the fair share cannot reorder it). Every scrape shows a lower bound on the
   slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
-  least one more. While it binds, or the backend has more in flight than it was ever seen
-  running, it is scraped sooner (``engine_scrape``), and a slot limit must hold the count
-  still over two scrapes to be seen (a climbing count is not one); a
-  scrape showing the engine running all that the limit allows may mean room, and the limit
-  doubles (slow start; requests from elsewhere waiting beside those are not saturation),
-  so a ramp on a large server costs a few quick scrapes of queueing. One running fewer
-  than the limit with one waiting is never taken for saturation: an arrival waiting for
-  the engine's next iteration looks the same, and taken for a slot limit it held a whole
-  baseline in the region queue; an engine one slot short of the limit queues one request,
-  which is harmless. An engine exactly full at the limit looks like one with room, and
-  then a burst overfills it by up to the limit:
-  growing by a quarter instead cost a load step five times its p99 TTFT and, scraping
-  this often, made transient waits look like saturation (``bench/tenant_step.py``,
-  ``bench/results/2026-11-27-provisional-capacity.md``). An
-  engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated and
-  learned as above. Without a scrape (no metrics), nothing is held, as before;
-  ``provisional_growth`` 0 turns it off.
+  least one more, raised so only by a scrape with nothing waiting. While it binds, or the
+  backend has more in flight than it was ever seen running, it is scraped sooner
+  (``engine_scrape``):
+  - a scrape showing the engine running all that the limit allows may mean room, and the
+    limit doubles (slow start), so a ramp on a large server costs a few quick scrapes of
+    queueing; an engine exactly full at the limit looks the same, and a burst then
+    overfills it by up to the limit;
+  - one running fewer than the limit with one waiting is never saturation: an arrival
+    waiting for the engine's next iteration looks the same, and an engine one slot short
+    of the limit queues one request, which is harmless;
+  - a slot limit must hold the count still over two scrapes (a climbing count is not one);
+    an engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated
+    and learned as above.
+  Without a scrape (no metrics), nothing is held, as before; ``provisional_growth`` 0 turns
+  it off. The variants measured against this one are in
+  ``bench/results/2026-11-27-provisional-capacity.md``.
 - An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429) caps the
   limit, whatever the source.
 
@@ -167,7 +166,7 @@ class CapacityEstimator:
         one may wait for its next iteration as well as for a slot; either way an engine
         one short of the limit is harmless). Running more, it is fed from elsewhere too,
         and what waits may wait for a slot."""
-        return (self.config.late_binding and self._provisional > 0
+        return (self._provisional_mode()
                 and self._provisional - 1 <= running <= self._provisional)
 
     def _grow_provisional(self, running: int, waiting: float) -> None:
