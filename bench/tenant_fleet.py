@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,100 +260,126 @@ def onset(tally: Tally, seconds: int) -> None:
         print(f"| {second} | " + " | ".join(f"{v:.2f}" for v in cells) + f" | {shown} |")
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
-    engine = EngineConfig(max_num_seqs=args.slots)
-    sims = [start_simulator(workdir, f"gpu{i}", 1.0, args.scale, engine) for i in range(2)]
+@dataclass
+class Bench:
+    """What ``simulated_fleet`` started: the servers, the Valkey, the measured capacity and
+    every process to stop at the end (balancers started later go in ``procs`` too)."""
+
+    workdir: Path
+    sims: list[Proc]
+    redis: str
+    plain: Proc  # the balancer that identifies nobody (today's behaviour)
+    cap: float
+    procs: list[Proc]
+
+
+@asynccontextmanager
+async def simulated_fleet(slots: int, scale: float, probe_seconds: float,
+                          prefix: str) -> AsyncIterator[Bench]:
+    """Two simulated GPU servers of ``slots`` sequences, an embedded Valkey, and the fleet's
+    capacity (completed requests per second, closed loop at twice its slots) measured
+    through a balancer that identifies nobody; every process in ``Bench.procs`` is stopped
+    on exit."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    engine = EngineConfig(max_num_seqs=slots)
+    sims = [start_simulator(workdir, f"gpu{i}", 1.0, scale, engine) for i in range(2)]
     procs: list[Proc] = list(sims)
     try:
         with EmbeddedValkey() as valkey:
             plain = start_balancer(workdir, policy_text(sims, "", False), valkey.url, "plain")
             procs.append(plain)
-            cap = await capacity(plain.url, None, args.probe_seconds, 4 * args.slots)
+            cap = await capacity(plain.url, None, probe_seconds, 4 * slots)
             print(f"capacity: {cap:.1f} completed requests/s (closed loop)", flush=True)
-            share_rpm = cap / 3 * 60
-            tenants = "".join(f"tenant {t} {{ quota {{ requests {share_rpm:.0f}/min }} }}\n"
-                              for t in "abc")
-            tenants += "tenant w1 { weight 1 }\ntenant w2 { weight 2 }\n"
-            pin = args.slots if args.pin_slots else None
-            extra = ("--late-binding",) if args.late_binding else ()
-            if args.provisional_growth is not None:
-                extra += ("--provisional-growth", str(args.provisional_growth))
-            ours = start_balancer(workdir, policy_text(sims, tenants, True, pin), valkey.url,
-                                  "ours", extra)
-            procs.append(ours)
-            keys = await tenant_keys(valkey.url, "ours")
-            await asyncio.sleep(1.0)
-            third = 0.3 * cap
-            rows = []
-            variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-            for variant in variants:
-                if variant == "ours":
-                    url, variant_keys, label = ours.url, keys, "ours"
-                elif variant == "plain":
-                    url, variant_keys, label = plain.url, {t: None for t in "abc"}, \
-                        "no identity (today)"
-                else:
-                    raise SystemExit(f"unknown variant {variant!r}: ours, plain")
-                before = await phase(url, variant_keys, {"a": third, "b": third, "c": third},
-                                     args.seconds, args.seed)
-                during = await phase(url, variant_keys, {"a": 3 * third, "b": third,
-                                                         "c": third}, args.flood_seconds,
-                                     args.seed)
-                for tenant in "bc":
-                    b99, brate, _ = summary(before, tenant, args.seconds)
-                    f99, frate, _ = summary(during, tenant, args.flood_seconds)
-                    rows.append((label, tenant, b99, f99, f99 / b99, brate, frate,
-                                 frate / brate))
-                    (bq, bt), (fq, ft) = waits(before, tenant), waits(during, tenant)
-                    print(f"{label}, {tenant}: p99 in the region queue {bq:.3f} s before, "
-                          f"{fq:.3f} s in the flood; p99 TTFT less the queue {bt:.3f} s "
-                          f"before, {ft:.3f} s in the flood", flush=True)
-                print(f"{label}: region queue at most {during.queue_max:.0f} in the flood, "
-                      f"capacity limits {sorted(during.limits)}", flush=True)
-                if args.onset:
-                    onset(during, args.onset)
-                _, arate, a429 = summary(during, "a", args.flood_seconds)
-                rows.append((label, "a (3x)", float("nan"), float("nan"), float("nan"),
-                             float("nan"), arate, a429))
-            print(f"\nNoisy neighbour: capacity {cap:.1f} req/s, 90% load, baseline "
-                  f"{args.seconds:.0f} s, flood {args.flood_seconds:.0f} s; a's quota "
-                  f"{share_rpm:.0f}/min.\n")
-            print("| balancer | tenant | p99 TTFT before s | during s | ratio | req/s before "
-                  "| during | ratio or 429s |")
-            print("|---|---|---|---|---|---|---|---|")
-            for row in rows:
-                print("| " + " | ".join(
-                    f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
-            if not args.fairness:
-                return
-            fair = await phase(ours.url, keys, {"w1": 1.5 * cap, "w2": 1.5 * cap},
-                               args.seconds)
-            print(f"fairness: region queue at most {fair.queue_max:.0f}")
-            print(f"\nFairness: weights 1 and 2, each offering 1.5x capacity for "
-                  f"{args.seconds:.0f} s; weighted service per 10 s window.\n")
-            print("| window | w1 | w2 | w2 / w1 |")
-            print("|---|---|---|---|")
-            start = min(o.sent_at for outs in fair.outcomes.values() for o in outs)
-            windows: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-            for tenant, outs in fair.outcomes.items():
-                for o in outs:
-                    if o.done_at is not None:
-                        windows[int((o.done_at - start) // 10)][tenant] += o.weighted
-            ratios = []
-            # the first window fills the queue; after the arrivals stop one tenant drains
-            whole = [w for w in sorted(windows) if w >= 1 and (w + 1) * 10 <= args.seconds]
-            for window in whole:
-                w1, w2 = windows[window]["w1"], windows[window]["w2"]
-                ratios.append(w2 / w1 if w1 else float("inf"))
-                print(f"| {window * 10}-{window * 10 + 10} s | {w1:.0f} | {w2:.0f} | "
-                      f"{ratios[-1]:.2f} |")
-            if ratios:
-                print(f"\nmedian w2/w1 {statistics.median(ratios):.2f}, worst "
-                      f"{max(ratios, key=lambda r: abs(r - 2)):.2f}")
+            yield Bench(workdir, sims, valkey.url, plain, cap, procs)
     finally:
         for proc in procs:
             proc.stop(10)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    async with simulated_fleet(args.slots, args.scale, args.probe_seconds,
+                               "bench-tenants-") as bench:
+        workdir, sims, cap, plain = bench.workdir, bench.sims, bench.cap, bench.plain
+        share_rpm = cap / 3 * 60
+        tenants = "".join(f"tenant {t} {{ quota {{ requests {share_rpm:.0f}/min }} }}\n"
+                          for t in "abc")
+        tenants += "tenant w1 { weight 1 }\ntenant w2 { weight 2 }\n"
+        pin = args.slots if args.pin_slots else None
+        extra = ("--late-binding",) if args.late_binding else ()
+        if args.provisional_growth is not None:
+            extra += ("--provisional-growth", str(args.provisional_growth))
+        ours = start_balancer(workdir, policy_text(sims, tenants, True, pin), bench.redis,
+                              "ours", extra)
+        bench.procs.append(ours)
+        keys = await tenant_keys(bench.redis, "ours")
+        await asyncio.sleep(1.0)
+        third = 0.3 * cap
+        rows = []
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        for variant in variants:
+            if variant == "ours":
+                url, variant_keys, label = ours.url, keys, "ours"
+            elif variant == "plain":
+                url, variant_keys, label = plain.url, {t: None for t in "abc"}, \
+                    "no identity (today)"
+            else:
+                raise SystemExit(f"unknown variant {variant!r}: ours, plain")
+            before = await phase(url, variant_keys, {"a": third, "b": third, "c": third},
+                                 args.seconds, args.seed)
+            during = await phase(url, variant_keys, {"a": 3 * third, "b": third,
+                                                     "c": third}, args.flood_seconds,
+                                 args.seed)
+            for tenant in "bc":
+                b99, brate, _ = summary(before, tenant, args.seconds)
+                f99, frate, _ = summary(during, tenant, args.flood_seconds)
+                rows.append((label, tenant, b99, f99, f99 / b99, brate, frate,
+                             frate / brate))
+                (bq, bt), (fq, ft) = waits(before, tenant), waits(during, tenant)
+                print(f"{label}, {tenant}: p99 in the region queue {bq:.3f} s before, "
+                      f"{fq:.3f} s in the flood; p99 TTFT less the queue {bt:.3f} s "
+                      f"before, {ft:.3f} s in the flood", flush=True)
+            print(f"{label}: region queue at most {during.queue_max:.0f} in the flood, "
+                  f"capacity limits {sorted(during.limits)}", flush=True)
+            if args.onset:
+                onset(during, args.onset)
+            _, arate, a429 = summary(during, "a", args.flood_seconds)
+            rows.append((label, "a (3x)", float("nan"), float("nan"), float("nan"),
+                         float("nan"), arate, a429))
+        print(f"\nNoisy neighbour: capacity {cap:.1f} req/s, 90% load, baseline "
+              f"{args.seconds:.0f} s, flood {args.flood_seconds:.0f} s; a's quota "
+              f"{share_rpm:.0f}/min.\n")
+        print("| balancer | tenant | p99 TTFT before s | during s | ratio | req/s before "
+              "| during | ratio or 429s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for row in rows:
+            print("| " + " | ".join(
+                f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
+        if not args.fairness:
+            return
+        fair = await phase(ours.url, keys, {"w1": 1.5 * cap, "w2": 1.5 * cap},
+                           args.seconds)
+        print(f"fairness: region queue at most {fair.queue_max:.0f}")
+        print(f"\nFairness: weights 1 and 2, each offering 1.5x capacity for "
+              f"{args.seconds:.0f} s; weighted service per 10 s window.\n")
+        print("| window | w1 | w2 | w2 / w1 |")
+        print("|---|---|---|---|")
+        start = min(o.sent_at for outs in fair.outcomes.values() for o in outs)
+        windows: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for tenant, outs in fair.outcomes.items():
+            for o in outs:
+                if o.done_at is not None:
+                    windows[int((o.done_at - start) // 10)][tenant] += o.weighted
+        ratios = []
+        # the first window fills the queue; after the arrivals stop one tenant drains
+        whole = [w for w in sorted(windows) if w >= 1 and (w + 1) * 10 <= args.seconds]
+        for window in whole:
+            w1, w2 = windows[window]["w1"], windows[window]["w2"]
+            ratios.append(w2 / w1 if w1 else float("inf"))
+            print(f"| {window * 10}-{window * 10 + 10} s | {w1:.0f} | {w2:.0f} | "
+                  f"{ratios[-1]:.2f} |")
+        if ratios:
+            print(f"\nmedian w2/w1 {statistics.median(ratios):.2f}, worst "
+                  f"{max(ratios, key=lambda r: abs(r - 2)):.2f}")
 
 
 def main() -> int:

@@ -22,17 +22,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from pathlib import Path
 
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from routing_procs import Proc, start_simulator
-from tenant_fleet import Tally, capacity, p99, phase, policy_text, start_balancer, tenant_keys
-
-from regions.simulator.config import EngineConfig
-from state import EmbeddedValkey
+from tenant_fleet import (
+    Tally,
+    p99,
+    phase,
+    policy_text,
+    simulated_fleet,
+    start_balancer,
+    tenant_keys,
+)
 
 STEP_WINDOW_S = 10.0
 TENANTS = "abc"
@@ -48,39 +51,28 @@ def cells(tally: Tally, until: float | None = None) -> tuple[float, float, int]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="bench-tenant-step-"))
-    engine = EngineConfig(max_num_seqs=args.slots)
-    sims = [start_simulator(workdir, f"gpu{i}", 1.0, args.scale, engine) for i in range(2)]
-    procs: list[Proc] = list(sims)
     tenants = "".join(f"tenant {t} {{ }}\n" for t in TENANTS)
-    try:
-        with EmbeddedValkey() as valkey:
-            plain = start_balancer(workdir, policy_text(sims, "", False), valkey.url, "plain")
-            procs.append(plain)
-            cap = await capacity(plain.url, None, args.probe_seconds, 4 * args.slots)
-            print(f"capacity: {cap:.1f} completed requests/s (closed loop)", flush=True)
-            rows = []
-            for label, growth in (("provisional limit (default)", None),
-                                  ("unbounded until saturated (growth 0)", "0")):
-                extra = ("--provisional-growth", growth) if growth else ()
-                name = "ours" if growth is None else "peer"
-                balancer = start_balancer(workdir, policy_text(sims, tenants, True), valkey.url,
-                                          name, extra)
-                procs.append(balancer)
-                keys = await tenant_keys(valkey.url, name)
-                await asyncio.sleep(1.0)
-                low = await phase(balancer.url, keys, {t: args.low * cap / 3 for t in TENANTS},
-                                  args.seconds, args.seed)
-                high = await phase(balancer.url, keys,
-                                   {t: args.high * cap / 3 for t in TENANTS}, args.seconds,
-                                   args.seed + 10)
-                rows.append((label, cells(high, STEP_WINDOW_S), cells(high), cells(low),
-                             sorted(high.limits)))
-                balancer.stop(10)
-                await asyncio.sleep(5.0)  # the servers finish what they run
-    finally:
-        for proc in procs:
-            proc.stop(10)
+    rows = []
+    async with simulated_fleet(args.slots, args.scale, args.probe_seconds,
+                               "bench-tenant-step-") as bench:
+        cap = bench.cap
+        for label, growth in (("provisional limit (default)", None),
+                              ("unbounded until saturated (growth 0)", "0")):
+            extra = ("--provisional-growth", growth) if growth else ()
+            name = "ours" if growth is None else "peer"
+            balancer = start_balancer(bench.workdir, policy_text(bench.sims, tenants, True),
+                                      bench.redis, name, extra)
+            bench.procs.append(balancer)
+            keys = await tenant_keys(bench.redis, name)
+            await asyncio.sleep(1.0)
+            low = await phase(balancer.url, keys, {t: args.low * cap / 3 for t in TENANTS},
+                              args.seconds, args.seed)
+            high = await phase(balancer.url, keys, {t: args.high * cap / 3 for t in TENANTS},
+                               args.seconds, args.seed + 10)
+            rows.append((label, cells(high, STEP_WINDOW_S), cells(high), cells(low),
+                         sorted(high.limits)))
+            balancer.stop(10)
+            await asyncio.sleep(5.0)  # the servers finish what they run
     print(f"\nLoad step on 2 x {args.slots} slots: {args.low:.0%} -> {args.high:.0%} of "
           f"capacity ({cap:.1f} req/s), {args.seconds:.0f} s each, three tenants.\n")
     print(f"| balancer | first {STEP_WINDOW_S:.0f} s after the step: p99 TTFT s | p99 queue s "
