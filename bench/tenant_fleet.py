@@ -21,7 +21,7 @@ slots) is measured first; every rate below is a share of it.
 
     .venv/bin/python bench/tenant_fleet.py [--seconds 60] [--flood-seconds 120] [--slots 16]
         [--variants ours,plain] [--no-fairness] [--seed 0] [--onset 15]
-        [--pin-slots]
+        [--pin-slots] [--reserve 33 | b:45,c:45]
 """
 
 from __future__ import annotations
@@ -233,6 +233,9 @@ async def sample_queue(session: aiohttp.ClientSession, url: str, tally: Tally) -
                 limits[_backend(line)] = int(float(line.split()[-1]))
             elif line.startswith("director_balancer_in_flight{"):
                 in_flight[_backend(line)] = int(float(line.split()[-1]))
+            elif line.startswith("director_balancer_tenant_in_flight{"):
+                tenant = line.split('tenant="', 1)[1].split('"', 1)[0]
+                in_flight["tenant " + tenant] = int(float(line.split()[-1]))
         tally.samples.append((time.monotonic() - tally.started, in_flight, limits))
 
 
@@ -240,11 +243,12 @@ def _backend(line: str) -> str:
     return line.split('backend="', 1)[1].split('"', 1)[0]
 
 
-def onset(tally: Tally, seconds: int) -> None:
-    """The flood's first ``seconds``, second by second: b and c's longest TTFT and region
+def onset(tally: Tally, seconds: int, what: str = "the flood") -> None:
+    """A phase's first ``seconds``, second by second: b and c's longest TTFT and region
     queue wait for the requests sent in it, and the balancer's last sample in it."""
-    print("\n| second of the flood | b longest TTFT s | b longest queue wait s | c longest "
-          "TTFT s | c longest queue wait s | in flight / limit by backend (-: unbounded) |")
+    print(f"\n| second of {what} | b longest TTFT s | b longest queue wait s | c longest "
+          "TTFT s | c longest queue wait s | in flight / limit by backend, in flight by "
+          "tenant (-: no limit) |")
     print("|---|---|---|---|---|---|")
     for second in range(seconds):
         cells = []
@@ -296,12 +300,23 @@ async def simulated_fleet(slots: int, scale: float, probe_seconds: float,
             proc.stop(10)
 
 
+def tenant_reserves(text: str) -> dict[str, float]:
+    """``--reserve``: "33" (each of a, b and c) or "b:45,c:45" -> percent by tenant."""
+    if not text:
+        return {}
+    if ":" not in text:
+        return dict.fromkeys("abc", float(text))
+    return {t.strip(): float(p) for t, p in (item.split(":") for item in text.split(","))}
+
+
 async def main_async(args: argparse.Namespace) -> None:
     async with simulated_fleet(args.slots, args.scale, args.probe_seconds,
                                "bench-tenants-") as bench:
         workdir, sims, cap, plain = bench.workdir, bench.sims, bench.cap, bench.plain
         share_rpm = cap / 3 * 60
-        tenants = "".join(f"tenant {t} {{ quota {{ requests {share_rpm:.0f}/min }} }}\n"
+        reserves = tenant_reserves(args.reserve)
+        tenants = "".join(f"tenant {t} {{ quota {{ requests {share_rpm:.0f}/min }}"
+                          + (f" reserve {reserves[t]:g}%" if reserves.get(t) else "") + " }\n"
                           for t in "abc")
         tenants += "tenant w1 { weight 1 }\ntenant w2 { weight 2 }\n"
         pin = args.slots if args.pin_slots else None
@@ -341,6 +356,7 @@ async def main_async(args: argparse.Namespace) -> None:
             print(f"{label}: region queue at most {during.queue_max:.0f} in the flood, "
                   f"capacity limits {sorted(during.limits)}", flush=True)
             if args.onset:
+                onset(before, args.onset, "the baseline")
                 onset(during, args.onset)
             _, arate, a429 = summary(during, "a", args.flood_seconds)
             rows.append((label, "a (3x)", float("nan"), float("nan"), float("nan"),
@@ -400,6 +416,9 @@ def main() -> int:
     parser.add_argument("--pin-slots", action="store_true",
                         help="our balancer's policy pins each server's slots (max-seqs) "
                         "instead of leaving the balancer to learn them")
+    parser.add_argument("--reserve", default="",
+                        help="reserves (percent of the region's slots): one number for each "
+                        "of a, b and c, or per tenant as b:45,c:45 (default: none)")
     parser.add_argument("--onset", type=int, default=0,
                         help="print the flood's first N seconds second by second")
     parser.add_argument("--provisional-growth", type=float, default=None,

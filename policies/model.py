@@ -240,7 +240,8 @@ class Tenant:
     ``weight``: its share in the region queue's fair queuing; ``priority``: its strict tier
     (higher first, with aging); ``services``/``models``: what it may use (empty: all);
     ``regions``: a residency override that may only narrow what the service allows (empty:
-    none); ``reserve``: the share of a region's capacity kept for it while it has demand.
+    none); ``reserve``: the share of a region's slots kept free for it while it has
+    requests in flight (``regions/balancer/fair_share.py``).
     """
 
     name: str

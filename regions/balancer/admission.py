@@ -24,7 +24,11 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
   request whose deadline passes is shed.
 - Once requests carry tenants (the policy identifies them), the queue is served by
   ``fair_share``: priority tiers with aging, reserved shares, then the tenants' virtual
-  token counters; without tenants nothing changes.
+  token counters; without tenants nothing changes. Where tenants have reserves, a request
+  binds only if the free slots left after it cover the reserves the other tenants with
+  requests in flight do not hold (``FairShare.kept_free``; the slots are what admission
+  lets be in flight, so nothing is kept while a capacity is unknown and unbounded);
+  otherwise it waits (``Decision.stopped_at == KEPT``).
 - ``on_bind`` hooks (``(request, backend)``; the balancer adds its profile's bind
   observers, e.g. the ``prefix-affinity`` scorer's index) run synchronously each time a
   request is bound, right after its lease is taken.
@@ -50,12 +54,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from regions.balancer.backends import BackendPool, Lease
+from regions.balancer.capacity import UNBOUNDED
 from regions.balancer.errors import NoBackendError, ShedError
 from regions.balancer.fair_share import FairShare
 from regions.balancer.pipeline import Decision, Profile
-from regions.balancer.types import BackendSnapshot, RequestInfo
+from regions.balancer.types import BackendSnapshot, RegionSnapshot, RequestInfo
 
 HOLD = "late-binding"  # Decision.stopped_at of a request held for a better backend
+KEPT = "reserve"  # Decision.stopped_at of a request that would take another tenant's reserve
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ class Dispatcher:
         self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
         self.holds = 0  # requests held for a better backend (counted once each)
         self.fair = FairShare()
-        self._waits_at = profile.waits_at | {HOLD}
+        self._waits_at = profile.waits_at | {HOLD, KEPT}
         self._eligibility = tuple(f for f in profile.filters if f.name not in profile.waits_at)
         pool.on_change = self.pump
 
@@ -116,6 +122,8 @@ class Dispatcher:
 
     def _bind(self, request: RequestInfo, waited_s: float) -> tuple[Lease | None, Decision, float]:
         snapshot = self.pool.snapshot()
+        if self.fair.reserves and self._takes_a_reserve(request, snapshot):
+            return None, Decision(None, KEPT), 0.0
         decision = self.profile.run(snapshot, request)
         chosen = decision.chosen
         if chosen is None:
@@ -134,6 +142,16 @@ class Dispatcher:
         for hook in self.on_bind:
             hook(request, chosen)
         return lease, decision, 0.0
+
+    def _takes_a_reserve(self, request: RequestInfo, snapshot: RegionSnapshot) -> bool:
+        """Whether binding ``request`` now would leave fewer free slots than the other
+        tenants' unheld reserves (``FairShare.kept_free``)."""
+        usable = [b for b in snapshot.backends if b.healthy and not b.ejected and not b.draining]
+        slots = sum(b.limit for b in usable)
+        if slots >= UNBOUNDED:
+            return False
+        kept = self.fair.kept_free(request.tenant, slots)
+        return kept > 0 and snapshot.free_slots - 1 < kept - 1e-9
 
     def _eligible(
         self, request: RequestInfo, backends: Sequence[BackendSnapshot], chosen: BackendSnapshot
@@ -192,7 +210,8 @@ class Dispatcher:
             raise self._shed("deadline") from None
         except BaseException:  # cancelled (client gone) or evicted
             self._remove(entry)
-            if _has_lease(entry.future):
+            if _has_lease(entry.future):  # bound as the client left: it produced nothing
+                self.fair.finished(request, 0.0)
                 entry.future.result().release()
             raise
 
@@ -276,16 +295,22 @@ class Dispatcher:
         try:
             now = self.pool.clock()
             passed: list[_Entry] = []  # offered a slot and not bound: held, or no room
+            kept_out: set[str | None] = set()  # tenants whose next bind takes a reserve
             while len(passed) < self.config.max_scan:
                 snapshot = self.pool.snapshot()
                 if snapshot.free_slots == 0:
                     break
                 self._queue = [e for e in self._queue if not e.future.done()]
-                waiting = [e for e in self._queue if e not in passed]
+                waiting = [e for e in self._queue
+                           if e not in passed and e.request.tenant not in kept_out]
                 if not waiting:
                     break
                 slots = sum(b.cap for b in snapshot.backends)
                 entry = waiting[self.fair.next(waiting, now, slots)]
+                if self.fair.reserves and self._takes_a_reserve(entry.request, snapshot):
+                    # binding another tenant's request leaves this one's margin as it was
+                    kept_out.add(entry.request.tenant)
+                    continue
                 held = self._offer(entry, now)
                 if held is None:
                     self._queue.remove(entry)

@@ -9,7 +9,14 @@ Models", OSDI 2024) weighted by each tenant's policy weight.
   higher priority). Aging moves whole tiers, never requests within one, so a tenant's
   old backlog cannot overtake another tenant of the same tier.
 - **Reserved capacity.** Within the tier, a tenant holding less than its ``reserve`` share
-  of the region's slots (in flight) goes first, the furthest below its share first.
+  of the region's slots (in flight) goes first, the furthest below its share first. While
+  it has requests in flight, the part of its reserve it does not hold is also kept free:
+  a request of a tenant holding its own reserve or more (or of none) binds only if the
+  slots left free after it cover the reserves the others with requests in flight do not
+  hold (``kept_free``); below its own reserve a tenant takes any free slot. A reserve is
+  a guarantee, not only an order: its tenant's next request finds a free slot instead of
+  waiting for one to turn over. It costs the tenants above their reserves the slots it
+  keeps.
 - **VTC.** Otherwise the tenant with the smallest counter goes, its oldest request first.
   A tenant's counter grows by ``(input_weight x prompt tokens + output_weight x output
   tokens) / weight`` (the paper's w_p = 1, w_q = 2 by default): the prompt and the predicted
@@ -146,6 +153,21 @@ class FairShare:
             self.in_flight[tenant] = left
         else:
             self.in_flight.pop(tenant, None)
+
+    def kept_free(self, tenant: str | None, slots: float) -> float:
+        """Free slots a request of ``tenant`` (None: a request of no tenant) must leave:
+        none while the tenant holds less than its own reserve (a share of the region's
+        ``slots``: those slots are its own), else the part of their reserves that the other
+        tenants with requests in flight do not hold."""
+        if tenant is not None and self.in_flight.get(tenant, 0) < self.reserves.get(
+                tenant, 0.0) * slots:
+            return 0.0
+        kept = 0.0
+        for other, share in self.reserves.items():
+            held = self.in_flight.get(other, 0)
+            if other != tenant and held:
+                kept += max(0.0, share * slots - held)
+        return kept
 
     def counter(self, tenant: str) -> float:
         return self.counters.get(tenant, 0.0)

@@ -5,7 +5,8 @@
   ``director_balancer_prefill_tokens{backend}`` (prompts sent there without a first byte
   yet), ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``,
   ``director_balancer_capacity{backend,source}`` (learned or pinned, absent while unknown),
-  ``director_balancer_capacity_limit{backend}``: gauges read from the pool at scrape time;
+  ``director_balancer_capacity_limit{backend}``, ``director_balancer_tenant_in_flight{tenant}``:
+  gauges read from the pool and the region queue at scrape time;
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
@@ -89,7 +90,12 @@ class _PoolCollector(Collector):
                 capacity.add_metric([backend.name, learned.source], learned.slots)
             if learned.limit < UNBOUNDED:
                 limit.add_metric([backend.name], learned.limit)
-        yield from (in_flight, work, prefill, rate, queue, capacity, limit)
+        tenants = GaugeMetricFamily(
+            "director_balancer_tenant_in_flight",
+            "Requests of a tenant bound to a backend and not ended", labels=["tenant"])
+        for tenant, held in sorted(self.dispatcher.fair.in_flight.items()):
+            tenants.add_metric([tenant], held)
+        yield from (in_flight, work, prefill, rate, queue, capacity, limit, tenants)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,106 @@ def test_a_tenant_below_its_reserve_goes_first_whatever_its_counter() -> None:
     assert fair.next(entries, now=0.0, slots=8) == 0  # at its reserve: counters decide
 
 
+@pytest.mark.parametrize(("tenant", "in_flight", "kept"), [
+    ("a", {"b": 1}, 1.0),  # b holds 1 of its 2 (a quarter of 8)
+    ("a", {"b": 2}, 0.0),  # b holds its reserve
+    ("a", {"b": 5}, 0.0),  # or more: nothing kept, never negative
+    ("a", {}, 0.0),  # b has nothing in flight: no demand, nothing kept
+    ("b", {"b": 1}, 0.0),  # a tenant's own reserve is never kept from it
+    (None, {"b": 1, "c": 1}, 4.0),  # a request of no tenant: every reserve (1 + 3)
+    ("c", {"b": 1, "c": 1}, 0.0),  # below its own reserve: any free slot is its own
+    ("c", {"b": 1, "c": 4}, 1.0),  # at its reserve: b's unheld one is kept
+])
+def test_kept_free_is_the_unheld_reserves_of_the_others_with_demand(
+        tenant: str | None, in_flight: dict[str, int], kept: float) -> None:
+    fair = FairShare()
+    fair.set_tenants({"a": 1.0, "b": 1.0, "c": 1.0}, {"b": 0.25, "c": 0.5})
+    fair.in_flight = dict(in_flight)
+    assert fair.kept_free(tenant, slots=8) == pytest.approx(kept)
+
+
+async def test_a_reserve_with_demand_keeps_its_slots_free_of_a_flood() -> None:
+    """b reserves half of 8 slots and has one request in flight: a's flood takes 4 slots
+    (8 less b's 3 unheld), not 7, and b's next three requests bind at once, without
+    waiting for one of a's to end."""
+    d = dispatcher(slots=8)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {"b": 0.5})
+    b_first = await d.acquire(req(tenant="b"))
+    flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(10)]
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in flood) == 4 and d.queued == 6
+    b_more = [await asyncio.wait_for(d.acquire(req(tenant="b")), 0.5) for _ in range(3)]
+    a_bound = [t.result() for t in flood if t.done()]
+    for lease in a_bound:  # a's requests end: a takes their slots back, no more
+        d.finished(req(tenant="a"), 10.0)
+        lease.release()
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in flood) == 8 and d.queued == 2
+    for lease in [b_first, *b_more]:  # b goes idle: its reserve is no longer kept
+        d.finished(req(tenant="b"), 10.0)
+        lease.release()
+    await asyncio.sleep(0.01)
+    assert all(t.done() for t in flood) and d.queued == 0
+    for task in flood:
+        task.result().release()
+
+
+async def test_a_tenant_below_its_reserve_takes_a_free_slot_others_reserves_aside() -> None:
+    """8 slots; a holds 6 (over its quarter, taken before c had demand), b and c one each.
+    Two of a's end: b, below its own quarter, takes a free slot at once although c's half
+    is not free (a's is kept from a, not from b)."""
+    d = dispatcher(slots=8)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 0.25, "b": 0.25, "c": 0.5})
+    a_held = [await d.acquire(req(tenant="a")) for _ in range(6)]
+    b_held = await d.acquire(req(tenant="b"))
+    c_held = await d.acquire(req(tenant="c"))
+    for lease in a_held[:2]:
+        d.finished(req(tenant="a"), 10.0)
+        lease.release()
+    b_next = await asyncio.wait_for(d.acquire(req(tenant="b")), 0.5)
+    a_next = asyncio.create_task(d.acquire(req(tenant="a")))  # at its quarter: c's kept
+    await asyncio.sleep(0.01)
+    assert not a_next.done()
+    a_next.cancel()
+    await asyncio.gather(a_next, return_exceptions=True)
+    for lease in [*a_held[2:], b_held, c_held, b_next]:
+        lease.release()
+
+
+async def test_a_request_bound_as_its_client_leaves_frees_its_tenants_slot() -> None:
+    d = dispatcher(slots=1)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
+    held = await d.acquire(req(tenant="a"))
+    waiting = asyncio.create_task(d.acquire(req(tenant="b")))
+    await asyncio.sleep(0.01)
+    d.finished(req(tenant="a"), 10.0)
+    held.release()  # binds b's queued request ...
+    waiting.cancel()  # ... as its client goes, before it resumes
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert waiting.cancelled()
+    assert d.fair.in_flight == {} and d.pool.snapshot().free_slots == 1
+
+
+async def test_without_reserves_a_flood_takes_every_free_slot() -> None:
+    d = dispatcher(slots=8)
+    d.fair.set_tenants({"a": 1.0, "b": 1.0}, {})
+    b_first = await d.acquire(req(tenant="b"))
+    flood = [asyncio.create_task(d.acquire(req(tenant="a"))) for _ in range(10)]
+    await asyncio.sleep(0.01)
+    assert sum(t.done() for t in flood) == 7
+    b_next = asyncio.create_task(d.acquire(req(tenant="b")))
+    await asyncio.sleep(0.01)
+    assert not b_next.done()  # waits for a slot to turn over
+    b_next.cancel()
+    for task in [*flood, b_next]:
+        task.cancel()
+    await asyncio.gather(*flood, b_next, return_exceptions=True)
+    for task in flood:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            task.result().release()
+    b_first.release()
+
+
 def test_counters_charge_weighted_tokens_and_settle_the_real_output() -> None:
     fair = FairShare()
     fair.set_tenants({"a": 1.0, "b": 2.0}, {})
