@@ -32,7 +32,6 @@ from director.engine.location_class import classifier_key, location_classifier
 from director.geo import GeoLocator
 from director.geo_map import NetworkMap
 from director.geo_merge import DEFAULT_BUDGET, CompileCancelled, MergedNetworks
-from director.policy_gate import proof_key
 from policies.model import Policy
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,6 @@ class DnsApp:
         self._map_cancel = threading.Event()
         self._map_lock = threading.Lock()
         self._last_error_log = 0.0
-        self._proof_key: Policy | None = None  # policy_gate.proof_key of the policy answering
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
         self.set_policy(policy)
@@ -65,10 +63,7 @@ class DnsApp:
     def set_policy(self, policy: Policy) -> None:
         """Answer from ``policy`` from now on (new zone, engine and caches). The network map
         is kept when the new policy classifies locations alike (``classifier_key``), else
-        rebuilt in the background (a build for a replaced policy is cancelled). The engine
-        decisions are kept when the engine would decide alike (``policy_gate.proof_key``:
-        an edit of TTLs, addresses, health checks or tenants), so answers are rebuilt
-        without the engine."""
+        rebuilt in the background (a build for a replaced policy is cancelled)."""
         zone = ZoneData(policy)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         locator = ClientLocator(geo=self.geo, merged=merged)
@@ -84,12 +79,6 @@ class DnsApp:
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
         decisions = Decisions(engine, locator, self.snapshots,
                               merged.class_of, observe=self.stats.observe_decision)
-        key = proof_key(policy)
-        previous = getattr(self, "decisions", None)
-        if previous is not None and key == self._proof_key:
-            decisions.adopt(previous)  # an edit of TTLs or addresses: decisions stand
-        self._proof_key = key
-        self.decisions = decisions
         handler = Handler(zone, decisions)
         responder = Responder(handler)
         self.policy = policy

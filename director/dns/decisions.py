@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from director.dns.answer_inputs import AnswerInputs
 from director.dns.lanes import SPILLED
@@ -94,32 +94,6 @@ class Decisions:
         self._latency6 = False  # whether _latency has IPv6 networks
         # decision key (less the spilled flag) -> Engine.spill_point of its ranking
         self._spill_points: dict[tuple, tuple[str, float] | None] = {}
-
-    def adopt(self, previous: Decisions) -> None:
-        """Start from ``previous``'s decisions instead of none. Only for an engine whose
-        policy has the same ``policy_gate.proof_key`` as ``previous``'s: the engine then
-        decides alike for every client and state, except the TTLs, which are taken from
-        this policy here. So an edit of TTLs or addresses costs no engine decision. The
-        per-client memo is not kept: its answers are rebuilt from these decisions."""
-        services = {s.name: s for s in self.engine.policy.services}
-        retimed: dict[int, Decision] = {}  # one replacement per distinct decision object
-
-        def retime(decision: Decision) -> Decision:
-            service = services[decision.service]
-            ttl = service.degraded_ttl if decision.degraded else service.ttl
-            if decision.ttl == ttl:
-                return decision
-            done = retimed.get(id(decision))
-            if done is None:
-                done = retimed[id(decision)] = replace(decision, ttl=ttl)
-            return done
-
-        self._snapshot, self._inputs = previous._snapshot, previous._inputs
-        self._hashing = dict(previous._hashing)
-        self._latency, self._latency6 = previous._latency, previous._latency6
-        self._rtt_map = previous._rtt_map
-        self._spill_points = dict(previous._spill_points)
-        self._by_inputs = {key: retime(d) for key, d in list(previous._by_inputs.items())}
 
     @property
     def rtt_map(self) -> RttMap | None:

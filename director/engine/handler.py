@@ -101,5 +101,5 @@ def _decision(ctx: DecisionContext, answer: tuple[str, ...], reason: str, locate
         service=service.name, regions=tuple(answer), reason=reason,
         rules=tuple(rule.name for rule in ctx.rules), allowed=ctx.allowed, ttl=ttl,
         location_dependent=scope > 0, scope_prefix=scope, steps=tuple(steps),
-        scope_floor=floor, degraded=degraded,
+        scope_floor=floor,
     )

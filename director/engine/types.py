@@ -65,8 +65,6 @@ class Decision:
     # network, the hashing bucket): the scope for a client of the same location class
     # in another network is max(that network's prefix, scope_floor) (director.dns.scope)
     scope_floor: int = 0
-    degraded: bool = False  # ttl is the service's degraded_ttl (not primary, or a region
-    # answered is degraded or stale)
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -11,7 +11,6 @@ it reads, so a method missing here could leave the cache silently wrong).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 import shutil
@@ -28,7 +27,6 @@ from dns_protocol_cases import CASES
 
 from director.dns.app import DnsApp
 from director.dns.snapshot_source import StaticSnapshotSource
-from director.policy_gate import proof_key
 from director.engine import RegionState
 from director.engine.registry import register_builtin_plugins
 from policies import Policy, load_policy
@@ -170,66 +168,3 @@ def test_internal_error_answers_servfail_and_the_server_lives_on(example_policy,
         for tcp in (False, True, False):
             response = ask(server.addresses[0], make_query("chat.infer.example.com"), tcp=tcp)
             assert response.rcode() == dns.rcode.SERVFAIL
-
-
-def _retimed(policy: Policy) -> Policy:
-    """``policy`` with every service's TTLs and one region's address changed: what the
-    engine only copies into answers (the same ``policy_gate.proof_key``)."""
-    services = tuple(dataclasses.replace(s, ttl=s.ttl + 7, degraded_ttl=s.degraded_ttl + 3)
-                     for s in policy.services)
-    regions = tuple(dataclasses.replace(r, endpoints_v4=("127.0.9.9",))
-                    if r.name == "us-east" else r for r in policy.regions)
-    return dataclasses.replace(policy, services=services, regions=regions)
-
-
-@pytest.mark.parametrize("policy_name", ["example", "every-method"])
-@pytest.mark.parametrize("state", SNAPSHOTS, ids=list(SNAPSHOTS))
-def test_a_policy_edit_the_engine_only_copies_keeps_decisions_and_answers_like_a_fresh_start(
-        request, policy_name, geolite2, state):
-    """Warm on a policy, swap in one with new TTLs and an address: the decisions are kept
-    with the new TTLs (none is made again), and every answer equals a fresh server's full
-    path."""
-    policy = request.getfixturevalue(
-        "example_policy" if policy_name == "example" else "every_method_policy")
-    edited = _retimed(policy)
-    assert proof_key(edited) == proof_key(policy)
-    rng = random.Random(11)
-    fast_state, full_state = StaticSnapshotSource(), StaticSnapshotSource()
-    fast_state.update(SNAPSHOTS[state])
-    full_state.update(SNAPSHOTS[state])
-    fast = DnsApp(policy, geolite2, fast_state, merge_budget=10**7)
-    full = DnsApp(edited, geolite2, full_state, merge_budget=10**7)
-    queries = [wire for query in _corpus(rng) for wire in _variants(rng, query)]
-    for wire in queries:
-        fast.respond(wire, "127.0.0.1")
-    warm = dict(fast.decisions._by_inputs)
-    assert warm
-    fast.set_policy(edited)
-    adopted = dict(fast.decisions._by_inputs)
-    assert adopted.keys() == warm.keys()
-    ttls = {s.name: (s.ttl, s.degraded_ttl) for s in edited.services}
-    assert all(d.ttl == ttls[d.service][d.degraded] for d in adopted.values())
-    checked = 0
-    for wire in queries:
-        host, tcp = rng.choice(HOSTS), rng.random() < 0.3
-        got = fast.respond(wire, host, tcp)
-        full.handler.decisions.clear()
-        want = full.respond_full(wire, host, tcp)
-        assert got == want, (dns.message.from_wire(wire).to_text(), host, tcp)
-        checked += 1
-    assert checked > 1000
-    # answered from the kept decisions: none of them was made again
-    assert all(fast.decisions._by_inputs[key] is d for key, d in adopted.items())
-
-
-def test_a_policy_edit_the_engine_reads_starts_from_no_decisions(example_policy, geolite2):
-    app = DnsApp(example_policy, geolite2, StaticSnapshotSource())
-    app.respond(make_query("chat.infer.example.com", ecs="81.2.69.0/24").to_wire(),
-                "127.0.0.1")
-    assert app.decisions._by_inputs
-    chat = next(s for s in example_policy.services if s.spillover is not None)
-    services = tuple(dataclasses.replace(
-        s, spillover=dataclasses.replace(s.spillover, threshold=s.spillover.threshold / 2))
-        if s is chat else s for s in example_policy.services)
-    app.set_policy(dataclasses.replace(example_policy, services=services))
-    assert not app.decisions._by_inputs
