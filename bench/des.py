@@ -36,6 +36,7 @@ from regions.simulator.errors import SequenceAborted
 
 MODEL = "sim-model"
 SCRAPE_EVERY_S = 1.0
+BINDING_EVERY_S = 0.1  # engine_scrape.EngineScraper's binding_every_s
 
 
 class _JumpingSelector(selectors.DefaultSelector):
@@ -148,12 +149,22 @@ class Ours:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _scraping(self) -> None:
+        """Every backend each ``SCRAPE_EVERY_S``; in between, as ``EngineScraper`` does, each
+        ``BINDING_EVERY_S`` the backends exploring a provisional limit."""
+        loop = asyncio.get_running_loop()
+        round_at = -1e18
         while True:
-            for name, engine in self.engines.items():
-                state = engine.state()
-                self.pool.set_scraped(name, ScrapedLoad(float(state.waiting),
-                                                        float(state.running), state.kv_usage))
-            await asyncio.sleep(SCRAPE_EVERY_S)
+            now = loop.time()
+            full = now - round_at >= SCRAPE_EVERY_S
+            if full:
+                round_at = now
+            for b in self.pool:
+                if full or b.capacity.explores(b.in_flight):
+                    state = self.engines[b.name].state()
+                    self.pool.set_scraped(b.name, ScrapedLoad(
+                        float(state.waiting), float(state.running), state.kv_usage))
+            await asyncio.sleep(max(0.0, min(BINDING_EVERY_S,
+                                             round_at + SCRAPE_EVERY_S - loop.time())))
 
     async def send(self, a: Arrival, max_tokens: int | None) -> tuple[str, Callable[[], None],
                                                                        Callable[[], None], Done]:
