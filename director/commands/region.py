@@ -166,9 +166,9 @@ def serve(
         typer.Option(
             "--provisional-growth",
             min=0.0,
-            help="Where requests are held (tenants, --late-binding), a GPU server not yet "
-            "seen saturated may run FACTOR times the most it was seen running, doubling "
-            "while it runs all it is given (0: unbounded until saturated).",
+            help="In a region with tenants, a GPU server not yet seen saturated may run "
+            "FACTOR times the most it was seen running, doubling while it runs all it is "
+            "given (0: unbounded until saturated; --late-binding alone does not use it).",
         ),
     ] = CapacityConfig.provisional_growth,
 ) -> None:

@@ -301,9 +301,12 @@ class Balancer:
             self.throttles.record(tenant, self.region, status, limit)
 
     def _hold_for_tenants(self, tenants: bool) -> None:
-        """With tenants, hold at the learned capacities so the fair share orders requests
-        (``--late-binding`` on the command line holds in any case)."""
-        self.pool.hold_at_capacity(tenants or self.config.capacity.late_binding)
+        """With tenants, hold at the learned capacities (provisional ones until learned) so
+        the fair share orders requests (``--late-binding`` on the command line holds in any
+        case, at learned capacities only)."""
+        capacity = self.config.capacity
+        self.pool.hold_at_capacity(tenants or capacity.late_binding,
+                                   tenants or capacity.provisional)
 
     async def _admit(self, request: web.Request,
                      info: RequestInfo) -> RequestInfo | web.Response:

@@ -646,12 +646,14 @@ class BackendPool:
             return capacity.limit
         return b.capacity.unheld_limit()
 
-    def hold_at_capacity(self, on: bool) -> None:
+    def hold_at_capacity(self, on: bool, provisional: bool = False) -> None:
         """Hold requests in the region queue at learned capacities (``late_binding``), or
-        stop; the tenants' fair share needs the queue (``tenancy``)."""
-        if self.capacity_config.late_binding == on:
+        stop; the tenants' fair share needs the queue (``tenancy``), and a provisional limit
+        where a capacity is not learned yet (``CapacityConfig.provisional``)."""
+        config = self.capacity_config
+        if config.late_binding == on and config.provisional == provisional:
             return
-        self.capacity_config = replace(self.capacity_config, late_binding=on)
+        self.capacity_config = replace(config, late_binding=on, provisional=provisional)
         now = self.clock()
         for b in self.backends:
             b.capacity.config = self.capacity_config

@@ -38,7 +38,8 @@ What admission does with it (the limit):
   share more may wait at each server), and for one second in ten one request more is
   allowed, so that a server that could run more is seen running it (the estimate is then
   dropped and learned anew).
-- **unknown, in a region that holds**: a provisional limit, so that a burst is not sent into
+- **unknown, in a region that holds for tenants** (``provisional``): a provisional limit, so
+  that a burst is not sent into
   the engines before their capacity is seen (a tenant's flood would fill the engines' own
   queues, where the fair share cannot reorder it). Every scrape shows a lower bound on the
   slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
@@ -57,7 +58,10 @@ What admission does with it (the limit):
     and learned as above.
   Without a scrape (no metrics), nothing is held, as before; ``provisional_growth`` 0 turns
   it off. The variants measured against this one are in
-  ``bench/results/2026-11-27-provisional-capacity.md``.
+  ``bench/results/2026-11-27-provisional-capacity.md``. Plain late binding (no tenants)
+  does not use it: in the routing matrix it held the floor in 94 of 192 cells against 128
+  without it (worst E2E 2.61x against 1.25x;
+  ``bench/results/2026-11-27-matrix-des-late-binding.md``).
 - An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429) caps the
   limit, whatever the source.
 
@@ -83,8 +87,10 @@ class CapacityConfig:
     beyond a learned capacity, as a share of it, at least one (0, the default: none);
     ``probe_every_s``: without headroom, one request more than the learned capacity is
     allowed for ``probe_s`` of every ``probe_every_s`` seconds (0: never), so that a server
-    that could run more is seen doing it; ``provisional_growth``: a holding region's limit
-    for a backend of unknown capacity, as a multiple of the most it was seen running (0:
+    that could run more is seen doing it; ``provisional``: while holding, give a backend of
+    unknown capacity a provisional limit (the balancer turns it on in a region with
+    tenants, whose fair share needs the queue before a capacity is learned);
+    ``provisional_growth``: that limit, as a multiple of the most it was seen running (0:
     none, unbounded)."""
 
     late_binding: bool = False
@@ -95,6 +101,7 @@ class CapacityConfig:
     kv_full: float = 0.9
     persist: int = 2
     provisional_growth: float = 1.25
+    provisional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +165,7 @@ class CapacityEstimator:
         explores, so a count that is still climbing (each scrape a new most, with arrivals
         waiting for the next iteration) must not pass for a slot limit, which holds the
         count still from one scrape to the next."""
-        return self.config.late_binding and self._provisional > 0
+        return self.config.late_binding and self.config.provisional and self._provisional > 0
 
     def _runs_all_allowed(self, running: int) -> bool:
         """Whether a holding balancer's provisional limit, not the engine, may hold
@@ -214,7 +221,7 @@ class CapacityEstimator:
         provisional = False
         if slots is not None and (source == "pinned" or self.config.late_binding):
             limit = min(limit, slots + self._headroom(slots, source, now))
-        elif slots is None and self.config.late_binding and self._provisional:
+        elif slots is None and self._provisional_mode():
             provisional = self._provisional < limit
             limit = min(limit, self._provisional)
         if slots is not None and self.engine_in_flight is not None:

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The capacity estimator: what it learns from scrapes and engine limits, and the floor:
 it never lets the balancer hold requests for long while a backend has room. Most tests
-turn ``late_binding`` on (``HOLD``), the mode in which a learned capacity is a limit."""
+hold as a region with tenants does (``HOLD``: ``late_binding``, the mode in which a learned
+capacity is a limit, with the provisional limit before it is learned)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from regions.balancer.capacity import UNBOUNDED, CapacityConfig, CapacityEstimator
 
-HOLD = CapacityConfig(late_binding=True)
+HOLD = CapacityConfig(late_binding=True, provisional=True)
 
 
 def saturate(estimator: CapacityEstimator, at: float, running: int, waiting: int = 3,
@@ -31,8 +32,10 @@ def test_unknown_until_something_says_so() -> None:
     assert (capacity.limit, capacity.provisional) == (15, True)  # 1.25 x the most it ran
 
 
-@pytest.mark.parametrize("config", [CapacityConfig(late_binding=True, provisional_growth=0),
-                                    CapacityConfig()])
+@pytest.mark.parametrize("config", [
+    CapacityConfig(late_binding=True, provisional=True, provisional_growth=0),
+    CapacityConfig(late_binding=True),  # plain late binding, no tenants
+    CapacityConfig()], ids=["growth-0", "plain-late-binding", "not-holding"])
 def test_no_provisional_limit_when_turned_off_or_not_holding(config: CapacityConfig) -> None:
     estimator = CapacityEstimator(config=config)
     estimator.observe(1.0, running=12, waiting=0)
@@ -130,7 +133,8 @@ def test_waiting_well_below_the_most_it_ran_is_not_saturation() -> None:
 
 
 def test_the_largest_saturated_observation_of_the_window_counts() -> None:
-    estimator = CapacityEstimator(config=CapacityConfig(late_binding=True, window_s=5.0))
+    estimator = CapacityEstimator(
+        config=CapacityConfig(late_binding=True, provisional=True, window_s=5.0))
     saturate(estimator, 2.0, running=30)
     saturate(estimator, 3.0, running=28, kv=0.95)  # long prompts: KV full at 28
     assert estimator.current(3.0).slots == 30
@@ -178,7 +182,8 @@ def test_forget_drops_what_was_learned_but_not_the_pin() -> None:
 
 @pytest.mark.parametrize("headroom", [0.0, 0.1, 0.5])
 def test_headroom(headroom: float) -> None:
-    estimator = CapacityEstimator(config=CapacityConfig(late_binding=True, headroom_share=headroom))
+    estimator = CapacityEstimator(config=CapacityConfig(late_binding=True, provisional=True,
+                                                               headroom_share=headroom))
     saturate(estimator, 2.0, running=100, waiting=1)
     expected = 100 if headroom == 0 else 100 + max(1, round(headroom * 100))
     assert estimator.current(2.0).limit == expected

@@ -30,11 +30,13 @@ def spec(name: str, slots: int, engine: str, port: int = 0) -> ServerSpec:
 
 
 @asynccontextmanager
-async def behind(server: ServerSpec, *, time_scale: float = 1.0, late_binding: bool = False
+async def behind(server: ServerSpec, *, time_scale: float = 1.0, late_binding: bool = False,
+                 provisional: bool = False
                  ) -> AsyncIterator[tuple[Fleet, Balancer, aiohttp.ClientSession]]:
     async with Fleet([server], time_scale=time_scale) as fleet:
         backend = BackendSpec(server.name, fleet[server.name].url, (MODEL,), None, None)
-        config = BalancerConfig(capacity=CapacityConfig(late_binding=late_binding))
+        config = BalancerConfig(capacity=CapacityConfig(late_binding=late_binding,
+                                                        provisional=provisional))
         balancer = build_balancer("test-region", [backend], config=config)
         async with balancer, client_of(balancer) as client:
             yield fleet, balancer, client
@@ -95,12 +97,12 @@ async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> No
 
 async def test_a_burst_before_the_capacity_is_known_waits_in_the_region_queue() -> None:
     """A vLLM server publishes no slot count and, at light load, is never seen saturated. A
-    holding balancer gives it a provisional limit from what it was seen running, grows it
-    (scraping sooner) while the engine runs all of it, and learns the capacity from the
-    burst that overfills it by the last step's margin, not by the burst: the rest of the
-    burst waits in the region queue, where the fair share orders it."""
-    async with behind(spec("gpu", 32, "vllm"), late_binding=True) as (fleet, balancer,
-                                                                      client):
+    balancer holding as for tenants gives it a provisional limit from what it was seen
+    running, grows it (scraping sooner) while the engine runs all of it, and learns the
+    capacity from the burst that overfills it by the last step's margin, not by the burst:
+    the rest of the burst waits in the region queue, where the fair share orders it."""
+    async with behind(spec("gpu", 32, "vllm"), late_binding=True, provisional=True) as (
+            fleet, balancer, client):
         backend = balancer.pool["gpu"]
         engine = fleet["gpu"].engine
         tasks = await flood(client, 8)

@@ -154,9 +154,11 @@ async def test_tenants_make_the_balancer_hold_at_capacity_for_the_fair_share(
         assert not balancer.pool.capacity_config.late_binding
         balancer.tenancy.apply_policy(tenant_policy(example_policy))
         assert balancer.pool.capacity_config.late_binding
+        assert balancer.pool.capacity_config.provisional  # until a capacity is learned
         assert all(b.capacity.config.late_binding for b in balancer.pool)
         balancer.tenancy.apply_policy(example_policy)
         assert not balancer.pool.capacity_config.late_binding
+        assert not balancer.pool.capacity_config.provisional
 
 
 async def test_a_tenants_tier_reaches_an_engine_that_schedules_by_priority(
