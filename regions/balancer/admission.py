@@ -146,12 +146,12 @@ class Dispatcher:
     def _takes_a_reserve(self, request: RequestInfo, snapshot: RegionSnapshot) -> bool:
         """Whether binding ``request`` now would leave fewer free slots than the other
         tenants' unheld reserves (``FairShare.kept_free``)."""
-        usable = [b for b in snapshot.backends if b.healthy and not b.ejected and not b.draining]
+        usable = [b for b in snapshot.backends if b.usable]
         slots = sum(b.limit for b in usable)
         if slots >= UNBOUNDED:
             return False
         kept = self.fair.kept_free(request.tenant, slots)
-        return kept > 0 and snapshot.free_slots - 1 < kept - 1e-9
+        return kept > 0 and sum(b.free_slots for b in usable) - 1 < kept - 1e-9
 
     def _eligible(
         self, request: RequestInfo, backends: Sequence[BackendSnapshot], chosen: BackendSnapshot
@@ -364,7 +364,7 @@ class Dispatcher:
 
     def retry_after(self) -> int:
         snapshot = self.pool.snapshot()
-        usable = [b for b in snapshot.backends if b.healthy and not b.ejected and not b.draining]
+        usable = [b for b in snapshot.backends if b.usable]
         throughput = sum(b.tokens_per_s * running_slots(b) for b in usable)
         backlog = sum(b.work_tokens for b in snapshot.backends) + self.queued_cost()
         if throughput <= 0:

@@ -633,7 +633,7 @@ class Balancer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         snap = self.pool.snapshot()
-        usable = sum(1 for b in snap.backends if b.healthy and not b.ejected and not b.draining)
+        usable = sum(1 for b in snap.backends if b.usable)
         body = {
             "region": self.region,
             "usable_backends": usable,

@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Callable
 
-from regions.balancer.types import BackendSnapshot, RegionSnapshot
+from regions.balancer.types import RegionSnapshot
 from state.records import RegionLoad
 
 DEFAULT_TAU_S = 5.0
@@ -65,10 +65,6 @@ class ArrivalRate:
         return self.rate
 
 
-def _usable(b: BackendSnapshot) -> bool:
-    return b.healthy and not b.ejected and not b.draining
-
-
 def region_load(
     snapshot: RegionSnapshot,
     *,
@@ -80,7 +76,7 @@ def region_load(
 ) -> RegionLoad:
     """The region's aggregate load (formulas in the module docstring); pure."""
     backends = snapshot.backends
-    usable = [b for b in backends if _usable(b)]
+    usable = [b for b in backends if b.usable]
     total_tp = sum(b.tokens_per_s * b.cap for b in backends)
     usable_tp = sum(b.tokens_per_s * b.cap for b in usable)
     share = usable_tp / total_tp if total_tp > 0 else 0.0

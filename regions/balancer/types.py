@@ -108,6 +108,11 @@ class BackendSnapshot:
         return self.spt_base + self.spt_slope * concurrency
 
     @property
+    def usable(self) -> bool:
+        """Healthy, not ejected, not draining: it may be given requests."""
+        return self.healthy and not self.ejected and not self.draining
+
+    @property
     def limit(self) -> int:
         return self.cap + self.prefetch
 
