@@ -39,13 +39,12 @@ What admission does with it (the limit):
   allowed, so that a server that could run more is seen running it (the estimate is then
   dropped and learned anew).
 - **unknown, in a region that holds for tenants** (``provisional``): a provisional limit, so
-  that a burst is not sent into
-  the engines before their capacity is seen (a tenant's flood would fill the engines' own
-  queues, where the fair share cannot reorder it). Every scrape shows a lower bound on the
-  slots (``running``); the limit is ``provisional_growth`` times the most seen running, at
-  least one more, raised so only by a scrape with nothing waiting. While it binds, or the
-  backend has more in flight than it was ever seen running, it is scraped sooner
-  (``engine_scrape``):
+  that a burst is not sent into the engines before their capacity is seen (a tenant's
+  flood would fill the engines' own queues, where the fair share cannot reorder it). Every
+  scrape shows a lower bound on the slots (``running``); the limit is
+  ``provisional_growth`` times the most seen running, at least one more, raised so only
+  by a scrape with nothing waiting. While it binds, or the backend has more in flight
+  than it was ever seen running, it is scraped sooner (``engine_scrape``):
   - a scrape showing the engine running all that the limit allows may mean room, and the
     limit doubles (slow start), so a ramp on a large server costs a few quick scrapes of
     queueing; an engine exactly full at the limit looks the same, and a burst then
