@@ -21,7 +21,9 @@ part way (``Answered.settled``), the oldest of which are asked again and widen f
    the question as sent + template + the ECS address as sent``; byte-identical to the full
    path because name compression is case-insensitive and points into the question, and
    the same under any state, because the state reaches a response only through the
-   decision class.
+   decision class. A service's A/AAAA template is written by hand (``service_answer``),
+   so the first query of each class after a policy swap costs microseconds, not a full
+   path; anything it declines is cut from the full path's response.
 
 Anything else (parse_query says no, ``_explain``, services whose answers are random) goes
 to the full path uncached. Every answer is counted by (service, qtype, rcode, regions,
@@ -37,14 +39,16 @@ import dns.rcode
 import dns.rdatatype
 
 from director.dns.answer_cache import AnswerCache
-from director.dns.decisions import RETRY_PER_SNAPSHOT, Decisions
+from director.dns.decisions import RETRY_PER_SNAPSHOT, Answered, Decisions
 from director.dns.lanes import SubnetLanes, lane_layout
 from director.dns.metrics import DnsStats
 from director.dns.responder import Reply, Responder
+from director.dns.service_answer import packed_addresses, service_template
 from director.dns.snapshot_source import SnapshotSource
-from director.dns.types import OUR_PAYLOAD, UDP_LIMIT_NO_EDNS, Outcome
+from director.dns.types import OUR_PAYLOAD, TCP_LIMIT, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
+from policies.model import Service
 
 # Queries answered once from a lane, by a byte of their hash in a slot of a fixed table: no
 # Python objects to churn (a set of hashes left the allocator 20 MB higher after a stream
@@ -183,6 +187,7 @@ class FastPath:
         by_host = False
         settled = True
         decision_class: tuple | None = None
+        answered: Answered | None = None
         lane: int | None = None
         lane_rtt = False
         lane_spill = None
@@ -206,6 +211,11 @@ class FastPath:
                _payload_bucket(parsed, tcp), parsed.do,
                None if ecs is None else (ecs.family, ecs.source), tcp, decision_class)
         template = self.cache.templates.get(key)
+        if template is None and answered is not None and node is not None:
+            template = self._service_template(parsed, tcp, node.service, answered)
+            if template is not None:
+                self.cache.put_template(key, template)
+                self.stats.cache_misses += 1
         if template is None:
             reply = self.responder.respond(data, host, tcp)
             if reply.wire is None or not reply.outcome.cacheable:
@@ -234,6 +244,20 @@ class FastPath:
         self.cache.put(memo, data[2:], (response[2:], template.slot), host if by_host else None)
         self._counts[template.slot] += 1
         return response
+
+    def _service_template(self, parsed: ParsedQuery, tcp: bool, service: Service | None,
+                          answered: Answered) -> Template | None:
+        """The template of a service's A/AAAA answer written directly
+        (``service_answer``), or None when the full path must render it."""
+        decision = answered.decision
+        assert service is not None  # a SERVICE node carries its service
+        made = service_template(
+            parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype)),
+            int(decision.ttl), answered.scope, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
+        if made is None:
+            return None
+        outcome = Outcome(service.name, decision.regions, decision.reason)
+        return Template(*made, self.stats.label_id(labels(outcome, parsed.qtype, 0)))
 
     def _lane_add(self, data: bytes, source: int, lane: int, response: bytes,
                   slot: int, rtt: bool,
