@@ -14,14 +14,18 @@ millisecond, without waiting for the replies:
   gate's engine proof is remembered for such edits (``policy_gate.proof_key``);
 - **policy, address**: a new version with eu-west's endpoint changed (a new address each
   time); endpoints are only copied into answers, so the proof is remembered too;
-- **policy, spillover**: a new version with the chat service's spillover threshold and TTL
-  changed (new values each time, a quarter as many): the writer's gate runs the engine proof
-  of the chat service again (``policy_gate.service_proof_key``), not of the others.
+- **policy, spillover threshold**: a new version with the chat service's spillover
+  threshold and TTL changed (new values each time, a quarter as many): the proof is
+  remembered, since it loads regions at multiples of the threshold
+  (``policy_gate.proof_class``);
+- **policy, spillover share**: the same with chat's largest spilled share (``max``)
+  changed instead of the threshold: the writer's gate runs the engine proof of the chat
+  service again (``policy_gate.service_proof_key``), not of the others.
 
 Every policy is written as the admin API writes it: through the policy gate first, stored
 with the digests of the engine proofs it ran (``Acceptance.proofs``), which the server,
 running the same code, does not run again. The gate's time in the writer comes before the
-write, so it is reported on its own, and added to the delay in the spillover rows' second
+write, so it is reported on its own, and added to the delay in the spillover share rows' second
 line (what an operator waiting on ``PUT /api/v1/policy`` sees).
 
 A writer refreshes every region's probe result twice a second, as probe workers do.
@@ -61,6 +65,7 @@ CHAT_TTL = "    ttl 5s  #"
 REGIONS = ("us-east", "eu-west", "eu-central", "ap-south")
 EU_WEST_ENDPOINT = "    endpoints 127.0.2.1\n"
 CHAT_SPILL = "        at 85%   #"
+CHAT_SHARE = "        max 30%  #"
 
 
 def query() -> bytes:
@@ -190,7 +195,7 @@ def main() -> int:
     args = parser.parse_args()
     sources = read_sources(str(POLICY))
     assert CHAT_TTL in sources.text and sources.text.count(EU_WEST_ENDPOINT) == 1
-    assert sources.text.count(CHAT_SPILL) == 1
+    assert sources.text.count(CHAT_SPILL) == 1 and sources.text.count(CHAT_SHARE) == 1
     workdir = Path(tempfile.mkdtemp(prefix="dns-visibility-"))
     with EmbeddedValkey() as valkey:
         store = StateStore.from_url(valkey.url)
@@ -198,7 +203,7 @@ def main() -> int:
         publish(store, sources.text, sources.name, files)
         proc = start_server(valkey.url)
         probes = ProbeWriter(valkey.url)
-        load = start_load(args.load, args.changes * 0.4 + args.changes // 4 * 1.0 + 30, workdir)
+        load = start_load(args.load, args.changes * 0.4 + args.changes // 4 * 1.2 + 30, workdir)
         rows: dict[str, list[float]] = {}
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -231,13 +236,22 @@ def main() -> int:
                 delays.append(wait_change(
                     sock, wire, lambda got, address=address: got[0] == address, started))
                 time.sleep(0.05)
-            delays = rows["chat spillover threshold and TTL (the writer proves chat again)"] = []
+            delays = rows["chat spillover threshold and TTL (proof remembered)"] = []
+            for n in range(max(5, args.changes // 4)):
+                ttl = 200 + n
+                text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #").replace(
+                    CHAT_SPILL, f"        at {60 + n % 35}.5%   #")
+                _, started = publish(store, text, sources.name, files)
+                delays.append(wait_change(sock, wire, lambda got, ttl=ttl: got[1] == ttl,
+                                          started))
+                time.sleep(0.05)
+            delays = rows["chat spillover share and TTL (the writer proves chat again)"] = []
             gate = rows["the same, the writer's gate alone"] = []
             total = rows["the same, from the gate's start (as a PUT sees it)"] = []
             for n in range(max(5, args.changes // 4)):
                 ttl = 300 + n
                 text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #").replace(
-                    CHAT_SPILL, f"        at {60 + n % 35}.5%   #")
+                    CHAT_SHARE, f"        max {10 + n % 60}%  #")
                 gated, started = publish(store, text, sources.name, files)
                 delays.append(wait_change(sock, wire, lambda got, ttl=ttl: got[1] == ttl,
                                           started))

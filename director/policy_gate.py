@@ -34,7 +34,7 @@ from policies.loader import (
     read_file,
     sources_of,
 )
-from policies.model import Capacity, Service, Soa, Zone
+from policies.model import Capacity, Failover, Service, Soa, Zone
 from state.records import PolicyRecord
 
 MAX_REPORTED_VIOLATIONS = 20
@@ -43,6 +43,7 @@ _PROOFS: dict[tuple, EngineProof] = {}
 _PROOFS_LOCK = threading.Lock()
 _ZONE = Zone("", 0.0, Soa("", "", None, 0.0, 0.0, 0.0, 0.0), (), ())  # in every proof key
 _CAPACITY = Capacity(0.0)
+_FAILOVER = Failover(0, 0, 0.0, 0.0)  # probe hysteresis: read by probes, not decisions
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Acceptance:
         policy = self.policy
         if policy is None or self.engine is None:
             return ()
-        return tuple(proof_digest(service_proof_key(policy, service))
+        return tuple(proof_digest(proof_class(service_proof_key(policy, service)))
                      for service in policy.services if service.residency)
 
     def sources(self) -> PolicySources:
@@ -107,9 +108,10 @@ def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False,
 
 def engine_proof(policy: Policy, *, proven: frozenset[str] = frozenset()) -> EngineProof:
     """``run_engine_proof(policy)``, one service at a time, each service's part remembered
-    under ``service_proof_key``: an edit that no decision reads (TTLs, SOA, endpoints, GPU
-    servers, health checks) is adopted in milliseconds, and an edit of one service runs the
-    decisions of that service alone. A part whose digest is in ``proven`` is not run."""
+    under ``proof_class(service_proof_key(...))``: an edit that no decision reads (TTLs,
+    SOA, endpoints, GPU servers, health checks) or that only moves a spillover threshold is
+    adopted in milliseconds, and another edit of one service runs the decisions of that
+    service alone. A part whose digest is in ``proven`` is not run."""
     parts = [_service_proof(service_proof_key(policy, service), proven)
              for service in policy.services if service.residency]
     return EngineProof(tuple(v for part in parts for v in part.violations),
@@ -118,10 +120,11 @@ def engine_proof(policy: Policy, *, proven: frozenset[str] = frozenset()) -> Eng
 
 
 def _service_proof(key: Policy, proven: frozenset[str]) -> EngineProof:
-    memo_key = (run_engine_proof, key)  # per proof implementation, too
+    attested = proof_class(key)
+    memo_key = (run_engine_proof, attested)  # per proof implementation, too
     with _PROOFS_LOCK:
         proof = _PROOFS.get(memo_key)
-    if proof is None and proven and proof_digest(key) in proven:
+    if proof is None and proven and proof_digest(attested) in proven:
         service = key.services[0]
         return EngineProof((), (ServiceCoverage(service.name, len(service.regions), 0, 0, 0,
                                                 False, (), attested=True),), 0.0)
@@ -136,15 +139,16 @@ def _service_proof(key: Policy, proven: frozenset[str]) -> EngineProof:
 
 def proof_key(policy: Policy) -> Policy:
     """``policy`` without what the engine only copies into answers or never reads (the
-    zone's SOA, name servers and TTL, the services' TTLs, the regions' endpoints, GPU
-    servers and capacity, health checks; the tenants, which only the regional balancers
-    read): equal keys, equal engine proofs."""
+    zone's SOA, name servers and TTL, the services' TTLs and failover hysteresis, the
+    regions' endpoints, GPU servers and capacity, health checks; the tenants, which only
+    the regional balancers read): equal keys, equal engine proofs."""
     return replace(
         policy, zone=_ZONE, healthchecks=(), tenants=(), identity=None,
         regions=tuple(replace(region, endpoints_v4=(), endpoints_v6=(), gpus=(),
                               capacity=_CAPACITY, healthcheck=None)
                       for region in policy.regions),
-        services=tuple(replace(service, ttl=0.0, degraded_ttl=0.0, healthcheck=None)
+        services=tuple(replace(service, ttl=0.0, degraded_ttl=0.0, healthcheck=None,
+                               failover=_FAILOVER)
                        for service in policy.services))
 
 
@@ -153,6 +157,18 @@ def service_proof_key(policy: Policy, service: Service) -> Policy:
     engine reads to decide for ``service``, so equal keys give equal proofs of it."""
     key = proof_key(replace(policy, services=(service,)))
     return replace(key, regions=tuple(r for r in key.regions if r.name in service.regions))
+
+
+def proof_class(key: Policy) -> Policy:
+    """A ``service_proof_key`` with its service's spillover threshold at 1: the key its
+    engine proof is remembered and attested under. The proof loads regions at multiples of
+    the threshold (``engine_proof``: hot 3x, cold 0.5x) and the engine reads the threshold
+    only against a load (``spillover``: the share 1 - t/u, a target's load >= t), so keys
+    that differ in the threshold alone run the same decisions
+    (``tests/engine/test_proof_threshold.py``): moving a threshold needs no proof."""
+    return replace(key, services=tuple(
+        replace(service, spillover=replace(service.spillover, threshold=1.0))
+        if service.spillover is not None else service for service in key.services))
 
 
 def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,

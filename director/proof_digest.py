@@ -4,7 +4,8 @@ that ran it.
 Two processes with the same digest ran, or would run, the same decisions with the same
 code, so a proof one of them completed holds for the other. The digest covers:
 
-- **the input**: a policy cut as ``policy_gate.service_proof_key`` cuts it, encoded
+- **the input**: a policy cut as ``policy_gate.service_proof_key`` cuts it (its spillover
+  threshold at 1, ``policy_gate.proof_class``), encoded
   canonically (dataclass fields that take part in equality, sets sorted, floats exact), so
   it is the same in every process whatever its hash seed;
 - **the code**: a fingerprint of every Python source file of the packages a decision reads

@@ -144,3 +144,30 @@ def test_edits_no_decision_reads_reuse_the_proof_and_a_service_edit_reruns_that_
     assert runs[proved:] == [("chat.infer.example.com",)]
     whole = real(steer)
     assert policy_gate.engine_proof(steer).services == whole.services
+
+
+def test_a_spillover_threshold_or_failover_edit_reuses_the_proof_and_a_share_edit_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = read_sources(str(EXAMPLE))
+    runs = engine_proof_runs(monkeypatch)
+
+    def accepted(*edits: tuple[str, str]) -> policy_gate.Acceptance:
+        text = sources.text
+        for old, new in edits:
+            assert old in text
+            text = text.replace(old, new, 1)
+        acceptance = policy_gate.accept_text(text, sources.name, sources.files)
+        assert acceptance.ok
+        return acceptance
+
+    base = accepted()
+    proved = len(runs)
+    moved = accepted(("        at 85%   #", "        at 61.5%   #"),
+                     ("        fall 2\n", "        fall 5\n"))
+    assert moved.policy is not None
+    assert moved.policy.service("chat.infer.example.com").spillover.threshold == 0.615
+    assert len(runs) == proved  # the threshold and the hysteresis: no decision ran
+    assert moved.proofs == base.proofs  # and a follower finds the stored digests
+    share = accepted(("        max 30%  #", "        max 20%  #"))
+    assert runs[proved:] == [("chat.infer.example.com",)]
+    assert share.proofs != base.proofs

@@ -20,7 +20,7 @@ from tests.gate.gate_helpers import engine_proof_runs, leaking_engine_proof
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "examples" / "global.dp"
-CHAT_SPILL = "        at 85%   #"
+CHAT_SHARE = "        max 30%  #"  # the share of a hot region's clients that spills
 DIGESTS_SCRIPT = """
 from director import policy_gate
 a = policy_gate.accept('policies/examples/global.dp')
@@ -34,10 +34,10 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     return engine_proof_runs(monkeypatch)
 
 
-def _sources(spill: str = "85"):
+def _sources(share: str = "30"):
     sources = read_sources(str(EXAMPLE))
-    assert CHAT_SPILL in sources.text
-    text = sources.text.replace(CHAT_SPILL, f"        at {spill}%   #")
+    assert CHAT_SHARE in sources.text
+    text = sources.text.replace(CHAT_SHARE, f"        max {share}%  #")
     return text, sources.name, dict(sources.files)
 
 
@@ -52,7 +52,7 @@ def test_an_accepted_policy_names_one_proof_per_service_with_residency(
 
 
 def test_a_reader_with_the_writers_digests_runs_no_decision(runs: list[tuple[str, ...]]) -> None:
-    text, name, files = _sources("71.5")
+    text, name, files = _sources("21")
     writer = policy_gate.accept_text(text, name, files)
     runs.clear()
     policy_gate._PROOFS.clear()  # a reader in another process remembers nothing
@@ -67,10 +67,10 @@ def test_a_reader_with_the_writers_digests_runs_no_decision(runs: list[tuple[str
 
 def test_only_the_edited_service_runs_when_the_digests_are_of_the_old_policy(
         runs: list[tuple[str, ...]]) -> None:
-    old = policy_gate.accept_text(*_sources("72.5"))
+    old = policy_gate.accept_text(*_sources("22"))
     runs.clear()
     policy_gate._PROOFS.clear()
-    new = policy_gate.accept_text(*_sources("73.5"), proven=old.proofs)
+    new = policy_gate.accept_text(*_sources("23"), proven=old.proofs)
     assert new.ok and runs == [("chat.infer.example.com",)]
     assert new.engine is not None
     assert [(s.service,) for s in new.engine.services if not s.attested] == runs
@@ -79,7 +79,7 @@ def test_only_the_edited_service_runs_when_the_digests_are_of_the_old_policy(
 
 def test_digests_from_other_code_are_not_trusted(runs: list[tuple[str, ...]],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    text, name, files = _sources("74.5")
+    text, name, files = _sources("24")
     written = policy_gate.accept_text(text, name, files).proofs
     runs.clear()
     policy_gate._PROOFS.clear()
@@ -91,7 +91,7 @@ def test_digests_from_other_code_are_not_trusted(runs: list[tuple[str, ...]],
 
 def test_a_leak_found_by_the_reader_still_refuses_what_the_writer_did_not_prove(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    text, name, files = _sources("75.5")
+    text, name, files = _sources("25")
     writer = policy_gate.accept_text(text, name, files)
     edited = text.replace("ttl 5s", "ttl 6s", 1) + "\n"
     monkeypatch.setattr(policy_gate, "run_engine_proof", leaking_engine_proof)
