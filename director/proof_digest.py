@@ -32,8 +32,15 @@ FINGERPRINTED = ("director", "routing", "policies")
 
 def proof_digest(key: Policy) -> str:
     """The hex digest naming the engine proof of ``key`` run by this code."""
+    return _digest(source_fingerprint(), key)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(fingerprint: str, key: Policy) -> str:
+    # Remembered by key equality, as the gate remembers proofs: encoding a key costs
+    # about half a millisecond, and a follower meets the same keys at every edit.
     text = json.dumps(canonical(key), separators=(",", ":"), sort_keys=True)
-    return hashlib.sha256(f"{source_fingerprint()}\n{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{fingerprint}\n{text}".encode()).hexdigest()
 
 
 @functools.cache
