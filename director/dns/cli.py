@@ -18,6 +18,7 @@ from director import policy_gate
 from director.dns.app import DnsApp
 from director.dns.heap import settle_when_ready
 from director.dns.metrics import DnsStats, serve_metrics
+from director.dns.policy_thread import PolicyFollowerThread
 from director.dns.ratelimit import RrlMode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
@@ -28,7 +29,6 @@ from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
 from policies.model import Policy
 from state.aio import AsyncStateStore
-from state.policy_follower import PolicyFollower
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
-    ``follow_policy``: a Redis URL whose stored policy each worker follows (a new version is
-    proven and swapped in; one that fails to load is logged and the last good one serves).
+    ``follow_policy``: a Redis URL whose stored policy each worker follows, on a thread of
+    its own (``policy_thread``): a new version is proven and swapped in; one that fails to
+    load is logged and the last good one serves.
     SIGHUP reloads the policy file the same way. ``precompile``: each worker merges the
     GeoIP database's IPv4 space ahead of time on a low-priority thread
     (``director.geo_map``; about ten seconds), after which a client subnet never seen
@@ -108,10 +109,8 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         app.stats.state_registry = getattr(getattr(source, "metrics", None), "registry", None)
         swap = _swapper(app, source)
         if follow_policy:
-            follower = PolicyFollower(AsyncStateStore.from_url(follow_policy),
-                                      lambda policy, _version: swap(policy),
-                                      load=policy_gate.load_record)
-            await stack.enter_async_context(follower)
+            await stack.enter_async_context(PolicyFollowerThread(
+                follow_policy, swap, loop, load=policy_gate.load_record))
         reloads: set[asyncio.Task[None]] = set()
         if reload_policy is not None:
             def on_hangup() -> None:
