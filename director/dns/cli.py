@@ -13,12 +13,15 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import cast
 
 from director import policy_gate
 from director.dns.app import DnsApp
+from director.dns.control_thread import ControlThread
 from director.dns.heap import settle_when_ready
 from director.dns.metrics import DnsStats, serve_metrics
-from director.dns.policy_thread import PolicyFollowerThread
+from director.dns.policy_thread import policy_follower_thread
 from director.dns.ratelimit import RrlMode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
@@ -53,9 +56,10 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered in the worker's event loop.
-    ``follow_policy``: a Redis URL whose stored policy each worker follows, on a thread of
-    its own (``policy_thread``): a new version is proven and swapped in; one that fails to
-    load is logged and the last good one serves.
+    ``follow_policy``: a Redis URL whose stored policy each worker follows: a new version is
+    proven and swapped in; one that fails to load is logged and the last good one serves.
+    The refresher and the follower run on threads of their own (``control_thread``), off
+    the loop that answers.
     SIGHUP reloads the policy file the same way. ``precompile``: each worker merges the
     GeoIP database's IPv4 space ahead of time on a low-priority thread
     (``director.geo_map``; about ten seconds), after which a client subnet never seen
@@ -103,13 +107,16 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+        control: ControlThread | None = None
         if hasattr(source, "__aenter__"):
-            source = await stack.enter_async_context(source)  # type: ignore[arg-type]
+            entered = cast(AbstractAsyncContextManager[SnapshotSource], source)
+            control = ControlThread("state-refresher", lambda: entered)
+            source = await stack.enter_async_context(control)
         app = make_app(source)
         app.stats.state_registry = getattr(getattr(source, "metrics", None), "registry", None)
-        swap = _swapper(app, source)
+        swap = _swapper(app, source, control)
         if follow_policy:
-            await stack.enter_async_context(PolicyFollowerThread(
+            await stack.enter_async_context(policy_follower_thread(
                 follow_policy, swap, loop, load=policy_gate.load_record))
         reloads: set[asyncio.Task[None]] = set()
         if reload_policy is not None:
@@ -136,11 +143,16 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
     return 0
 
 
-def _swapper(app: DnsApp, source: SnapshotSource) -> Callable[[Policy], None]:
-    """Answer from a new policy: the refresher follows its targets, the app its zone."""
+def _swapper(app: DnsApp, source: SnapshotSource,
+             control: ControlThread | None) -> Callable[[Policy], None]:
+    """Answer from a new policy: the refresher follows its targets (on its control thread),
+    the app its zone."""
     def swap(policy: Policy) -> None:
         if isinstance(source, SnapshotRefresher):
-            source.set_policy(policy)
+            if control is not None:
+                control.call(source.set_policy, policy)
+            else:
+                source.set_policy(policy)
         app.set_policy(policy)
 
     return swap
