@@ -228,44 +228,43 @@ def main() -> int:
                 delays.append(wait_change(
                     sock, wire, lambda got, up=up: (got[0] == home[0]) is up, started))
                 time.sleep(0.02)
-            delays = rows["chat TTL, a new value each time (proof remembered)"] = []
-            for n in range(args.changes):
-                ttl = 6 + n
+            def edits(count: int, edit) -> list[tuple[float, float]]:
+                """(the writer's gate, write to answer) in ms for ``count`` edits;
+                ``edit(n)`` gives the text and a test of the answer showing it."""
+                timed = []
+                for n in range(count):
+                    text, changed = edit(n)
+                    gated, started = publish(store, text, sources.name, files)
+                    timed.append(((started - gated) * 1000,
+                                  wait_change(sock, wire, changed, started)))
+                    time.sleep(0.05)
+                return timed
+
+            def with_ttl(ttl: int, *also: str):
+                """chat's TTL edited to ``ttl`` (and ``also``: one more line, old and new)."""
                 text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #")
-                _, started = publish(store, text, sources.name, files)
-                delays.append(wait_change(sock, wire, lambda got, ttl=ttl: got[1] == ttl,
-                                          started))
-                time.sleep(0.05)
-            delays = rows["eu-west address, a new one each time (proof remembered)"] = []
-            for n in range(args.changes):
-                address = f"127.0.2.{10 + n % 200}"
-                text = sources.text.replace(EU_WEST_ENDPOINT, f"    endpoints {address}\n")
-                _, started = publish(store, text, sources.name, files)
-                delays.append(wait_change(
-                    sock, wire, lambda got, address=address: got[0] == address, started))
-                time.sleep(0.05)
-            delays = rows["chat spillover threshold and TTL (proof remembered)"] = []
-            for n in range(max(5, args.changes // 4)):
-                ttl = 200 + n
-                text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #").replace(
-                    CHAT_SPILL, f"        at {60 + n % 35}.5%   #")
-                _, started = publish(store, text, sources.name, files)
-                delays.append(wait_change(sock, wire, lambda got, ttl=ttl: got[1] == ttl,
-                                          started))
-                time.sleep(0.05)
-            delays = rows["chat spillover share and TTL (the writer proves chat again)"] = []
-            gate = rows["the same, the writer's gate alone"] = []
-            total = rows["the same, from the gate's start (as a PUT sees it)"] = []
-            for n in range(max(5, args.changes // 4)):
-                ttl = 300 + n
-                text = sources.text.replace(CHAT_TTL, f"    ttl {ttl}s  #").replace(
-                    CHAT_SHARE, f"        max {10 + n % 60}%  #")
-                gated, started = publish(store, text, sources.name, files)
-                delays.append(wait_change(sock, wire, lambda got, ttl=ttl: got[1] == ttl,
-                                          started))
-                gate.append((started - gated) * 1000)
-                total.append(gate[-1] + delays[-1])
-                time.sleep(0.05)
+                if also:
+                    text = text.replace(*also)
+                return text, lambda got: got[1] == ttl
+
+            fewer = max(5, args.changes // 4)
+            rows["chat TTL, a new value each time (proof remembered)"] = [
+                delay for _, delay in edits(args.changes, lambda n: with_ttl(6 + n))]
+            rows["eu-west address, a new one each time (proof remembered)"] = [
+                delay for _, delay in edits(args.changes, lambda n: (
+                    sources.text.replace(EU_WEST_ENDPOINT,
+                                         f"    endpoints 127.0.2.{10 + n % 200}\n"),
+                    lambda got, n=n: got[0] == f"127.0.2.{10 + n % 200}"))]
+            rows["chat spillover threshold and TTL (proof remembered)"] = [
+                delay for _, delay in edits(fewer, lambda n: with_ttl(
+                    200 + n, CHAT_SPILL, f"        at {60 + n % 35}.5%   #"))]
+            timed = edits(fewer, lambda n: with_ttl(
+                300 + n, CHAT_SHARE, f"        max {10 + n % 60}%  #"))
+            rows["chat spillover share and TTL (the writer proves chat again)"] = [
+                delay for _, delay in timed]
+            rows["the same, the writer's gate alone"] = [gate for gate, _ in timed]
+            rows["the same, from the gate's start (as a PUT sees it)"] = [
+                gate + delay for gate, delay in timed]
         finally:
             if load is not None:
                 load.kill()
