@@ -62,6 +62,11 @@ async def test_drain_with_ttl_is_undone_by_itself(tmp_path, valkey, prefix):
 
         await eventually(removed, timeout=5)
         assert store.drains().regions == frozenset()
+
+        async def audited() -> bool:  # the audit line follows the store's answer
+            return api.audit_lines()[-1]["who"] == "deadman"
+
+        await eventually(audited, timeout=2)
         last = api.audit_lines()[-1]
         assert (last["who"], last["action"], last["target"], last["detail"]) == (
             "deadman", "undrain", "region eu-west", {"reason": "ttl"})
@@ -145,6 +150,12 @@ async def test_a_starting_api_takes_over_the_ttl_of_a_drain_still_running(
                 store.keys.drain, "eu-west/gpu-0")
 
         await eventually(removed, timeout=7)
+
+        async def audited() -> bool:  # the audit line follows the store's answer
+            lines = api.audit_lines()
+            return bool(lines) and lines[-1]["who"] == "deadman"
+
+        await eventually(audited, timeout=2)
         last = api.audit_lines()[-1]
         assert (last["who"], last["action"], last["target"]) == (
             "deadman", "undrain", "gpu eu-west/gpu-0")
