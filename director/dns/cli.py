@@ -55,7 +55,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     (docs/dns-rate-limiting.md).
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
-    context manager (``SnapshotRefresher``) is entered in the worker's event loop.
+    context manager (``SnapshotRefresher``) is entered on a control thread of the worker.
     ``follow_policy``: a Redis URL whose stored policy each worker follows: a new version is
     proven and swapped in; one that fails to load is logged and the last good one serves.
     The refresher and the follower run on threads of their own (``control_thread``), off
