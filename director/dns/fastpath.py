@@ -187,6 +187,7 @@ class FastPath:
         by_host = False
         settled = True
         decision_class: tuple | None = None
+        service: Service | None = None
         answered: Answered | None = None
         lane: int | None = None
         lane_rtt = False
@@ -211,26 +212,25 @@ class FastPath:
                _payload_bucket(parsed, tcp), parsed.do,
                None if ecs is None else (ecs.family, ecs.source), tcp, decision_class)
         template = self.cache.templates.get(key)
-        if template is None and answered is not None and node is not None:
-            template = self._service_template(parsed, tcp, node.service, answered)
-            if template is not None:
-                self.cache.put_template(key, template)
-                self.stats.cache_misses += 1
+        response: bytes | None = None
         if template is None:
-            reply = self.responder.respond(data, host, tcp)
-            if reply.wire is None or not reply.outcome.cacheable:
-                self.stats.uncached += 1
-                self._count(reply)
-                return reply.wire
-            response = reply.wire
-            template = _template(data, parsed, reply, self.stats)
+            if service is not None and answered is not None:
+                template = self._service_template(parsed, tcp, service, answered)
             if template is None:
-                self.stats.uncached += 1
-                self._count(reply)
-                return response
+                reply = self.responder.respond(data, host, tcp)
+                if reply.wire is None or not reply.outcome.cacheable:
+                    self.stats.uncached += 1
+                    self._count(reply)
+                    return reply.wire
+                response = reply.wire
+                template = _template(data, parsed, reply, self.stats)
+                if template is None:
+                    self.stats.uncached += 1
+                    self._count(reply)
+                    return response
             self.cache.put_template(key, template)
             self.stats.cache_misses += 1
-        else:
+        if response is None:
             response = (data[:2] + template.header + data[12:parsed.question_end]
                         + template.tail + (ecs.address if ecs is not None else b""))
         if lane is not None and not tcp and ecs is not None and lane_layout(
@@ -245,12 +245,11 @@ class FastPath:
         self._counts[template.slot] += 1
         return response
 
-    def _service_template(self, parsed: ParsedQuery, tcp: bool, service: Service | None,
+    def _service_template(self, parsed: ParsedQuery, tcp: bool, service: Service,
                           answered: Answered) -> Template | None:
         """The template of a service's A/AAAA answer written directly
         (``service_answer``), or None when the full path must render it."""
         decision = answered.decision
-        assert service is not None  # a SERVICE node carries its service
         made = service_template(
             parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype)),
             int(decision.ttl), answered.scope, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
