@@ -57,16 +57,17 @@ class ControlThread(Generic[T]):
 
     async def _hold(self) -> None:
         self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # from now on ``__aexit__`` can stop it
         async with self.make() as value:
             self._value = value
-            self._loop = asyncio.get_running_loop()
             self._started.set()
             await self._stop.wait()
 
     async def __aenter__(self) -> T:
         self.thread.start()
         await asyncio.to_thread(self._started.wait, START_TIMEOUT)
-        if self._value is None:
+        if self._value is None:  # failed, or still entering: it leaves once it has entered
+            await self.__aexit__(None, None, None)
             raise RuntimeError(f"{self.thread.name}: did not start (see the log)")
         return self._value
 

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from director import policy_gate
+from director.dns import control_thread
 from director.dns.control_thread import ControlThread
 from director.dns.policy_thread import policy_follower_thread
 from director.refresh.refresher import SnapshotRefresher
@@ -127,3 +128,26 @@ def test_a_context_that_fails_to_enter_is_a_clear_error() -> None:
                 pass
 
     asyncio.run(enter())
+
+
+def test_a_context_still_entering_at_the_timeout_is_left_once_entered(monkeypatch) -> None:
+    monkeypatch.setattr(control_thread, "START_TIMEOUT", 0.2)
+    left = threading.Event()
+
+    class Slow:
+        async def __aenter__(self) -> str:
+            await asyncio.sleep(0.5)  # a store slow to answer the first read
+            return "entered"
+
+        async def __aexit__(self, *exc: object) -> None:
+            left.set()
+
+    async def enter() -> ControlThread:
+        control = ControlThread("slow", Slow)
+        with pytest.raises(RuntimeError, match="slow: did not start"):
+            async with control:
+                pass
+        return control
+
+    control = asyncio.run(enter())
+    assert left.is_set() and not control.thread.is_alive()
