@@ -148,11 +148,8 @@ def _swapper(app: DnsApp, source: SnapshotSource,
     """Answer from a new policy: the refresher follows its targets (on its control thread),
     the app its zone."""
     def swap(policy: Policy) -> None:
-        if isinstance(source, SnapshotRefresher):
-            if control is not None:
-                control.call(source.set_policy, policy)
-            else:
-                source.set_policy(policy)
+        if isinstance(source, SnapshotRefresher) and control is not None:
+            control.call(source.set_policy, policy)  # a refresher always runs on one
         app.set_policy(policy)
 
     return swap
