@@ -2,6 +2,11 @@
 
 ``GeoLocator.locate`` returns the country, continent, coordinates and the database network
 the answer came from (its prefix bounds the ECS scope of any answer that depended on it).
+What a record says of where its clients are (``record_fields``): its ``country`` (a
+``registered_country`` is who holds the block, never a location), its ``continent``, a
+``represented_country`` (a base abroad), and nothing at all for an anonymous proxy or a
+satellite provider, whose country is the exit's. ``Location.place`` is that, as residency
+matching reads it (``policies.matching``).
 Lookups are memoised per address (an LRU), since a lookup costs microseconds and the same
 resolvers and client subnets ask again and again.
 """
@@ -15,6 +20,8 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 import maxminddb
+
+from policies.matching import Place, place
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -31,10 +38,17 @@ class Location:
     latitude: float | None
     longitude: float | None
     network: IPNetwork  # the database block the answer holds for (also for "not found")
+    represented: str | None = None  # a country the network represents (a military base)
 
     @property
     def found(self) -> bool:
-        return self.country is not None or self.continent is not None
+        """Whether residency can place the client anywhere (a code nobody knows cannot)."""
+        return self.place.known
+
+    @property
+    def place(self) -> Place:
+        """Where residency takes the client to be (``policies.matching.place``)."""
+        return place(self.country, self.continent, self.represented)
 
     @property
     def has_coordinates(self) -> bool:
@@ -48,14 +62,23 @@ class RecordFields(NamedTuple):
     continent: str | None
     latitude: float | None
     longitude: float | None
+    represented: str | None = None
+
+
+_NOT_A_LOCATION = ("is_anonymous_proxy", "is_satellite_provider")
 
 
 def record_fields(record: dict[str, Any]) -> RecordFields:
-    """The country (else the registered country), continent and coordinates of a record."""
-    country = (record.get("country") or record.get("registered_country") or {}).get("iso_code")
-    continent = (record.get("continent") or {}).get("code")
+    """Where a record puts its clients (see the module docstring) and its coordinates."""
     location = record.get("location") or {}
-    return RecordFields(country, continent, location.get("latitude"), location.get("longitude"))
+    latitude, longitude = location.get("latitude"), location.get("longitude")
+    traits = record.get("traits") or {}
+    if any(traits.get(name) for name in _NOT_A_LOCATION):
+        return RecordFields(None, None, latitude, longitude)
+    country = (record.get("country") or {}).get("iso_code")
+    continent = (record.get("continent") or {}).get("code")
+    represented = (record.get("represented_country") or {}).get("iso_code")
+    return RecordFields(country, continent, latitude, longitude, represented)
 
 
 def default_database_path() -> str:
@@ -102,7 +125,13 @@ class GeoLocator:
         network = ipaddress.ip_network((address, prefix), strict=False)
         if not isinstance(record, dict):
             return Location(None, None, None, None, network)
-        return Location(*record_fields(record), network)
+        return location_of(record_fields(record), network)
 
     def close(self) -> None:
         self._reader.close()
+
+
+def location_of(fields: RecordFields, network: IPNetwork) -> Location:
+    """The ``Location`` of a record's fields, for ``network``."""
+    return Location(fields.country, fields.continent, fields.latitude, fields.longitude,
+                    network, fields.represented)

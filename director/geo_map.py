@@ -26,7 +26,7 @@ import ipaddress
 from array import array
 from collections.abc import Hashable, Sequence
 
-from director.geo import Location, RecordFields
+from director.geo import Location, RecordFields, location_of
 
 FALLBACK = 0xFFFF  # the class index of networks the map leaves to the full path
 TOP_BITS = 16  # the blocks ``NetworkMap.find`` narrows its search to
@@ -105,4 +105,4 @@ class NetworkMap:
         index = self.find(value)
         if self.class_index[index] == FALLBACK:
             return None
-        return Location(*self.fields[self.class_index[index]], self.network(index))
+        return location_of(self.fields[self.class_index[index]], self.network(index))

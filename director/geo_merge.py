@@ -229,7 +229,7 @@ class MergedNetworks:
     def class_of(self, location: Location) -> Hashable:
         """The class of a located address (memoised by its fields, like the walk's)."""
         fields = RecordFields(location.country, location.continent, location.latitude,
-                              location.longitude)
+                              location.longitude, location.represented)
         known = self._field_class.get(fields)
         if known is None:
             if len(self._field_class) >= MEMO_LIMIT:

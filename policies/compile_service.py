@@ -21,6 +21,7 @@ from policies.model import (
     ClientMatch,
     Failover,
     NoEcs,
+    PartialLocation,
     Region,
     ResidencyRule,
     Service,
@@ -72,6 +73,10 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     if (d := one("regions")) is not None:
         served = ctx.region_list(Args(d, report).rest(_region_name, "<region> ..."))
 
+    models: list[str] = []
+    for d in found.get("models", ()):
+        models += [m for m, _ in Args(d, report).rest(lambda t: values.name(t, "model name"),
+                                                      "<model> ...")]
     spillover = _spillover(one("spillover"), ctx)
     failover = _failover(one("failover"), report) if "failover" in found else Failover(
         DEFAULT_FALL, DEFAULT_RISE, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT,
@@ -86,6 +91,9 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     no_ecs = NoEcs.RESOLVER
     if (d := one("no-ecs")) is not None:
         no_ecs = keyword(d, NoEcs, report) or no_ecs
+    partial = None
+    if (d := one("partial-location")) is not None:
+        partial = keyword(d, PartialLocation, report)
     affinity = Affinity.SUBNET
     if (d := one("affinity")) is not None:
         affinity = keyword(d, Affinity, report) or affinity
@@ -111,7 +119,8 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
         name=name, regions=served, steer=steer, priority=priority, ttl=ttl, degraded_ttl=degraded,
         answers=answers, spillover=spillover, failover=failover, residency=rules,
         all_down=all_down, unknown_location=unknown, no_ecs=no_ecs, affinity=affinity,
-        healthcheck=healthcheck, pos=directive.pos,
+        healthcheck=healthcheck, partial_location=partial,
+        models=tuple(dict.fromkeys(models)), pos=directive.pos,
     )
 
 

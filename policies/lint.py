@@ -11,6 +11,20 @@ acknowledgement of a region that does not cross is reported too, so that silenci
 exact. When nothing tells which jurisdictions the clients belong to (no declared jurisdiction
 matches), the rule is not linted.
 
+``partial-location``: a residency rule whose clients are countries (directly or through a
+jurisdiction) on a continent where GeoIP places some networks on the continent alone
+(``policies.continents.CONTINENT_ONLY_RECORDS``), in a service that does not say how such
+clients go. A continent-only client may be the rule's, so it is served only where every rule
+it may fall under allows (``policies.matching``): safe, but maybe not what was meant. Saying
+``partial-location intersect`` (or ``unknown``) in the service, or naming the continent in the
+rule's clients, silences it.
+
+``shared models``: two services with different residency (rules, ``unknown-location``,
+``partial-location``) that serve one model in one region. The balancers hold every request
+for the model to the rules of both (residency follows the GPUs, not the Host header), so a
+client one service's DNS answers sends there may be refused. Giving each service its own
+``models`` (or the same rules) silences it.
+
 ``tenants``: tenants declared without an ``identity`` block (no request is identified, so no
 tenant's settings apply); a tenant ``models`` entry that no GPU server of the policy serves
 (checked only when the policy declares GPU servers). A tenant whose ``regions`` serve none of
@@ -21,7 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from policies.continents import CONTINENT_OF
+from policies.continents import CONTINENT_OF, CONTINENT_ONLY_RECORDS
+from policies.matching import rule_clients
 from policies.errors import Diagnostic, did_you_mean
 from policies.model import Policy, ResidencyRule, Service
 from policies.reading import Reporter
@@ -34,6 +49,9 @@ def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
     for service in policy.services:
         for rule in service.residency:
             _cross_border(policy, service, rule, report)
+            if service.partial_location is None:
+                _partial_location(policy, service, rule, report)
+    _shared_models(policy, report)
     _tenants(policy, report)
     return [dataclasses.replace(d, severity="warning") for d in report.diagnostics]
 
@@ -81,6 +99,54 @@ def _cross_border(policy: Policy, service: Service, rule: ResidencyRule,
                 rule.pos, f"{head}: 'cross-border {region}' acknowledges nothing: {region} "
                 f"{inside}", child="cross-border", words=(region,),
                 hint=f"remove {region} from 'cross-border'")
+
+
+def _partial_location(policy: Policy, service: Service, rule: ResidencyRule,
+                      report: Reporter) -> None:
+    clients = rule_clients(policy, rule)
+    partly = sorted({CONTINENT_OF[c] for c in clients.countries if c in CONTINENT_OF}
+                    & CONTINENT_ONLY_RECORDS - clients.continents)
+    if not partly:
+        return
+    named = _and(partly)
+    report.at_name(
+        rule.pos, f"residency: service {service.name}, rule {rule.name}: its clients are "
+        f"countries on {named}, where GeoIP places some networks on the continent alone; "
+        "such a client may be this rule's, so it is served only where every rule it may fall "
+        "under allows", child="clients",
+        hint=f"say how those clients go in the service: 'partial-location intersect' (what "
+        f"happens now) or 'partial-location unknown' (as clients of unknown location); or "
+        f"name the continent in the rule ('clients continent {partly[0]}') if all of it is meant")
+
+
+def _shared_models(policy: Policy, report: Reporter) -> None:
+    def residency(service: Service) -> tuple[object, ...]:
+        unknown = service.unknown_location
+        return (service.residency, unknown.kind, unknown.regions, service.partial_location)
+
+    shared: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for region in policy.regions:
+        serving = [s for s in policy.services if region.name in s.regions]
+        for i, first in enumerate(serving):
+            for second in serving[i + 1:]:
+                if residency(first) == residency(second):
+                    continue
+                if first.models and second.models:
+                    both = set(first.models) & set(second.models)
+                else:  # a service without 'models' serves every model
+                    both = set(first.models or second.models) or {"*"}
+                for model in both:
+                    pair = shared.setdefault((first.name, second.name), {})
+                    pair.setdefault(model, set()).add(region.name)
+    for (first, second), models in shared.items():
+        service = policy.service(second)
+        listed = _and([f"'{m}' ({', '.join(sorted(r))})" if m != "*" else
+                       f"every model ({', '.join(sorted(r))})" for m, r in sorted(models.items())])
+        report.at_name(
+            service.pos, f"services {first} and {second} have different residency and both "
+            f"serve {listed}: the balancers hold those requests to the rules of both, so a "
+            f"client either service's DNS answers may be refused there",
+            hint="give each service its own 'models', or the same residency rules")
 
 
 def _and(words: list[str]) -> str:

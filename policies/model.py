@@ -183,6 +183,13 @@ class UnknownLocation:
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 
+class PartialLocation(enum.Enum):
+    """A client that residency rules may but do not surely hold (``policies.matching``)."""
+
+    INTERSECT = "intersect"  # only where every rule it may fall under allows
+    UNKNOWN = "unknown"  # as a client of unknown location
+
+
 class NoEcs(enum.Enum):
     RESOLVER = "resolver"  # locate the resolver's address instead
     UNKNOWN = "unknown"  # treat the client as of unknown location
@@ -213,6 +220,10 @@ class Service:
     no_ecs: NoEcs
     affinity: Affinity
     healthcheck: str | None
+    partial_location: PartialLocation | None = None  # None: intersect, not said (lint)
+    # the models whose requests are this service's clients' (empty: every model); the
+    # balancers re-check residency against every service serving the requested model
+    models: tuple[str, ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -10,7 +10,13 @@ the set of regions it may answer:
 - ``unknown client location``: a client that cannot be located may be any rule's client, so
   what ``unknown-location`` answers must be allowed by every rule;
 - ``no ECS``: with ``no-ecs resolver`` the resolver is located and the paths above apply;
-  with ``no-ecs unknown`` the unknown-location path applies.
+  with ``no-ecs unknown`` the unknown-location path applies;
+- ``client located as ...``: every shape of location the rule's clients may have (each of
+  its countries, each continent it names or holds a country of, as a continent-only
+  GeoIP record, each of its countries beside a represented country outside it), run
+  through the real matcher (``policies.matching.coverage``): the rule must hold the client
+  (or the unknown-location path take it), and where the client may go must stay inside the
+  rule's allowed set. This is what makes the proof cover matching, not take it as given.
 
 A path whose answer set leaves the allowed set is a leak, reported with its name and the
 position of the directive that opens it. The decision engine (``director.engine``) enforces
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.continents import CONTINENT_OF
+from policies.matching import Place, coverage, rule_clients, unknown_answers
 from policies.model import (
     AllDownKind,
     NoEcs,
@@ -28,7 +36,6 @@ from policies.model import (
     ResidencyRule,
     Service,
     SourcePos,
-    UnknownKind,
 )
 from policies.reading import Reporter
 
@@ -70,22 +77,51 @@ def spill_targets(service: Service, rule: ResidencyRule | None,
     return candidates  # the next allowed region in steering order
 
 
-def unknown_answers(service: Service) -> tuple[str, ...]:
-    unknown = service.unknown_location
-    if unknown.kind is UnknownKind.REFUSE:
-        return ()
-    if unknown.kind is UnknownKind.REGIONS:
-        return unknown.regions
-    return service.regions
-
-
 def enumerate_paths(policy: Policy) -> list[PathCheck]:
     """Every (service, rule, path) with the regions it may answer."""
     checks: list[PathCheck] = []
     for service in policy.services:
         for rule in service.residency:
             checks += _rule_paths(service, rule)
+            checks += _matching_paths(policy, service, rule)
     return checks
+
+
+def rule_places(policy: Policy, rule: ResidencyRule) -> list[Place]:
+    """Every shape of location a client of ``rule`` may have, one of each class: each
+    country it holds, each continent it names or holds a country of (a continent-only
+    record there), and each country it holds beside a represented country outside it."""
+    clients = rule_clients(policy, rule)
+    countries = set(clients.countries) | {c for c, k in CONTINENT_OF.items()
+                                          if k in clients.continents}
+    continents = set(clients.continents) | {CONTINENT_OF[c] for c in clients.countries
+                                            if c in CONTINENT_OF}
+    outside = next((c for c in sorted(CONTINENT_OF) if c not in countries), None)
+    places = [Place(frozenset((c,))) for c in sorted(countries)]
+    places += [Place(continents=frozenset((k,))) for k in sorted(continents)]
+    if outside is not None:
+        places += [Place(frozenset((c, outside))) for c in sorted(countries)]
+    return places
+
+
+def _matching_paths(policy: Policy, service: Service, rule: ResidencyRule) -> list[PathCheck]:
+    """One path per class of ``rule_places``: where the matcher lets such a client go."""
+    out: list[PathCheck] = []
+    seen: set[tuple[bool, tuple[str, ...] | None, bool]] = set()
+    for where in rule_places(policy, rule):
+        held = coverage(policy, service, where)
+        key = (held.located, held.allowed, rule in held.rules)
+        if key in seen:  # one class per outcome: the same answers, the same verdict
+            continue
+        seen.add(key)
+        if held.located and rule not in held.rules:
+            answers = held.allowed if held.allowed is not None else service.regions
+        else:
+            answers = held.allowed if held.allowed is not None else ()
+        out.append(PathCheck(service.name, rule.name,
+                             f"client located as {where.describe()}", answers, rule.allowed,
+                             rule.pos))
+    return out
 
 
 def _rule_paths(service: Service, rule: ResidencyRule) -> list[PathCheck]:
@@ -171,50 +207,11 @@ def _hint(item: PathCheck) -> str:
                 "'spillover-to' (or 'spillover-to none') in the residency rule")
     if item.path.startswith("all allowed"):
         return "use 'all-down answer-allowed' (fail static) or 'all-down answer-nothing'"
+    if item.path.startswith("client located as"):
+        return ("the matcher does not hold this rule's clients: a client that may be this "
+                "rule's must be served only where the rule allows")
     if "unknown" in item.path:
         return ("a client of unknown location may belong to this rule: answer only regions "
                 "every rule allows ('unknown-location regions ...'), or 'unknown-location "
                 "refuse'")
     return "restrict the service's regions to those the rule allows"
-
-
-def rules_for(policy: Policy, service: Service, country: str | None,
-              continent: str | None) -> tuple[ResidencyRule, ...]:
-    """The service's residency rules covering a client in ``country`` / ``continent``.
-
-    A rule covers a client when its country or continent is listed, directly or through a
-    named jurisdiction. Shared by the DNS engine and the regional balancers' re-check.
-    """
-    found = []
-    for rule in service.residency:
-        clients = rule.clients
-        covered = country in clients.countries or continent in clients.continents
-        for name in clients.jurisdictions:
-            jurisdiction = policy.jurisdiction(name)
-            if jurisdiction is not None and (country in jurisdiction.countries
-                                             or continent in jurisdiction.continents):
-                covered = True
-        if covered:
-            found.append(rule)
-    return tuple(found)
-
-
-def allowed_for(service: Service, rules: tuple[ResidencyRule, ...],
-                located: bool) -> tuple[str, ...] | None:
-    """Regions a client may be answered with or served by; None when unrestricted.
-
-    A located client: the intersection of its rules' allowed sets (None under no rule). An
-    unlocated client may be any rule's client: what ``unknown-location`` answers, within
-    every rule's allowed set.
-    """
-    if not located:
-        allowed = set(unknown_answers(service))
-        for rule in service.residency:
-            allowed &= set(rule.allowed)
-        return tuple(r for r in service.regions if r in allowed)
-    if not rules:
-        return None
-    allowed = set(service.regions)
-    for rule in rules:
-        allowed &= set(rule.allowed)
-    return tuple(r for r in service.regions if r in allowed)

@@ -11,6 +11,8 @@ import math
 import re
 from urllib.parse import urlsplit
 
+from policies.continents import CONTINENT_OF
+
 
 class ValueProblem(ValueError):
     def __init__(self, message: str, expected: str | None = None, hint: str | None = None):
@@ -177,11 +179,22 @@ def network(text: str) -> str:
                            hint=str(exc) if "host bits" in str(exc) else None) from None
 
 
+# Codes people write for a country that ISO 3166-1 spells otherwise.
+_COUNTRY_ALIASES = {"UK": "GB", "EL": "GR"}
+
+
 def country(text: str) -> str:
+    """An ISO 3166-1 alpha-2 code (or XK): a code no GeoIP record can carry would match
+    no client, silently."""
     if not re.fullmatch(r"[A-Z]{2}", text):
         hint = f"write {text.upper()}" if re.fullmatch(r"[A-Za-z]{2}", text) else None
         raise ValueProblem(f"'{text}' is not a country code",
                            expected="an ISO 3166-1 alpha-2 code such as DE or FR", hint=hint)
+    if text not in CONTINENT_OF:
+        alias = _COUNTRY_ALIASES.get(text)
+        raise ValueProblem(f"'{text}' is not an ISO 3166-1 country code",
+                           expected="an ISO 3166-1 alpha-2 code such as DE or FR",
+                           hint=f"write {alias}" if alias else None)
     return text
 
 

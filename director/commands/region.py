@@ -18,6 +18,7 @@ from state.ports import parse_hostport
 
 if TYPE_CHECKING:
     from director.geo import IPAddress
+    from policies.matching import Place
     from policies.model import Policy
     from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
     from regions.balancer.residency_check import ResidencyCheck
@@ -295,9 +296,8 @@ def residency_check(
     except GeoDatabaseError as exc:
         _usage(str(exc))
 
-    def locate(address: IPAddress) -> tuple[str | None, str | None]:
-        location = locator.locate(address)
-        return location.country, location.continent
+    def locate(address: IPAddress) -> Place:
+        return locator.locate(address).place
 
     try:
         return ResidencyCheck(policy, region, locate, trusted or DEFAULT_TRUSTED)

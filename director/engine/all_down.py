@@ -3,7 +3,8 @@
 - a client under residency rules: the strictest of its rules (any ``answer-nothing`` wins;
   ``fallback`` regions are intersected with the allowed set, so even a policy loaded without
   the proof cannot cross a border here; ``answer-allowed`` answers the allowed regions anyway);
-- an unlocated client: nothing (fail closed);
+- a client of unknown location (or a partial one under ``partial-location unknown``):
+  nothing (fail closed);
 - any other client: the service's own ``all-down``.
 """
 
@@ -16,8 +17,7 @@ from policies.model import AllDown, AllDownKind
 
 def all_down(ctx: DecisionContext, allowed_ranked: tuple[str, ...],
              unrestricted: bool) -> tuple[tuple[str, ...], Step]:
-    location = ctx.client.location
-    if location is None or not location.found:
+    if not ctx.located:
         return (), Step("all-down", "all-down", (), note="client location unknown: answer nothing")
     behaviours = [rule.all_down for rule in ctx.rules] if ctx.rules else [ctx.service.all_down]
     if any(b.kind is AllDownKind.ANSWER_NOTHING for b in behaviours):

@@ -1,5 +1,6 @@
 """What every plugin of one decision reads: policy, service, client, snapshot, the residency
-rules the client falls under and the regions they allow, the hashing key.
+rules the client falls under and the regions they allow (``policies.matching.coverage``),
+the hashing key.
 
 ``decision_context`` builds it once per decision, so that plugins only look things up.
 """
@@ -11,11 +12,10 @@ import random
 from dataclasses import dataclass
 
 from director.engine.affinity import client_key
-from director.engine.classify import matching_rules
 from director.engine.snapshot import Snapshot
 from director.engine.types import Client
+from policies.matching import NOWHERE, coverage
 from policies.model import Policy, ResidencyRule, Service
-from policies.residency import allowed_for
 
 
 @dataclass(frozen=True)
@@ -24,24 +24,27 @@ class DecisionContext:
     service: Service
     client: Client
     snapshot: Snapshot
-    rules: tuple[ResidencyRule, ...]  # residency rules the client falls under
+    rules: tuple[ResidencyRule, ...]  # residency rules the client is or may be under
     client_key: bytes  # what hashing plugins hash: the client's bucket, or random bytes
     key_is_client: bool  # True when client_key identifies the client's network (affinity)
     allowed: tuple[str, ...] | None = None  # the residency-allowed regions (None: unrestricted)
     allowed_set: frozenset[str] | None = None  # the same, to look regions up in
+    located: bool = True  # False: the unknown-location path applies to this client
+    partial: tuple[ResidencyRule, ...] = ()  # of ``rules``, those it only may be under
 
 
 def decision_context(policy: Policy, service: Service, client: Client, snapshot: Snapshot,
                      rng: random.Random) -> DecisionContext:
     """The context of one decision for ``client``: its residency rules (by its location) and
-    the regions they allow (``policies.residency.allowed_for``), its hashing key (``rng``
-    only for ``affinity none``)."""
-    location = client.location if client.location and client.location.found else None
-    rules = matching_rules(policy, service, location)
+    the regions they allow (``policies.matching.coverage``), its hashing key (``rng`` only
+    for ``affinity none``)."""
+    where = client.location.place if client.location is not None else NOWHERE
+    held = coverage(policy, service, where)
     key, keyed = client_key(service, client, rng)
-    allowed = allowed_for(service, rules, location is not None)
-    return DecisionContext(policy, service, client, snapshot, rules, key, keyed, allowed,
-                           frozenset(allowed) if allowed is not None else None)
+    allowed = held.allowed
+    return DecisionContext(policy, service, client, snapshot, held.rules, key, keyed, allowed,
+                           frozenset(allowed) if allowed is not None else None, held.located,
+                           held.partial)
 
 
 def unit_hash(*parts: bytes | str) -> float:

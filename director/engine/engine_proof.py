@@ -4,12 +4,14 @@ states that could make it cross a border, and report any answer outside a rule's
 The policy proof (``policies.residency``) reasons about paths; this runs ``Engine.decide``.
 For every service with residency rules:
 
-1. **Classify.** One decision for every place a rule names (each country and continent,
-   directly or through a jurisdiction): the client's class is the rules the engine matched
-   plus the rule the place came from. The expected set of a class is the intersection of
-   those rules' ``allow`` lists, so an engine that fails to match a rule is caught too.
-   Clients of unknown location and clients without location form two more classes; what
-   they may get is what every rule allows.
+1. **Classify.** One decision for every shape of location a rule's clients may have
+   (``policies.residency.rule_places``: each country it holds, each continent it names or
+   holds a country of as a continent-only record, each country beside a represented one):
+   the client's class is the rules the engine matched plus the rule the place came from.
+   The expected set of a class is the intersection of those rules' ``allow`` lists, so an
+   engine that fails to match a rule (a continent-only client taken for no rule's) is
+   caught too. Clients of unknown location and clients without location form two more
+   classes; what they may get is what every rule allows.
 2. **Run the border states**, per class, with the client placed at every region of the
    service in turn (so that every region is the nearest once). Relative to the region the
    engine picks when all is well (``p``): all up and cold; ``p`` hot; all hot; ``p`` down;
@@ -37,7 +39,9 @@ from director.engine.pipeline import Engine
 from director.engine.snapshot import RegionState, Snapshot
 from director.engine.types import Client, ClientSource
 from director.geo import Location
+from policies.matching import Place
 from policies.model import Policy, ResidencyRule, Service
+from policies.residency import rule_places
 
 EXHAUSTIVE_BUDGET = 20_000  # decisions per service for the full up/down x load product
 HOT_SUBNETS = 4
@@ -168,6 +172,7 @@ class _Class:
     continent: str | None
     located: bool
     allowed: frozenset[str]
+    represented: str | None = None
 
 
 def run_engine_proof(policy: Policy, *, engine: Engine | None = None,
@@ -203,9 +208,11 @@ def _classify(policy: Policy, service: Service, run: _Run) -> list[_Class]:
     by_rules = {rule.name: rule for rule in service.residency}
     found: dict[tuple[str, tuple[str, ...]], _Class] = {}
     first = policy.region(service.regions[0])
-    for rule, country, continent in _places(policy, service):
-        label = country or continent or "?"
-        location = Location(country, continent, first.latitude, first.longitude, _NETWORK)
+    for rule, where in _places(policy, service):
+        label = where.describe()
+        country, continent, represented = _fields(where)
+        location = Location(country, continent, first.latitude, first.longitude, _NETWORK,
+                            represented)
         decision = run.engine.decide(service, _client(location, 0), Snapshot(), explain=False)
         run.decisions += 1
         names = tuple(sorted({rule.name, *decision.rules}))
@@ -218,26 +225,26 @@ def _classify(policy: Policy, service: Service, run: _Run) -> list[_Class]:
                                             decision.regions, _ordered(service, allowed)))
         # keyed by what the engine matched: a place it misclassifies gets its own class
         found.setdefault((rule.name, tuple(sorted(decision.rules))),
-                         _Class(label, rule.name, country, continent, True, allowed))
+                         _Class(label, rule.name, country, continent, True, allowed,
+                                represented))
     return [*found.values(),
             _Class("unknown", "*", None, None, False, everyone),
             _Class("no-location", "*", None, None, False, everyone)]
 
 
-def _places(policy: Policy, service: Service) -> Iterator[tuple[ResidencyRule, str | None,
-                                                                str | None]]:
+def _places(policy: Policy, service: Service) -> Iterator[tuple[ResidencyRule, Place]]:
     for rule in service.residency:
-        countries = set(rule.clients.countries)
-        continents = set(rule.clients.continents)
-        for name in rule.clients.jurisdictions:
-            jurisdiction = policy.jurisdiction(name)
-            if jurisdiction is not None:
-                countries |= jurisdiction.countries
-                continents |= jurisdiction.continents
-        for country in sorted(countries):
-            yield rule, country, None
-        for continent in sorted(continents):
-            yield rule, None, continent
+        for where in rule_places(policy, rule):
+            yield rule, where
+
+
+def _fields(where: Place) -> tuple[str | None, str | None, str | None]:
+    """A record's country, continent and represented country that place a client at
+    ``where`` (a place of ``rule_places``: one or two countries, or one continent)."""
+    countries = sorted(where.countries)
+    if countries:
+        return countries[0], None, countries[1] if len(countries) > 1 else None
+    return None, next(iter(where.continents), None), None
 
 
 def _border_states(policy: Policy, service: Service, cls: _Class, run: _Run) -> int:
@@ -319,7 +326,7 @@ def _located(policy: Policy, cls: _Class, place: str, index: int = 0) -> Client:
         return _client(location, index, ClientSource.RESOLVER if location else ClientSource.ECS)
     region = policy.region(place)
     return _client(Location(cls.country, cls.continent, region.latitude, region.longitude,
-                            _NETWORK), index)
+                            _NETWORK, cls.represented), index)
 
 
 def _client(location: Location | None, index: int,

@@ -33,11 +33,10 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
     ``explain``: then the decision has no steps) run ``outcome``; ``reads``: what the
     service's steering methods read."""
     client, service, snapshot = ctx.client, ctx.service, ctx.snapshot
-    location = client.location if client.location and client.location.found else None
     filtered = {s.plugin: s for s in outcome.steps if isinstance(s, FilterStep)}
     steps: list[Step] = []
     if explain:
-        steps.append(locate_step(client, ctx.rules))
+        steps.append(locate_step(client, ctx.rules, ctx.partial))
         for flt in profile.filters:  # a filter after the one that left nothing ran on nothing
             ran = filtered.get(flt.name)
             steps.append(filter_step(ran) if ran is not None
@@ -55,7 +54,7 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
         answer, step = all_down(ctx, profile.order(ctx, candidates).order, ctx.allowed is None)
         if explain:
             steps.append(step)
-        reason = "all-down" if location is not None else "refused"
+        reason = "all-down" if ctx.located else "refused"
         return _decision(ctx, answer, reason, located, floor, steps, degraded=True)
 
     for s in outcome.steps:
@@ -76,7 +75,7 @@ def decision_of(ctx: DecisionContext, profile: ServiceProfile, outcome: Outcome[
         reason = "spillover"
     elif len(healthy) < len(candidates) and _preferred_down(ctx, profile, candidates, healthy):
         reason = "failover"
-    elif location is None and service.residency:
+    elif not ctx.located and service.residency:
         reason = "unknown-location"
     else:
         reason = "primary"

@@ -1,13 +1,15 @@
 """Which GeoIP records a policy's decisions cannot tell apart.
 
 The engine reads a client's location in three places only: whether it was found (unknown
-location rules, all-down), its country and continent (through the residency rules each
-service's clients fall under), and, for services steered by ``geo``, its coordinates, which
-the geo scorer turns into scores that ranking only ever compares. So two records decide
-alike, under every health and load state, when they agree on::
+location rules, all-down), its place (through ``policies.matching.coverage``: the residency
+rules each service's clients are or may be under, and whether the unknown-location path
+takes them), and, for services steered by ``geo``, its coordinates, which the geo scorer
+turns into scores that ranking only ever compares. So two records decide alike, under every
+health and load state, when they agree on::
 
-    (found, per service: the indices of its residency rules covering the record,
-     coordinates known, regions of geo-steered services grouped and ordered by score)
+    (found, per service: its coverage (located, the indices of the rules holding the
+     record, of those that only may), coordinates known, regions of geo-steered services
+     grouped and ordered by score)
 
 Which services read coordinates is what their steering methods declare
 (``engine.registry.Input.COORDINATES``). For ``geo`` the ranking above is exact (its formula
@@ -25,8 +27,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from director.engine.registry import Input, SteeringMethod, register_builtin_plugins
 from director.engine.scorers.geo_distance import HALF_CIRCUMFERENCE_KM, great_circle_km
 from director.geo import RecordFields
+from policies.matching import Place, coverage, place
 from policies.model import Policy
-from policies.residency import rules_for
 
 _UNLOCATED = ("unlocated",)
 GEO = "geo"  # the method whose formula the ranking classes reproduce
@@ -41,19 +43,28 @@ def location_classifier(
     places, exact = _coordinates_read(policy, methods)
     ruled = [service for service in policy.services if service.residency]
 
-    rules_memo: dict[tuple[str | None, str | None], tuple] = {}
+    rules_memo: dict[tuple[str | None, str | None, str | None], tuple] = {}
     ranking_memo: dict[tuple[float, float], tuple] = {}
 
+    def covered(where: Place) -> tuple:
+        out = []
+        for service in ruled:
+            held = coverage(policy, service, where)
+            out.append((held.located,
+                        tuple(i for i, rule in enumerate(service.residency)
+                              if rule in held.rules),
+                        tuple(i for i, rule in enumerate(service.residency)
+                              if rule in held.partial)))
+        return tuple(out)
+
     def classify(fields: RecordFields) -> Hashable:
-        if fields.country is None and fields.continent is None:
-            return _UNLOCATED
-        where = (fields.country, fields.continent)
-        rules = rules_memo.get(where)
+        key = (fields.country, fields.continent, fields.represented)
+        rules = rules_memo.get(key)
         if rules is None:
-            rules = rules_memo[where] = tuple(
-                tuple(index for index, rule in enumerate(service.residency)
-                      if rule in rules_for(policy, service, *where))
-                for service in ruled)
+            where = place(*key)
+            rules = rules_memo[key] = covered(where) if where.known else _UNLOCATED
+        if rules is _UNLOCATED:
+            return _UNLOCATED
         if not places and not exact:
             return rules, ()
         if fields.latitude is None or fields.longitude is None:
@@ -77,10 +88,11 @@ def classifier_key(policy: Policy,
     with equal keys classify every record alike (so a network map built for one serves
     the other)."""
     places, exact = _coordinates_read(policy, methods)
-    ruled = tuple((service.residency, tuple(
-        policy.jurisdiction(name) for rule in service.residency
-        for name in rule.clients.jurisdictions)) for service in policy.services
-        if service.residency)
+    ruled = tuple((service.residency, service.partial_location,
+                   tuple(policy.jurisdiction(name)
+                                          for rule in service.residency
+                                          for name in rule.clients.jurisdictions))
+                  for service in policy.services if service.residency)
     return places, exact, ruled
 
 

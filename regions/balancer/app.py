@@ -80,7 +80,12 @@ from regions.balancer.registry import (
 )
 from regions.balancer.relay import RelayEnd
 from regions.balancer.request_info import host_name, parse_request
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import (
+    CHECKED,
+    CheckedClient,
+    ClientHeaderError,
+    ResidencyCheck,
+)
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.shared_state import SharedStateConfig, StateLink
 from regions.balancer.tenancy import ADMITTED, Tenancy, caller
@@ -265,20 +270,6 @@ class Balancer:
                 request = checked
             overflowed = Overflow.marked(request)  # one hop only: never overflowed again
             request = strip_marker(request)
-            if self.residency is not None:
-                verdict = self.residency.check(request.remote, request.host, request.headers)
-                if not verdict.allowed:
-                    self.metrics.residency_refused(verdict.service)
-                    allowed = ",".join(verdict.allowed_regions or ())
-                    return error_response(
-                        451,
-                        verdict.message(self.region),
-                        "residency_refused",
-                        headers={
-                            "x-director-allowed-regions": allowed,
-                            "x-director-region": self.region,
-                        },
-                    )
             cancelled = True
             try:
                 response = await self.proxy.handle(request, endpoint)
@@ -294,6 +285,30 @@ class Balancer:
             return response
 
         return handler
+
+    def _residency_refusal(self, residency: ResidencyCheck, request: web.Request,
+                           model: str | None) -> web.Response | None:
+        """451 when this region may not serve the request's client for ``model`` (400 for a
+        bad edge header); else None, with the placed client kept for overflow."""
+        try:
+            where, client = residency.client(request.remote, request.headers)
+        except ClientHeaderError as exc:
+            self.metrics.residency_refused("bad-header")
+            return error_response(400, str(exc), "invalid_request_error")
+        request[CHECKED] = CheckedClient(where, client, model)
+        verdict = residency.verdict(where, client, request.host, model)
+        if verdict.allowed:
+            return None
+        self.metrics.residency_refused(verdict.service or "no-service")
+        return error_response(
+            451,
+            verdict.message(self.region),
+            "residency_refused",
+            headers={
+                "x-director-allowed-regions": ",".join(verdict.allowed_regions or ()),
+                "x-director-region": self.region,
+            },
+        )
 
     def _refused(self, tenant: str, status: int, limit: str | None) -> None:
         """Count a quota refusal for the status page (``tenants.throttles``)."""
@@ -311,7 +326,11 @@ class Balancer:
     async def _admit(self, request: web.Request,
                      info: RequestInfo) -> RequestInfo | web.Response:
         """The parsed request as its tenant sends it (its name, its priority tier, which a
-        priority header may only lower), or the refusal (model, quota)."""
+        priority header may only lower), or the refusal (residency, model, quota)."""
+        if self.residency is not None:
+            refusal = self._residency_refusal(self.residency, request, info.model)
+            if refusal is not None:
+                return refusal
         who = caller(request)
         if who is None:
             return info

@@ -20,9 +20,10 @@ circle from this region's location). A request may go to a sibling only when
 
 1. the request's service (its Host, when it names one of the policy's services) is served
    by the sibling, and
-2. the residency re-check (``residency_check.ResidencyCheck`` for the sibling, on the same
-   client: peer address or trusted edge headers) allows the sibling: a client whose
-   jurisdiction forbids a region is never sent there, and
+2. the residency re-check (``residency_check.ResidencyCheck`` for the sibling, on the client
+   as this region's own check placed it, for the same model) allows the sibling: a client
+   whose jurisdiction forbids a region, or that some rule may hold, is never sent where
+   that rule forbids, and
 3. the request's tenant (``tenancy.caller``), when it lists ``regions``, may be served in
    the sibling: a tenant is never sent outside its regions.
 
@@ -49,8 +50,10 @@ from regions.balancer.proxy import BACKEND_HEADER, DEADLINE_HEADER, REGION_HEADE
 from regions.balancer.relay import UPSTREAM_ERRORS, relay, response_for
 from regions.balancer.request_info import PRIORITY_HEADER, SESSION_HEADER
 from regions.balancer.residency_check import (
+    CHECKED,
     CLIENT_COUNTRY_HEADER,
     CLIENT_IP_HEADER,
+    CheckedClient,
     ResidencyCheck,
 )
 from regions.balancer.tenancy import caller, credentials
@@ -175,20 +178,21 @@ class Overflow:
 
     def target(
         self,
-        peer: str | None,
+        client: CheckedClient,
         host: str | None,
-        headers: Mapping[str, str],
         regions: Collection[str] = (),
     ) -> Sibling | None:
-        """The nearest sibling this client's request may go to, or None; ``regions``: the
-        tenant's regions (empty: no tenant limit)."""
+        """The nearest sibling ``client``'s request may go to, or None: one serving the
+        request's service and allowing the client for its model, by the residency check
+        this region made of it; ``regions``: the tenant's regions (empty: no tenant limit)."""
         serving = self.services.get((host or "").split(":")[0].lower().rstrip("."))
         for sibling in self.siblings:
             if serving is not None and sibling.region not in serving:
                 continue
             if regions and sibling.region not in regions:
                 continue
-            if sibling.check.check(peer, host, headers).allowed:
+            verdict = sibling.check.verdict(client.place, client.described, host, client.model)
+            if verdict.allowed:
                 return sibling
         return None
 
@@ -199,7 +203,8 @@ class Overflow:
             return shed
         who = caller(request)
         regions = who.tenant.regions if who is not None else ()
-        sibling = self.target(request.remote, request.host, request.headers, regions)
+        client = request.get(CHECKED)
+        sibling = self.target(client, request.host, regions) if client is not None else None
         if sibling is None:
             self._count("none-allowed")
             return shed
@@ -245,7 +250,7 @@ class Overflow:
         for name in FORWARDED_CONTROL:
             if name in request.headers:
                 headers[name] = request.headers[name]
-        if _trusted(sibling.check, request.remote) and (
+        if sibling.check.trusts(request.remote) and (
             CLIENT_COUNTRY_HEADER in request.headers or CLIENT_IP_HEADER in request.headers
         ):
             for name in (CLIENT_COUNTRY_HEADER, CLIENT_IP_HEADER):
@@ -278,14 +283,6 @@ class Overflow:
         resp = response_for(upstream, headers)
         await relay(request, upstream, resp)
         return resp
-
-
-def _trusted(check: ResidencyCheck, peer: str | None) -> bool:
-    try:
-        address = ipaddress.ip_address(peer or "")
-    except ValueError:
-        return False
-    return any(address.version == n.version and address in n for n in check.trusted)
 
 
 def strip_marker(request: web.Request) -> web.Request:

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from policies import load_policy_text
+from policies.matching import NOWHERE, Place
 from regions.balancer import AdmissionConfig, BackendSpec, Balancer, BalancerConfig, build_balancer
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.overflow import (
@@ -22,7 +23,7 @@ from regions.balancer.overflow import (
     OverflowMode,
     siblings,
 )
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import CheckedClient, ResidencyCheck
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, eventually
 
@@ -53,8 +54,14 @@ def policy():
     return load_policy_text(POLICY)
 
 
-def nowhere(address: Any) -> tuple[str | None, str | None]:
-    return None, None
+def nowhere(address: Any) -> Place:
+    return NOWHERE
+
+
+def placed(policy: Any, headers: Mapping[str, str]) -> CheckedClient:
+    """The client as the eu-west balancer's check places it, from a trusted edge."""
+    where, described = check(policy, "eu-west").client("127.0.0.1", headers)
+    return CheckedClient(where, described, MODEL)
 
 
 def check(policy: Any, region: str) -> ResidencyCheck:
@@ -237,7 +244,7 @@ def test_siblings_are_nearest_first_with_known_urls(policy) -> None:
 def test_target(policy, host, headers, expected) -> None:
     config = OverflowConfig(OverflowMode.REDIRECT, balancer_port=8080)
     overflow = Overflow("eu-west", config, check(policy, "eu-west"))
-    target = overflow.target("127.0.0.1", host, headers)
+    target = overflow.target(placed(policy, headers), host)
     assert (target.region if target else None) == expected
 
 
@@ -262,5 +269,5 @@ def test_overflow_needs_the_policy() -> None:
 def test_target_keeps_a_tenant_in_its_regions(policy, host, regions, expected) -> None:
     config = OverflowConfig(OverflowMode.REDIRECT, balancer_port=8080)
     overflow = Overflow("eu-west", config, check(policy, "eu-west"))
-    target = overflow.target("127.0.0.1", host, {"X-Director-Client-Country": "US"}, regions)
+    target = overflow.target(placed(policy, {"X-Director-Client-Country": "US"}), host, regions)
     assert (target.region if target else None) == expected

@@ -37,8 +37,7 @@ def policy():
 @pytest.fixture(scope="module")
 def locate(maxmind_test_locator: GeoLocator):
     def locate(address):
-        location = maxmind_test_locator.locate(address)
-        return location.country, location.continent
+        return maxmind_test_locator.locate(address).place
 
     return locate
 

@@ -51,8 +51,7 @@ async def running_stack(policy: Policy, geo: GeoLocator,
     app = DnsApp(policy, geo, snapshots)
 
     def locate(address):
-        where = geo.locate(address)
-        return where.country, where.continent
+        return geo.locate(address).place
 
     async with AsyncExitStack() as stack:
         dns = stack.enter_context(ServerThread(app, ServerConfig(listen=(("127.0.0.1", 0),))))

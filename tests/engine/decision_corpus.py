@@ -122,6 +122,14 @@ CLIENTS.update({f"us-ny-subnet-{i}": (f"8.8.{16 + 3 * i}.1", 24,
 CLIENTS.update({f"de-subnet-{i}": (f"2.163.{40 + 5 * i}.1", 24,
                                    ("DE", "EU", 50.1, 8.7, "2.163.0.0/16"))
                 for i in range(6)})
+# shapes of location residency must hold for (``policies.matching``); last, so that the
+# random draws of the cases above stay as recorded
+CLIENTS.update({
+    # continent-only EU (GeoLite2: 2.16.0.0/22 and 6,400 more networks): may be an EU client
+    "eu-continent-only": ("2.16.1.1", 24, (None, "EU", 47.0, 8.0, "2.16.0.0/22")),
+    "as-continent-only": ("2.16.9.1", 24, (None, "AS", 35.0, 105.0, "2.16.8.0/22")),
+    "unknown-country-code": ("2.16.17.1", 24, ("ZZ", None, 51.0, 9.0, "2.16.16.0/22")),
+})
 
 REGIONS = ("us-east", "us-west", "eu-west", "eu-central", "ap-south")
 LATENCY = {

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from director.engine import Engine
 from director.engine.engine_proof import run_engine_proof
 from policies import load_policy_text
+from policies.matching import Coverage, coverage, rule_clients
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from policy_gen import generate
@@ -100,21 +102,48 @@ class LeaksWhenOnlyAForbiddenRegionIsUp(Engine):
 
 
 class ForgetsOneCountry(Engine):
-    """Misclassifies German clients as covered by no rule (so they go anywhere)."""
+    """Misclassifies German clients as American: covered by no rule (so they go anywhere).
+    (A code nobody knows, such as ZZ, would place them nowhere: the unknown-location path,
+    which cannot leak.)"""
 
     def decide(self, service, client, snapshot, *, explain=True):
         location = client.location
         if location is not None and location.country == "DE":
             client = dataclasses.replace(client, location=dataclasses.replace(
-                location, country="ZZ", continent=None))
+                location, country="US", continent="NA"))
         return super().decide(service, client, snapshot, explain=explain)
+
+
+def exact_match_coverage(policy, service, where):
+    """The matcher as it was before continent-only locations were handled: a rule holds a
+    client only when it lists the client's country or the continent GeoIP gives, so a
+    continent-only client of countries-only rules is located under no rule."""
+    if not where.known:
+        return coverage(policy, service, where)
+    rules = tuple(rule for rule in service.residency
+                  if where.countries & rule_clients(policy, rule).countries
+                  or where.continents & rule_clients(policy, rule).continents)
+    if not rules:
+        return Coverage((), (), True, None)
+    allowed = set(service.regions)
+    for rule in rules:
+        allowed &= set(rule.allowed)
+    return Coverage(rules, (), True, tuple(r for r in service.regions if r in allowed))
+
+
+class MatchesExactly(Engine):
+    """Decides with ``exact_match_coverage``: continent-only clients escape country rules."""
+
+    def decide(self, service, client, snapshot, *, explain=True):
+        with mock.patch("director.engine.context.coverage", exact_match_coverage):
+            return super().decide(service, client, snapshot, explain=explain)
 
 
 @pytest.mark.parametrize("mutant", [LeaksOnSpill, LeaksWhenAllAllowedAreDown,
                                     LeaksForUnlocatedClients, LeaksWhenOnlyAForbiddenRegionIsUp,
-                                    ForgetsOneCountry],
+                                    ForgetsOneCountry, MatchesExactly],
                          ids=["spill", "all-down", "unlocated", "only-forbidden-up",
-                              "misclassified"])
+                              "misclassified", "continent-only-escapes"])
 @pytest.mark.parametrize("policy_kind", ["example", "wide"])
 def test_the_proof_catches_an_engine_that_leaks(mutant, policy_kind, example_policy,
                                                 wide_policy) -> None:

@@ -60,7 +60,11 @@ def test_a_proof_decides_alike_under_every_threshold() -> None:
                 runs.append((engine.seen, proof.violations, proof.services))
                 assert proof_class(cut) == proof_class(key)
             assert all(run == runs[0] for run in runs[1:]), service.name
-            assert any(seen[4] == "spillover" for seen in runs[0][0])  # spilling ran
+            # spilling ran, except where no class can spill: in mixed.infer.example.com
+            # every EU-continent client is under 'europe' (spillover-to none), and those of
+            # jurisdiction EU under both rules too, which leave them eu-central alone
+            spilled = any(seen[4] == "spillover" for seen in runs[0][0])
+            assert spilled or service.name == "mixed.infer.example.com", service.name
             compared += len(runs[0][0])
     assert compared > 1000
 

@@ -54,7 +54,8 @@ def test_includes_splice_gpus_into_regions(global_policy: Policy) -> None:
     assert [g.name for g in us_east.gpus] == [
         "use1-h100-a", "use1-h100-b", "use1-a100-a", "use1-a100-b"]
     assert us_east.gpus[3].engine == "sglang"
-    assert us_east.gpus[0].models == ("llama-3.1-8b-instruct", "bge-large-en")
+    assert us_east.gpus[0].models == ("llama-3.1-8b-instruct", "bge-large-en",
+                                      "llama-3.1-8b-sovereign")
     eu_central = global_policy.region("eu-central")
     assert eu_central.gpus[1].speed == 0.6
     assert eu_central.gpus[0].engine == "vllm"  # the default

@@ -25,6 +25,7 @@ service chat.infer.example.com {
 TAIL = """        all-down answer-allowed
     }
     unknown-location refuse
+    partial-location intersect
     all-down answer-nothing
 }
 """

@@ -104,6 +104,7 @@ def test_every_path_kind_is_enumerated() -> None:
         "all allowed regions down",
         "unknown client location",
         "no ECS (treated as unknown location)",
+        "client located as DE",  # one class: every place of the rule's clients goes alike
     ]
 
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from app_server import recording_gpu, serving
 
 from policies import load_policy_text
+from policies.matching import NOWHERE, Place
 from policies.model import Policy
 from regions.balancer import (
     AdmissionConfig,
@@ -27,7 +28,7 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.overflow import OVERFLOW_PARAM, Overflow, OverflowConfig, OverflowMode
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import CheckedClient, ResidencyCheck
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import NewKey, new_key, store_key
 from tests.balancer.helpers import MODEL, completion, eventually
@@ -46,8 +47,8 @@ CHAT = "chat.infer.example.com"
 SATURABLE = BalancerConfig(admission=AdmissionConfig(max_queue=0), scrape_every_s=0)
 
 
-def nowhere(address: Any) -> tuple[str | None, str | None]:
-    return None, None
+def nowhere(address: Any) -> Place:
+    return NOWHERE
 
 
 @pytest.fixture
