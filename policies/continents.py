@@ -3,7 +3,7 @@ AS EU NA OC SA), as MaxMind's GeoIP2 and GeoLite2 databases assign them (Timor-L
 Oceania, as GeoNames has it). Data only: residency matching (``policies.matching``) derives a
 client's continent from its country with it, the validator accepts exactly its codes, and the
 lint tells with it which declared jurisdictions a ``clients continent`` rule reaches.
-``tests/policies/test_geoip_walk.py`` checks it against every record of the bundled databases.
+``tests/engine/test_geoip_walk.py`` checks it against every record of the bundled databases.
 """
 
 from __future__ import annotations
