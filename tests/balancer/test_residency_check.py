@@ -3,6 +3,8 @@ proxied; the GeoIP side uses the MaxMind test database."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import aiohttp
 import pytest
 
@@ -24,6 +26,10 @@ service chat.infer.example.com {
 }
 service open.infer.example.com { all-down answer-nothing }
 """
+# the same regions, but each service with its own model
+BY_MODEL = POLICY.replace("service chat.infer.example.com {",
+                          "service chat.infer.example.com {\n    models chat-model") \
+    .replace("service open.infer.example.com {", "service open.infer.example.com { models open-model;")
 SE = "89.160.20.112"  # Sweden in the MaxMind test database
 US = "216.160.83.56"  # United States in the MaxMind test database
 NOWHERE = "10.1.2.3"  # not in the database
@@ -51,16 +57,49 @@ def locate(maxmind_test_locator: GeoLocator):
     ("us-east", SE, "chat.infer.example.com", {}, False),
     ("us-east", US, "chat.infer.example.com", {"X-Director-Client-IP": SE}, True),
     ("us-east", NOWHERE, "chat.infer.example.com", {}, False),
-    ("us-east", SE, "open.infer.example.com:8080", {}, True),
+    ("us-east", SE, "open.infer.example.com:8080", {}, False),
     ("us-east", SE, "unknown.example.org", {}, False),
     ("us-east", US, "unknown.example.org", {}, True),
 ], ids=["eu-client-header-us-region", "eu-client-header-eu-region", "us-client-header",
         "country-header", "eu-peer", "untrusted-peer-header-ignored", "unlocated-peer",
-        "unrestricted-service", "unknown-host-eu", "unknown-host-us"])
+        "laxer-service-same-gpus", "unknown-host-eu", "unknown-host-us"])
 def test_verdicts(policy, locate, region, peer, host, headers, allowed):
     check = ResidencyCheck(policy, region, locate)
     verdict = check.check(peer, host, headers)
     assert verdict.allowed is allowed, verdict
+
+
+@pytest.mark.parametrize(("model", "host", "allowed"), [
+    ("chat-model", "open.infer.example.com", False),  # the Host does not choose the rules
+    ("open-model", "chat.infer.example.com", True),
+    ("open-model", "open.infer.example.com", True),
+    ("other-model", "open.infer.example.com", False),  # no service serves it here
+    (None, "open.infer.example.com", False),  # unknown model: every service's rules
+], ids=["strict-model-lax-host", "lax-model-strict-host", "lax-model", "no-service",
+        "no-model"])
+def test_residency_follows_the_model_not_the_host(locate, model, host, allowed) -> None:
+    policy = load_policy_text(BY_MODEL)
+    assert policy.service("open.infer.example.com").models == ("open-model",)
+    verdict = ResidencyCheck(policy, "us-east", locate).check(SE, host, {}, model)
+    assert verdict.allowed is allowed, verdict
+    if model == "other-model":
+        assert "serves no service for this model" in verdict.message("us-east")
+
+
+def test_a_region_in_no_service_refuses(policy, locate) -> None:
+    lonely = dataclasses.replace(policy, services=tuple(
+        dataclasses.replace(s, regions=("eu-west",)) for s in policy.services))
+    verdict = ResidencyCheck(lonely, "us-east", locate).check(US, "chat.infer.example.com", {})
+    assert not verdict.allowed and verdict.service == ""
+
+
+def test_a_refusal_of_a_request_addressed_by_ip_says_to_use_the_name(policy, locate) -> None:
+    check = ResidencyCheck(policy, "us-east", locate)
+    by_ip = check.check(SE, "127.0.1.1:8080", {}).message("us-east")
+    assert "addressed to the balancer by IP" in by_ip
+    assert "chat.infer.example.com" in by_ip
+    by_name = check.check(SE, "chat.infer.example.com", {}).message("us-east")
+    assert "by IP" not in by_name
 
 
 async def test_refused_request_never_reaches_a_gpu(policy, locate):
