@@ -144,3 +144,31 @@ def test_service_all_down_is_for_clients_no_rule_covers() -> None:
                                               "all-down fallback us-east\n", 1)
     policy = load_policy_text(text)
     assert policy.services[0].all_down.regions == ("us-east",)
+
+
+def exact_match(policy, service, where):
+    """A matcher that holds a client only by its own country or continent: a continent-only
+    client of a countries-only rule comes out located and under no rule."""
+    from policies.matching import Coverage, coverage, rule_clients
+
+    if not where.known:
+        return coverage(policy, service, where)
+    rules = tuple(r for r in service.residency
+                  if where.countries & rule_clients(policy, r).countries
+                  or where.continents & rule_clients(policy, r).continents)
+    return Coverage(rules, (), True, None) if not rules else coverage(policy, service, where)
+
+
+def test_the_proof_checks_matching_not_takes_it_as_given(monkeypatch) -> None:
+    """Every shape of location a rule's clients may have is a path: with a matcher that lets
+    continent-only clients escape, the proof fails at the rule, naming the class."""
+    body = rule() + REFUSE
+    assert not [c for c in enumerate_paths(_policy(body)) if c.leaks]
+    assert any(c.path.startswith("client located as") for c in enumerate_paths(_policy(body)))
+    monkeypatch.setattr("policies.residency.coverage", exact_match)
+    leaking = [c for c in enumerate_paths(_policy(body)) if c.leaks]
+    assert [c.path for c in leaking] == ["client located as EU (continent only)"]
+    assert leaking[0].leaks == ("us-east", "ap-south")
+    with pytest.raises(PolicyError) as caught:
+        load_policy_text(BASE % body)
+    assert "'client located as EU (continent only)'" in caught.value.render()
