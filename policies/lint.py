@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 
 from policies.continents import CONTINENT_OF, CONTINENT_ONLY_RECORDS
-from policies.matching import rule_clients
 from policies.errors import Diagnostic, did_you_mean
+from policies.matching import rule_clients
 from policies.model import Policy, ResidencyRule, Service
 from policies.reading import Reporter
 
@@ -138,14 +138,14 @@ def _shared_models(policy: Policy, report: Reporter) -> None:
                 for model in both:
                     pair = shared.setdefault((first.name, second.name), {})
                     pair.setdefault(model, set()).add(region.name)
-    for (first, second), models in shared.items():
-        service = policy.service(second)
+    for (first_name, second_name), models in shared.items():
+        service = policy.service(second_name)
         listed = _and([f"'{m}' ({', '.join(sorted(r))})" if m != "*" else
                        f"every model ({', '.join(sorted(r))})" for m, r in sorted(models.items())])
         report.at_name(
-            service.pos, f"services {first} and {second} have different residency and both "
-            f"serve {listed}: the balancers hold those requests to the rules of both, so a "
-            f"client either service's DNS answers may be refused there",
+            service.pos, f"services {first_name} and {second_name} have different residency "
+            f"and both serve {listed}: the balancers hold those requests to the rules of "
+            f"both, so a client either service's DNS answers may be refused there",
             hint="give each service its own 'models', or the same residency rules")
 
 

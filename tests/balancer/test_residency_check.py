@@ -29,7 +29,8 @@ service open.infer.example.com { all-down answer-nothing }
 # the same regions, but each service with its own model
 BY_MODEL = POLICY.replace("service chat.infer.example.com {",
                           "service chat.infer.example.com {\n    models chat-model") \
-    .replace("service open.infer.example.com {", "service open.infer.example.com { models open-model;")
+    .replace("service open.infer.example.com {",
+             "service open.infer.example.com { models open-model;")
 SE = "89.160.20.112"  # Sweden in the MaxMind test database
 US = "216.160.83.56"  # United States in the MaxMind test database
 NOWHERE = "10.1.2.3"  # not in the database

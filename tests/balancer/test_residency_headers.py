@@ -36,7 +36,7 @@ RULES = {
     "us": ("clients country US; allow us-east", "us-east", "eu-west"),
 }
 KINDS = tuple(RULES)
-C, I = "X-Director-Client-Country", "X-Director-Client-IP"
+C, IP = "X-Director-Client-Country", "X-Director-Client-IP"
 FR_IP, EU_ONLY_IP, GB_IP = "2.2.70.1", "2.16.1.1", "81.2.69.142"  # GeoLite2 City 2018
 ANONYMOUS_IP, SATELLITE_IP = "31.14.133.39", "5.145.149.142"  # registered IT, US
 MILITARY_IP = "4.16.182.1"  # CU, representing US (a base)
@@ -57,18 +57,18 @@ CASES: dict[str, tuple[list[tuple[str, str]], tuple[int, ...]]] = {
     "country-name": ([(C, "France")], (BAD,) * 4),
     "country-empty": ([(C, "")], (BAD,) * 4),
     "country-twice": ([(C, "US"), (C, "FR")], (BAD,) * 4),
-    "ip-in-rule": ([(I, FR_IP)], (REFUSE, REFUSE, REFUSE, SERVE)),
-    "ip-continent-only": ([(I, EU_ONLY_IP)], (REFUSE, REFUSE, REFUSE, SERVE)),
-    "ip-on-the-continent": ([(I, GB_IP)], (SERVE, REFUSE, SERVE, SERVE)),
-    "ip-anonymous-proxy": ([(I, ANONYMOUS_IP)], (REFUSE,) * 4),
-    "ip-satellite": ([(I, SATELLITE_IP)], (REFUSE,) * 4),
-    "ip-represented-country": ([(I, MILITARY_IP)], (SERVE, SERVE, SERVE, REFUSE)),
-    "ip-registered-only": ([(I, REGISTERED_ONLY_IP)], (REFUSE,) * 4),
-    "ip-no-record": ([(I, PRIVATE_IP)], (REFUSE,) * 4),
-    "ip-garbage": ([(I, "not-an-address")], (BAD,) * 4),
-    "ip-list": ([(I, f"{FR_IP}, 8.8.8.8")], (BAD,) * 4),
-    "ip-twice": ([(I, "8.8.8.8"), (I, FR_IP)], (BAD,) * 4),
-    "both-headers-either-place": ([(C, "US"), (I, FR_IP)], (REFUSE,) * 4),
+    "ip-in-rule": ([(IP, FR_IP)], (REFUSE, REFUSE, REFUSE, SERVE)),
+    "ip-continent-only": ([(IP, EU_ONLY_IP)], (REFUSE, REFUSE, REFUSE, SERVE)),
+    "ip-on-the-continent": ([(IP, GB_IP)], (SERVE, REFUSE, SERVE, SERVE)),
+    "ip-anonymous-proxy": ([(IP, ANONYMOUS_IP)], (REFUSE,) * 4),
+    "ip-satellite": ([(IP, SATELLITE_IP)], (REFUSE,) * 4),
+    "ip-represented-country": ([(IP, MILITARY_IP)], (SERVE, SERVE, SERVE, REFUSE)),
+    "ip-registered-only": ([(IP, REGISTERED_ONLY_IP)], (REFUSE,) * 4),
+    "ip-no-record": ([(IP, PRIVATE_IP)], (REFUSE,) * 4),
+    "ip-garbage": ([(IP, "not-an-address")], (BAD,) * 4),
+    "ip-list": ([(IP, f"{FR_IP}, 8.8.8.8")], (BAD,) * 4),
+    "ip-twice": ([(IP, "8.8.8.8"), (IP, FR_IP)], (BAD,) * 4),
+    "both-headers-either-place": ([(C, "US"), (IP, FR_IP)], (REFUSE,) * 4),
     "no-header-loopback-peer": ([], (REFUSE,) * 4),
 }
 

@@ -28,7 +28,7 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.overflow import OVERFLOW_PARAM, Overflow, OverflowConfig, OverflowMode
-from regions.balancer.residency_check import CheckedClient, ResidencyCheck
+from regions.balancer.residency_check import ResidencyCheck
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import NewKey, new_key, store_key
 from tests.balancer.helpers import MODEL, completion, eventually
