@@ -21,7 +21,6 @@ does not answer PING in time.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -36,18 +35,14 @@ from state.acl import new_password, password_digest, user_line
 from state.credentials import embed
 from state.errors import EmbeddedServerError
 from state.ports import free_port
+from state.private_file import write_private
 
 _PATH_BINARIES = ("redis-server", "valkey-server")
 
 
 def write_config(path: Path, acl: str) -> Path:
     """Write the server's ACL lines to ``path`` (mode 0600, replaced whole) and return it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(acl)
-    os.replace(tmp, path)
+    write_private(path, acl)
     return path
 
 
