@@ -14,7 +14,9 @@ balancer    read ``{p}:*``; write its load (``{p}:load:region:*``), the tenants'
             (``{p}:throttle:*``); publish and subscribe ``{p}:changes``
 worker      read ``{p}:*``; write probe health (``{p}:health:*``), scraped and probed
             load (``{p}:load:*``) and latency (``{p}:latency``); the Celery broker
-            (``{p}:celery:*`` keys and channels); ``{p}:changes``
+            (``{p}:celery:*`` keys and channels, and the remote control channel
+            ``{p}:celery:/{db}.celery.pidbox``, which kombu PSUBSCRIBEs: an ACL checks a
+            pattern literally); ``{p}:changes``
 dns         read ``{p}:*``; subscribe ``{p}:changes``
 ==========  =========================================================================
 
@@ -50,8 +52,9 @@ def _check_prefix(prefix: str) -> None:
                          "(it becomes an ACL key pattern)")
 
 
-def role_rules(role: str, prefix: str = "director") -> str:
-    """The ACL rules of ``role`` (keys, channels, commands), without user or password."""
+def role_rules(role: str, prefix: str = "director", db: int = 0) -> str:
+    """The ACL rules of ``role`` (keys, channels, commands) for the deployment under
+    ``prefix`` in database ``db``, without user or password."""
     _check_prefix(prefix)
     p = prefix
     read_all = f"%R~{p}:*"
@@ -65,7 +68,7 @@ def role_rules(role: str, prefix: str = "director") -> str:
         case "worker":
             celery = celery_prefix(p)
             keys = [read_all, f"~{p}:health:*", f"~{p}:load:*", f"~{p}:latency",
-                    f"~{celery}*", changes, f"&{celery}*"]
+                    f"~{celery}*", changes, f"&{celery}*", f"&{celery}/{db}.celery.pidbox"]
         case "dns":
             keys = [read_all, changes]
         case _:
@@ -82,17 +85,20 @@ def new_password() -> str:
     return secrets.token_urlsafe(32)
 
 
-def user_line(role: str, passwords: str | list[str], prefix: str = "director") -> str:
+def user_line(role: str, passwords: str | list[str], prefix: str = "director",
+              db: int = 0) -> str:
     """One ``user`` line of an ACL file; several passwords let a rotation overlap."""
     listed = [passwords] if isinstance(passwords, str) else passwords
     digests = " ".join(f"#{password_digest(p)}" for p in listed)
-    return f"user {role} reset on {digests} {role_rules(role, prefix)}"
+    return f"user {role} reset on {digests} {role_rules(role, prefix, db)}"
 
 
-def acl_file(passwords: Mapping[str, str | list[str]], prefix: str = "director") -> str:
+def acl_file(passwords: Mapping[str, str | list[str]], prefix: str = "director",
+             db: int = 0) -> str:
     """The text of an ACL file: the ``default`` user off and one user per role given."""
     lines = ["user default reset off"]
-    lines += [user_line(role, passwords[role], prefix) for role in ROLES if role in passwords]
+    lines += [user_line(role, passwords[role], prefix, db) for role in ROLES
+              if role in passwords]
     unknown = sorted(set(passwords) - set(ROLES))
     if unknown:
         raise ValueError(f"unknown state roles {', '.join(unknown)} (roles: {', '.join(ROLES)})")

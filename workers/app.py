@@ -39,6 +39,8 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
         worker_prefetch_multiplier=4,
         worker_send_task_events=False,
         broker_connection_retry_on_startup=True,
+        # the broker's keys and channels under {prefix}:celery:, where the worker's ACL
+        # user may write them
         broker_transport_options={"visibility_timeout": 60,
                                   "global_keyprefix": celery_prefix(settings.state_prefix)},
         beat_scheduler="workers.beat:PolicyScheduler",

@@ -150,6 +150,14 @@ def test_a_worker_runs_the_celery_broker_under_its_prefix(server: EmbeddedValkey
         message.ack()
         queue.close()
     assert app.control.ping(timeout=0.3) == []  # the pidbox fanout and its reply queue
+    # what a worker's consumer does for remote control: kombu PSUBSCRIBEs the pidbox,
+    # and an ACL checks a pattern literally
+    worker = redis.Redis.from_url(server.url_for("worker"))
+    pubsub = worker.pubsub()
+    pubsub.psubscribe(f"{PREFIX}:celery:/0.celery.pidbox")
+    assert pubsub.get_message(timeout=1)["type"] == "psubscribe"
+    pubsub.close()
+    worker.close()
     admin = redis.Redis.from_url(server.url)
     names = [k.decode() for k in admin.scan_iter(match="*")]
     admin.close()
