@@ -31,7 +31,7 @@ USER_ENV = "DIRECTOR_REDIS_USER"
 PASSWORD_FILE_ENV = "DIRECTOR_REDIS_PASSWORD_FILE"
 
 
-class PasswordFile(redis.CredentialProvider):
+class PasswordFile(redis.CredentialProvider):  # type: ignore[misc]  # redis-py is untyped
     """``user`` (None: the ``default`` user) with the password in ``path``, read afresh
     for every connection."""
 
