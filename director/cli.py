@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from director.commands import api, dns, drill, policy, region, up, workers
+from director.commands import api, dns, drill, policy, region, state, up, workers
 
 app = typer.Typer(
     help="director: a multi-region traffic director for AI inference.",
@@ -18,6 +18,7 @@ app.add_typer(dns.app, name="dns")
 app.add_typer(drill.app, name="drill")
 app.add_typer(api.app, name="api")
 app.command(name="up")(up.up)
+app.add_typer(state.app, name="state")
 
 
 def main() -> None:

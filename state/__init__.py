@@ -6,7 +6,11 @@
   written once in :mod:`~state.writes`;
 - :mod:`~state.view`: one read of everything a policy's regions need;
 - :mod:`~state.policy_follower`: follow the stored policy version;
-- :mod:`~state.embedded`: a real Valkey on loopback for ``director up`` and tests;
+- :mod:`~state.embedded`: a real Valkey on loopback for ``director up`` and tests, never
+  open (a password, and the ACL users of :mod:`~state.acl`);
+- :mod:`~state.acl`, :mod:`~state.credentials`: one Redis user per role and what it may
+  do; credentials from the URL or a user and password file;
+- :mod:`~state.private_file`: files of mode 0600 replaced whole;
 - :mod:`~state.ports`, :mod:`~state.tasks`: free loopback ports, task cancellation, which
   every tier's processes and loops share.
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import redis
 import redis.asyncio as aioredis
 
+from state.credentials import client_options
 from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
@@ -41,12 +43,16 @@ class AsyncStateStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT
+        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT,
+        credentials: redis.CredentialProvider | None = None,
     ) -> AsyncStateStore:
-        """A store on ``redis://host:port/db``; connects lazily, on first use."""
+        """A store on ``redis://[user:password@]host:port/db``; connects lazily, on first
+        use. Without credentials in the URL, ``credentials`` or else the environment's
+        (:mod:`state.credentials`) authenticate it."""
+        options = ({"credential_provider": credentials} if credentials is not None
+                   else client_options(url))
         client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, **options)
         return cls(client, Keys(prefix))
 
     async def close(self) -> None:

@@ -9,6 +9,11 @@ store's writers publish their own change messages (see :mod:`state.keys`)::
     with EmbeddedValkey() as server:
         client = redis.Redis.from_url(server.url)
 
+It never runs open: the ``default`` user has a random password (in ``url``), and ``users``
+(role -> password) adds the ACL users of :mod:`state.acl` (``url_for(role)``). Passwords
+reach the server in a configuration file of mode 0600 (``write_config``), never on its
+command line, where any local user could read them.
+
 Raises :class:`~state.errors.EmbeddedServerError` when no binary is found or the server
 does not answer PING in time.
 """
@@ -20,15 +25,35 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 import redis
 
+from state.acl import new_password, password_digest, user_line
+from state.credentials import embed
 from state.errors import EmbeddedServerError
 from state.ports import free_port
+from state.private_file import write_private
 
 _PATH_BINARIES = ("redis-server", "valkey-server")
+
+
+def write_config(path: Path, acl: str) -> Path:
+    """Write the server's ACL lines to ``path`` (mode 0600, replaced whole) and return it."""
+    write_private(path, acl)
+    return path
+
+
+def server_argv(binary: Path, config: Path, host: str, port: int, data_dir: Path | str,
+                *, appendonly: bool = False) -> list[str]:
+    """The command line of a loopback server reading ``config`` (its users)."""
+    persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if appendonly \
+        else ["--appendonly", "no"]
+    return [str(binary), str(config), "--bind", host, "--port", str(port),
+            "--unixsocket", "", "--save", "", *persistence, "--protected-mode", "yes",
+            "--dir", str(data_dir), "--loglevel", "warning"]
 
 
 def find_server_binary() -> Path:
@@ -59,19 +84,43 @@ class EmbeddedValkey:
         port: int | None = None,
         binary: Path | None = None,
         startup_timeout: float = 10.0,
+        password: str | None = None,
+        users: Mapping[str, str] | None = None,
+        prefix: str = "director",
     ) -> None:
         self.host = host
         self.port = port
+        self.password = password or new_password()  # the default user's
+        self.users = dict(users or {})  # ACL role -> password (state.acl)
+        self.prefix = prefix  # the key prefix the role users are limited to
         self._binary = binary
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
     @property
-    def url(self) -> str:
+    def address(self) -> str:
+        """``redis://host:port/0``: the URL without credentials."""
         if self.port is None:
             raise EmbeddedServerError("server not started")
         return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def url(self) -> str:
+        """The URL of the ``default`` user, password included (every permission)."""
+        return embed(self.address, None, self.password)
+
+    def url_for(self, role: str) -> str:
+        """The URL of the ACL user ``role``, password included."""
+        if role not in self.users:
+            raise EmbeddedServerError(f"no user {role!r} (users: {', '.join(self.users)})")
+        return embed(self.address, role, self.users[role])
+
+    def acl(self) -> str:
+        """The server's users: the default user with its password, then the roles'."""
+        lines = [f"user default reset on #{password_digest(self.password)} ~* &* +@all"]
+        lines += [user_line(role, password, self.prefix) for role, password in self.users.items()]
+        return "\n".join(lines) + "\n"
 
     @property
     def running(self) -> bool:
@@ -83,11 +132,12 @@ class EmbeddedValkey:
             return self
         binary = self._binary or find_server_binary()
         self._workdir = tempfile.TemporaryDirectory(prefix="director-valkey-")
+        config = write_config(Path(self._workdir.name) / "users.conf", self.acl())
         # A port found free can be taken before the server binds it: retry a few times.
         for _attempt in range(5):
             port = self.port or free_port(self.host)
             self._process = subprocess.Popen(
-                self._command(binary, port),
+                server_argv(binary, config, self.host, port, self._workdir.name),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 cwd=self._workdir.name,
@@ -127,22 +177,10 @@ class EmbeddedValkey:
     ) -> None:
         self.stop()
 
-    def _command(self, binary: Path, port: int) -> list[str]:
-        return [
-            str(binary),
-            "--bind", self.host,
-            "--port", str(port),
-            "--unixsocket", "",
-            "--save", "",
-            "--appendonly", "no",
-            "--protected-mode", "yes",
-            "--dir", self._workdir.name if self._workdir else ".",
-            "--loglevel", "warning",
-        ]  # fmt: skip
-
     def _wait_ready(self, port: int) -> bool:
         deadline = time.monotonic() + self._startup_timeout
-        client = redis.Redis(host=self.host, port=port, socket_timeout=0.5)
+        client = redis.Redis(host=self.host, port=port, password=self.password,
+                             socket_timeout=0.5)
         try:
             while time.monotonic() < deadline:
                 if self._process is None or self._process.poll() is not None:

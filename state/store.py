@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import redis
 
+from state.credentials import client_options
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
 from state.keys import Keys, latency_field
@@ -43,12 +44,17 @@ class StateStore:
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT
+        cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT,
+        credentials: redis.CredentialProvider | None = None,
     ) -> StateStore:
-        """A store on ``redis://host:port/db``; connects lazily, on first use."""
+        """A store on ``redis://[user:password@]host:port/db``; connects lazily, on first
+        use. Without credentials in the URL, ``credentials`` or else the environment's
+        (:mod:`state.credentials`) authenticate it."""
+        options = ({"credential_provider": credentials} if credentials is not None
+                   else client_options(url))
         client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30
-        )
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30,
+            **options)
         return cls(client, Keys(prefix))
 
     def close(self) -> None:

@@ -9,7 +9,11 @@ so the check takes the same time however much of a guessed secret is right.
 
 ``KeyTable`` is the balancer's copy of every key: loaded whole, refreshed when the change
 channel names the key hash (and every ``refresh_s`` in any case), so a request never waits
-on Redis and a revoked key stops working everywhere within a change notification.
+on Redis and a revoked key stops working everywhere within a change notification. With a
+``file`` it keeps a local copy of the table (ids and digests, ``tenants.key_table_file``)
+and starts from it when the state is unreachable at start. Until a table is known (from
+the state or the file) ``check`` raises ``KeysUnknown``: the balancer answers 503, never
+401, to a key that may well be valid.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 from state.aio import AsyncStateStore
@@ -33,6 +38,7 @@ from state.changes import listen_for_changes
 from state.errors import StateError
 from state.guard import describe, redis_errors
 from state.tasks import cancel_and_wait
+from tenants.key_table_file import KeyTableFileError, load_table, save_table
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +115,11 @@ def check(token: str, keys: Mapping[str, StoredKey]) -> StoredKey | None:
     return stored if hmac.compare_digest(stored.digest, digest_of(parts[1])) else None
 
 
+class KeysUnknown(Exception):
+    """No key table is known yet (the state has been unreachable since start and no local
+    copy was found): a key can be neither accepted nor refused."""
+
+
 async def store_key(store: AsyncStateStore, key: StoredKey) -> None:
     """Write ``key`` and tell every balancer."""
     name = store.keys.tenant_keys
@@ -150,34 +161,80 @@ async def load_keys(store: AsyncStateStore) -> dict[str, StoredKey]:
 class KeyTable:
     """The stored keys, kept current in memory; an async context manager.
 
-    While the state is unreachable the last table read keeps serving (logged once)."""
+    While the state is unreachable the last table read keeps serving (logged once); at
+    start, the local copy in ``file`` when there is one."""
 
-    def __init__(self, store: AsyncStateStore, refresh_s: float = DEFAULT_REFRESH_S) -> None:
+    def __init__(self, store: AsyncStateStore, refresh_s: float = DEFAULT_REFRESH_S,
+                 file: Path | None = None) -> None:
         self.store = store
         self.refresh_s = refresh_s
+        self.file = file
         self.keys: dict[str, StoredKey] = {}
-        self.loaded = False
+        self.loaded = False  # a table is known
+        self.source = ""  # where the table came from: "state" or "file"
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = False
+        self._saved: dict[str, StoredKey] | None = None  # what the file holds
 
     def check(self, token: str) -> StoredKey | None:
+        """The stored key ``token`` proves, or None; raises ``KeysUnknown`` before any
+        table is known."""
+        if not self.loaded:
+            raise KeysUnknown("the tenant key table is not known yet (shared state unreachable)")
         return check(token, self.keys)
 
     async def refresh(self) -> bool:
         """Read the table once; False (keeping the last one) when the state is unreachable."""
         try:
-            self.keys = await load_keys(self.store)
+            keys = await load_keys(self.store)
         except StateError as exc:
             if not self._failing:
                 log.warning("tenant keys: state unavailable, keeping %d known keys: %s",
                             len(self.keys), exc)
             self._failing = True
             return False
+        self.keys = keys
         if self._failing:
             log.info("tenant keys: state reachable again, %d keys", len(self.keys))
         self._failing = False
-        self.loaded = True
+        self.loaded, self.source = True, "state"
+        await self._save(keys)
+        return True
+
+    async def _save(self, keys: dict[str, StoredKey]) -> None:
+        if self.file is None or keys == self._saved:
+            return
+        entries = {key_id: json.loads(key.to_json()) for key_id, key in keys.items()}
+        try:
+            await asyncio.to_thread(save_table, self.file, entries)
+        except OSError as exc:
+            log.warning("tenant keys: cannot save the table to %s: %s", self.file, exc)
+            return
+        self._saved = dict(keys)
+
+    def load_file(self) -> bool:
+        """Serve the table saved in ``file`` (at start, while the state is unreachable);
+        False when there is none or it cannot be read."""
+        if self.file is None:
+            return False
+        try:
+            entries, saved_at = load_table(self.file)
+        except KeyTableFileError as exc:
+            log.warning("tenant keys: %s", exc)
+            return False
+        keys = {}
+        for key_id, fields in entries.items():
+            try:
+                keys[key_id] = StoredKey.from_json(key_id, json.dumps(fields))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("tenant key %s in %s: unreadable entry left out: %s", key_id,
+                          self.file, exc)
+        self.keys, self._saved = keys, dict(keys)
+        self.loaded, self.source = True, "file"
+        log.warning("tenant keys: serving the %d keys saved in %s at %s until the state "
+                    "answers", len(keys), self.file,
+                    time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(saved_at)))
         return True
 
     async def _run(self) -> None:
@@ -201,7 +258,8 @@ class KeyTable:
                                  on_error=on_error)
 
     async def __aenter__(self) -> KeyTable:
-        await self.refresh()
+        if not await self.refresh():
+            self.load_file()
         self._tasks = [asyncio.create_task(self._run(), name="tenant-keys"),
                        asyncio.create_task(self._listen(), name="tenant-keys-listen")]
         return self

@@ -5,7 +5,9 @@ The credential is read from ``Authorization: Bearer <token>`` (what OpenAI SDKs 
 (``api_keys``) is checked against the key table, anything else as a JWT when the policy
 configures one. The tenant must be declared in the policy: a key or token for a tenant
 that was removed identifies nobody. Refusals carry a reason (a bounded metric label) and
-a message that never repeats the credential.
+a message that never repeats the credential. A key that cannot be checked because no key
+table is known yet (``api_keys.KeysUnknown``) is refused with ``state_unavailable``, which
+the balancer answers 503, not 401: the key may well be valid.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from policies.model import Identity, Tenant
-from tenants.api_keys import StoredKey, looks_like_key
+from tenants.api_keys import KeysUnknown, StoredKey, looks_like_key
 from tenants.jwt_auth import JwtRefused, JwtVerifier
 
 REASONS = ("missing", "malformed", "invalid_key", "unknown_tenant", "expired", "audience",
            "issuer", "signature", "algorithm", "unknown_key", "no_tenant", "invalid",
-           "jwt_disabled", "keys_disabled")
+           "jwt_disabled", "keys_disabled", "state_unavailable")
+UNAVAILABLE = "state_unavailable"  # the one reason that is not the caller's fault
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,12 @@ class Identifier:
     def _by_key(self, token: str) -> Identified | Refused:
         if self.check_key is None or not self.identity.api_keys:
             return Refused("keys_disabled", "This deployment does not accept API keys.")
-        stored = self.check_key(token)
+        try:
+            stored = self.check_key(token)
+        except KeysUnknown:
+            return Refused(UNAVAILABLE, "API keys cannot be checked yet: the shared state is "
+                           "unreachable and this balancer has no saved key table. Retry "
+                           "shortly.")
         if stored is None:
             return Refused("invalid_key", "Incorrect API key provided.")
         tenant = self.tenants.get(stored.tenant)

@@ -68,7 +68,7 @@ class ThrottleLedger(BucketLedger):
 
     @property
     def pending(self) -> int:
-        return int(sum(self._amounts.values())) // 2
+        return int(sum(self._pending_amounts())) // 2
 
 
 async def throttles_between(store: AsyncStateStore, start: float, end: float,

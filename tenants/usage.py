@@ -1,17 +1,23 @@
 """Usage accounting per tenant, service, model, region and backend, kept in the shared state.
 
 Each balancer records every answered request into a ``UsageLedger`` in memory and flushes it
-about once a second in one pipeline:
+about once a second in one atomic script, applied at most once however often a batch whose
+reply was lost is sent again (``tenants.time_buckets``, ``tenants.flush_script``):
 
 - ``HINCRBYFLOAT`` into an hourly bucket ``{p}:usage:h:{hour}`` and a per-minute bucket
   ``{p}:usage:m:{minute}`` (``tenants.time_buckets``, with their lifetimes), field
   ``tenant|service|model|region|backend|metric``; the metrics are ``requests``,
   ``input_tokens``, ``output_tokens``, ``cancelled`` and ``gpu_seconds``;
-- ``XADD`` of one entry per request to the stream ``{p}:usage:log`` (capped near
-  ``LOG_MAX`` entries): the usage log a billing pipeline reads (``XRANGE``/``XREAD``).
+- ``XADD`` of one entry per request to the stream ``{p}:usage:log``, trimmed by age: an
+  entry is kept ``LOG_RETENTION_S`` (``MINID ~`` on the server's clock), however many
+  others arrive. It is the usage log a billing pipeline reads (``XRANGE``/``XREAD``, or
+  ``GET /api/v1/usage/log``); a reader that falls further behind than the retention loses
+  entries, which the ``director_usage_log_lag_seconds`` metric and its alert warn of
+  (``tenants.usage_log``).
   An entry has one field, ``usage``: a JSON object of strings (``at``, ``kind``,
   ``tenant``, ``service``, ``model``, ``region``, ``backend``, ``input_tokens``,
-  ``output_tokens``, ``cancelled``, ``gpu_seconds``, ``request_id``), one field rather than
+  ``output_tokens``, ``cancelled``, ``gpu_seconds``, ``request_id``: the balancer's id of
+  the request, never empty), one field rather than
   twelve because packing a command's arguments is most of what a request's accounting
   costs the balancer; ``read_log`` returns the object.
   An entry's ``kind`` is ``request`` (one answered request) or ``reconcile``: output tokens
@@ -31,14 +37,14 @@ import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from state.aio import AsyncStateStore
 from state.guard import describe, redis_errors
+from tenants.flush_script import Target
 from tenants.time_buckets import FLUSH_S, BucketLedger, read_buckets
 
 METRICS = ("requests", "input_tokens", "output_tokens", "cancelled", "gpu_seconds")
-LOG_MAX = 1_000_000
+LOG_RETENTION_S = 86400.0  # a day: room for a billing reader's outage, bounded memory
 LOG_FIELD = "usage"
 MAX_PENDING = 100_000
 
@@ -114,8 +120,10 @@ class UsageLedger(BucketLedger):
 
     noun = "requests"
 
-    def __init__(self, store: AsyncStateStore, flush_s: float = FLUSH_S) -> None:
+    def __init__(self, store: AsyncStateStore, flush_s: float = FLUSH_S,
+                 log_retention_s: float = LOG_RETENTION_S) -> None:
         super().__init__(store, "usage", flush_s)
+        self.log_retention_s = log_retention_s
         self._log: list[UsageEvent] = []
         self.dropped_log_entries = 0
 
@@ -128,25 +136,21 @@ class UsageLedger(BucketLedger):
         for metric, value in values.items():
             if value:
                 self.add(event.at, event.key.field(metric), value)
-        if len(self._log) < MAX_PENDING:
+        if self.pending < MAX_PENDING:
             self._log.append(event)
         else:
             self.dropped_log_entries += 1
 
     @property
     def pending(self) -> int:
-        return len(self._log)
+        return len(self._log) + (len(self._batch.entries) if self._batch is not None else 0)
 
-    def _more(self) -> list[UsageEvent]:
-        return list(self._log)
+    def _take_entries(self, limit: int) -> list[str]:
+        taken, self._log = self._log[:limit], self._log[limit:]
+        return [event.log_entry()[LOG_FIELD] for event in taken]
 
-    def _queue_more(self, pipe: Any, more: list[UsageEvent]) -> None:
-        for event in more:
-            pipe.xadd(log_key(self.store), event.log_entry(), maxlen=LOG_MAX,
-                      approximate=True)
-
-    def _written_more(self, more: list[UsageEvent]) -> None:
-        del self._log[:len(more)]
+    def _target(self) -> Target:
+        return Target(self._mark(), log_key(self.store), LOG_FIELD, self.log_retention_s)
 
 
 async def usage_between(store: AsyncStateStore, start: float, end: float,

@@ -1,6 +1,9 @@
 """The Celery app of the probe workers; this module only builds it.
 
-The broker is the state server (``DIRECTOR_REDIS_URL``). Results are ignored: probes write
+The broker is the state server (``DIRECTOR_REDIS_URL``, with the credentials of
+``DIRECTOR_REDIS_USER`` / ``DIRECTOR_REDIS_PASSWORD_FILE`` when the URL has none: see
+:mod:`state.credentials`); its keys and channels are under ``{prefix}:celery:``, where the
+``worker`` ACL user may write them (:mod:`state.acl`). Results are ignored: probes write
 to the shared state, never to Celery's result backend. Start a worker with beat::
 
     DIRECTOR_REDIS_URL=redis://127.0.0.1:6379/0 DIRECTOR_POLICY=policy.dp \\
@@ -15,13 +18,16 @@ from __future__ import annotations
 
 from celery import Celery
 
+from state.acl import celery_prefix
+from state.credentials import with_credentials
 from workers.config import WorkerSettings
 
 
 def create_app(settings: WorkerSettings | None = None) -> Celery:
     """A Celery app for ``settings`` (default: from the environment); connects lazily."""
     settings = settings or WorkerSettings.from_env()
-    app = Celery("director-workers", broker=settings.redis_url, include=["workers.tasks"])
+    broker = with_credentials(settings.redis_url)
+    app = Celery("director-workers", broker=broker, include=["workers.tasks"])
     app.conf.update(
         task_ignore_result=True,
         result_backend=None,
@@ -33,7 +39,10 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
         worker_prefetch_multiplier=4,
         worker_send_task_events=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 60},
+        # the broker's keys and channels under {prefix}:celery:, where the worker's ACL
+        # user may write them
+        broker_transport_options={"visibility_timeout": 60,
+                                  "global_keyprefix": celery_prefix(settings.state_prefix)},
         beat_scheduler="workers.beat:PolicyScheduler",
         director_settings=settings,
     )

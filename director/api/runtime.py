@@ -27,6 +27,7 @@ from director.api.policy_follow import follow, sync_once
 from director.api.policy_store import ActivePolicy, PolicyHolder
 from director.api.samples import sample_decisions
 from director.api.status import StatusInputs, build_status, read_gpu_facts
+from director.api.usage_lag import UsageLogGauges
 from director.geo import GeoLocator
 from director.refresh import SnapshotRefresher
 from director.refresh.metrics import RefresherMetrics
@@ -62,6 +63,7 @@ class ApiRuntime:
         self.drain_timers = Deadman()
         self.fault_timers = Deadman()
         self.drains = Drains(self.store, self.drain_timers, self.audit)
+        self.usage_log = UsageLogGauges(self.store, self.metrics.registry)
         self.control = ControlClient(config.control_socket) if config.control_socket else None
         self._http: aiohttp.ClientSession | None = None
         self._chaos: GpuChaos | None = None
@@ -88,6 +90,7 @@ class ApiRuntime:
         self._follower = asyncio.create_task(
             follow(self.holder, self.store, self.config.follow_interval), name="policy-follow")
         self._drain_resumer = asyncio.create_task(self._resume_drains(), name="drain-resume")
+        self.usage_log.start()
 
     async def _resume_drains(self) -> None:
         """Take over the ttls of drains set by an earlier API (retried while Redis is down;
@@ -106,6 +109,7 @@ class ApiRuntime:
     async def stop(self) -> None:
         # re-cancels if redis-py swallows one
         await cancel_and_wait([self._follower, self._drain_resumer])
+        await self.usage_log.stop()
         await self.fault_timers.close(run_pending=True)  # no drill outlives its API
         await self.drain_timers.close(run_pending=False)
         await self.refresher.stop()

@@ -14,6 +14,7 @@ import typer
 from director.console import plain_console
 from regions.balancer.capacity import CapacityConfig
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
+from state.credentials import redacted
 from state.ports import parse_hostport
 
 if TYPE_CHECKING:
@@ -101,6 +102,17 @@ def serve(
         str,
         typer.Option("--state-prefix", help="Key prefix of the deployment in the shared state."),
     ] = "director",
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            envvar="DIRECTOR_BALANCER_STATE_DIR",
+            help="Directory where the balancer keeps what must outlive a restart during a "
+            "shared state outage: the tenant API key table (ids and SHA-256 digests, mode "
+            "0600). Without it, a balancer started while the state is unreachable answers "
+            "503 to API keys until the state is back.",
+        ),
+    ] = None,
     follow_policy: Annotated[
         bool,
         typer.Option(
@@ -204,13 +216,13 @@ def serve(
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
     address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
     residency = residency_check(accepted, region, geoip, trusted)
-    shared = shared_state(redis_url, state_prefix, accepted.stale_after)
+    shared = shared_state(redis_url, state_prefix, accepted.stale_after, state_dir)
     overflow_config = None
     if mode is not OverflowMode.OFF:
         overflow_config = OverflowConfig(mode, balancer_port or address[1] or None, siblings)
 
     def ready(balancer: Balancer) -> None:
-        state = f", shared state {redis_url}" if redis_url else ""
+        state = f", shared state {redacted(redis_url)}" if redis_url else ""
         if follow_policy:
             state += ", following the stored policy"
         if balancer.overflow is not None:
@@ -306,16 +318,20 @@ def residency_check(
 
 
 def shared_state(
-    redis_url: str | None, prefix: str, stale_after: float
+    redis_url: str | None, prefix: str, stale_after: float, state_dir: Path | None = None
 ) -> SharedStateConfig | None:
-    """Where the shared state is (None: the balancer runs without one)."""
+    """Where the shared state is (None: the balancer runs without one), and where the
+    balancer keeps its copy of the tenant key table (``state_dir``)."""
     from regions.balancer import SharedStateConfig
+    from tenants.key_table_file import KEY_TABLE_FILE
 
     if not redis_url:
         return None
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        _usage(f"--redis: expected redis://HOST:PORT/DB, got '{redis_url}'")
-    return SharedStateConfig(redis_url, prefix=prefix, stale_after_s=stale_after)
+        _usage(f"--redis: expected redis://HOST:PORT/DB, got '{redacted(redis_url)}'")
+    key_table = state_dir / KEY_TABLE_FILE if state_dir is not None else None
+    return SharedStateConfig(redis_url, prefix=prefix, stale_after_s=stale_after,
+                             key_table_file=key_table)
 
 
 def _usage(message: str) -> NoReturn:

@@ -29,6 +29,7 @@ def workers(
     """Run a probe worker (and beat) for POLICY; the same as `celery -A workers.app worker
     --beat` with DIRECTOR_POLICY and DIRECTOR_REDIS_URL set."""
     from policies import PolicyError
+    from state.credentials import redacted
     from state.embedded import EmbeddedValkey
     from state.errors import StateError
     from workers.runner import run_worker
@@ -41,7 +42,7 @@ def workers(
                 err.print(f"error: cannot start the embedded Valkey: {exc}", markup=False)
                 raise typer.Exit(1) from None
             redis_url = server.url
-            err.print(f"embedded Valkey at {redis_url}", markup=False)
+            err.print(f"embedded Valkey at {redacted(redis_url)}", markup=False)
         try:
             run_worker(str(policy), redis_url, queues=queues or None, concurrency=concurrency,
                        beat=beat, loglevel=loglevel, follow_policy=follow_policy)

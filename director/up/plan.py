@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from director.up.credentials import StateLogins
 from policies.model import GpuServer, Policy
 from state.ports import hostport
 
 BALANCER_PORT = 8080
+BALANCER_STATE_DIR_ENV = "DIRECTOR_BALANCER_STATE_DIR"  # `region serve --state-dir`
 # Relative speed of a simulated server by GPU kind when the policy gives no speed hint.
 KIND_SPEED = {"H100": 1.0, "H200": 1.2, "A100": 0.6, "L40S": 0.5, "A10G": 0.3}
 
@@ -56,6 +58,7 @@ class UpOptions:
     balancer_port: int = BALANCER_PORT
     time_scale: float = 1.0
     geoip: Path | None = None
+    logins: StateLogins = field(default_factory=StateLogins)  # each role's state user
 
 
 def director_command(*args: str) -> tuple[str, ...]:
@@ -97,7 +100,9 @@ def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOp
     argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
                             region_name, "--listen", hostport(listen), "--redis",
                             options.redis_url, "--follow-policy", *geoip_args(options))
-    return ChildSpec(f"balancer/{region_name}", "balancer", argv, region=region_name,
+    env = {**options.logins.env("balancer"),
+           BALANCER_STATE_DIR_ENV: str(options.run_dir / "balancers" / region_name)}
+    return ChildSpec(f"balancer/{region_name}", "balancer", argv, env=env, region=region_name,
                      address=f"http://{hostport(listen)}", ready_tcp=listen,
                      binds=(Bind("tcp", *listen),))
 
@@ -124,12 +129,14 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
         "workers", "workers",
         director_command("workers", "--policy", str(policy_path), "--redis", options.redis_url,
                          "--loglevel", "WARNING", "--follow-policy"),
-        env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port)}))
+        env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port),
+             **options.logins.env("worker")}))
     children.append(ChildSpec(
         "dns", "dns",
         director_command("dns", "serve", "--policy", str(policy_path), "--listen",
                          hostport(options.dns), "--redis", options.redis_url, "--follow-policy",
                          "--metrics", hostport(options.dns_metrics), *geoip_args(options)),
+        env=options.logins.env("dns"),
         address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns,
         binds=(Bind("udp", *options.dns), Bind("tcp", *options.dns),
                Bind("tcp", *options.dns_metrics))))
@@ -145,6 +152,7 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
                          "--policy-store", str(run / "policy"),
                          "--balancer-port", str(options.balancer_port),
                          *geoip_args(options)),
+        env=options.logins.env("api"),
         address=f"http://{hostport(options.api)}", ready_tcp=options.api,
         binds=(Bind("tcp", *options.api),)))
     return children

@@ -11,10 +11,12 @@ import socket
 import time
 from pathlib import Path
 
+import redis
 from rich.console import Console
 
 from director.up import rundir
 from director.up.console import print_ready, tail
+from director.up.credentials import CREDENTIALS_DIR, embedded_logins, external_logins
 from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
 from director.up.supervisor import Supervisor
 from policies import PolicySources
@@ -30,10 +32,11 @@ class UpError(Exception):
     """``director up`` cannot start (another one runs, Redis unreachable, ...)."""
 
 
-def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ...] = ()) -> int:
+def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ...] = (),
+                   credentials: redis.CredentialProvider | None = None) -> int:
     """Make the accepted policy the active one in Redis, as every instance follows it there,
     with the digests of the engine ``proofs`` it passed (the children do not run them again)."""
-    store = StateStore.from_url(redis_url)
+    store = StateStore.from_url(redis_url, credentials=credentials)
     try:
         return store.set_policy(sources.text, name=sources.name, files=sources.files,
                                 proofs=proofs)
@@ -81,8 +84,12 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
     rundir.prepare(run_dir)
     valkey = None
     if embedded:
-        valkey, url = rundir.valkey_child(run_dir)
-        options = dataclasses.replace(options, redis_url=url)
+        logins, acl = embedded_logins(run_dir)
+        valkey, url = rundir.valkey_child(run_dir, acl)
+        options = dataclasses.replace(options, redis_url=url, logins=logins)
+    else:
+        url, logins = external_logins(run_dir, options.redis_url)
+        options = dataclasses.replace(options, redis_url=url, logins=logins)
     tokens = rundir.issue_tokens(run_dir)
     specs = plan_children(policy, options, valkey)
     problems = await wait_bindable(specs, BIND_GRACE_S)
@@ -112,6 +119,7 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
         rundir.write_manifest(run_dir, {
             "pid": os.getpid(), "api": f"http://{hostport(options.api)}",
             "dns": hostport(options.dns), "redis": options.redis_url,
+            "redis_credentials": str(run_dir / CREDENTIALS_DIR),
             "admin_token_file": str(run_dir / "admin.token"),
             "processes": [child.describe() for child in supervisor.children]})
         print_ready(console, policy, options, specs,
@@ -129,7 +137,8 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
 
 async def _publish_and_control(supervisor: Supervisor, options: UpOptions,
                                sources: PolicySources, proofs: tuple[str, ...]) -> None:
-    await asyncio.to_thread(publish_policy, options.redis_url, sources, proofs)
+    await asyncio.to_thread(publish_policy, options.redis_url, sources, proofs,
+                            options.logins.provider("api"))
     await supervisor.serve_control()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from director.api.auth import add_token, write_private
 from director.up.plan import Bind, ChildSpec
-from state.embedded import find_server_binary
+from state.embedded import find_server_binary, server_argv, write_config
 from state.ports import free_port
 
 
@@ -28,7 +28,7 @@ class Tokens:
 def prepare(run_dir: Path) -> None:
     """Create the layout; a previous run's logs and Valkey data are cleared."""
     run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for sub in ("logs", "valkey"):
+    for sub in ("logs", "valkey", "credentials"):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
         (run_dir / sub).mkdir(mode=0o700)
     (run_dir / "policy").mkdir(mode=0o700, exist_ok=True)
@@ -47,14 +47,14 @@ def issue_tokens(run_dir: Path) -> Tokens:
     return tokens
 
 
-def valkey_child(run_dir: Path) -> tuple[ChildSpec, str]:
+def valkey_child(run_dir: Path, acl: str) -> tuple[ChildSpec, str]:
     """The embedded Valkey as a supervised child, with an append-only file so that a
-    restart after a kill (a drill) comes back with the state it had."""
+    restart after a kill (a drill) comes back with the state it had, and the users of
+    ``acl`` (``director.up.credentials``) in a configuration file of mode 0600."""
     port = free_port()
-    argv = (str(find_server_binary()), "--bind", "127.0.0.1", "--port", str(port),
-            "--unixsocket", "", "--save", "", "--appendonly", "yes",
-            "--appendfsync", "everysec", "--protected-mode", "yes",
-            "--dir", str(run_dir / "valkey"), "--loglevel", "warning")
+    config = write_config(run_dir / "valkey" / "users.conf", acl)
+    argv = tuple(server_argv(find_server_binary(), config, "127.0.0.1", port,
+                             run_dir / "valkey", appendonly=True))
     url = f"redis://127.0.0.1:{port}/0"
     return ChildSpec("valkey", "valkey", argv, address=url, ready_tcp=("127.0.0.1", port),
                      binds=(Bind("tcp", "127.0.0.1", port),)), url

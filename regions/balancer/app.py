@@ -63,6 +63,7 @@ from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
 from regions.balancer.proxy import (
     ASK_USAGE,
+    EXTRA_HEADERS,
     METER,
     RELAY_END,
     SERVED_BY,
@@ -79,6 +80,7 @@ from regions.balancer.registry import (
     register_builtin_plugins,
 )
 from regions.balancer.relay import RelayEnd
+from regions.balancer.request_ids import request_id
 from regions.balancer.request_info import host_name, parse_request
 from regions.balancer.residency_check import (
     CHECKED,
@@ -342,6 +344,9 @@ class Balancer:
         if METER not in request:  # the fair share settles with the answer's output tokens
             request[METER] = UsageMeter()
         request[ASK_USAGE] = True  # exact token counts for the usage accounting
+        # the answer names the id its usage entry carries
+        request[EXTRA_HEADERS] = {**request.get(EXTRA_HEADERS, {}),
+                                  "x-request-id": request_id(request)}
         info = dataclasses.replace(info, tenant=who.tenant.name,
                                    priority=who.tenant.priority + min(0, info.priority))
         request[ADMITTED] = info
@@ -385,7 +390,7 @@ class Balancer:
             key = UsageKey(tenant, service, model, self.region, backend)
             if self.usage is not None:
                 self.usage.record(UsageEvent(time.time(), key, prompt, output, cancelled,
-                                             gpu_s))
+                                             gpu_s, request_id(request)))
         if served is not None:
             if short:
                 limit = info.max_tokens
@@ -436,7 +441,8 @@ class Balancer:
             self.link = self._new_link(store)
             await self.link.start()
         if self.link is not None:
-            self.tenancy.attach(self.link.store)
+            self.tenancy.attach(self.link.store, self.shared_state.key_table_file
+                                if self.shared_state is not None else None)
             self.quotas.attach(self.link.store)
             self.usage = UsageLedger(self.link.store)
             await self.usage.__aenter__()

@@ -39,6 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from regions.balancer.backends import STATE, BackendPool, ScrapedLoad
 from regions.balancer.metrics import BalancerMetrics
@@ -68,6 +69,7 @@ class SharedStateConfig:
     timeout_s: float = 1.0
     follow_load: bool = True
     load_stale_after_s: float = 5.0
+    key_table_file: Path | None = None  # the tenant key table's local copy (api_keys)
 
 
 class StateLink:

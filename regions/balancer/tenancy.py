@@ -2,7 +2,9 @@
 """Who may send a request to this region: the policy's ``identity`` and ``tenants``.
 
 ``Tenancy.check`` runs before anything else of a request: a missing or bad credential is
-answered 401 with an OpenAI-style error body (``invalid_api_key``) and never proxied; a
+answered 401 with an OpenAI-style error body (``invalid_api_key``) and never proxied, an
+API key that cannot be checked yet (no key table known: the state unreachable since start
+and no saved copy, ``tenants.api_keys``) 503 ``state_unavailable`` with ``Retry-After``; a
 tenant asking for a service (the Host) or a model it may not use, or reaching a region its
 ``regions`` do not list, gets 403. Refusals are
 counted by reason (``director_balancer_auth_refused_total``) and logged with the reason,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -36,7 +39,7 @@ from regions.balancer.request_info import host_name
 from regions.balancer.types import RequestInfo
 from state.aio import AsyncStateStore
 from tenants.api_keys import KeyTable
-from tenants.identify import Identified, Identifier, Refused
+from tenants.identify import UNAVAILABLE, Identified, Identifier, Refused
 from tenants.jwt_auth import JwtVerifier
 
 TENANT = web.RequestKey("director.tenant", Identified)  # the identified caller
@@ -44,6 +47,7 @@ ADMITTED = web.RequestKey("director.admitted", RequestInfo)  # as its tenant sen
 # the credential headers taken off the request: only a sibling balancer gets them back
 CREDENTIALS = web.RequestKey("director.credentials", tuple)
 CREDENTIAL_HEADERS = ("Authorization", "api-key")
+UNAVAILABLE_RETRY_S = 5  # the key table's refresh period: retry once it may be known
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +70,11 @@ class Tenancy:
         self.services: frozenset[str] = frozenset()
         self.apply_policy(policy)
 
-    def attach(self, store: AsyncStateStore) -> None:
-        """Follow the API keys in ``store`` (before ``__aenter__``)."""
+    def attach(self, store: AsyncStateStore, key_file: Path | None = None) -> None:
+        """Follow the API keys in ``store`` (before ``__aenter__``), with their local copy
+        in ``key_file``."""
         if self.keys is None:
-            self.store, self.keys = store, KeyTable(store)
+            self.store, self.keys = store, KeyTable(store, file=key_file)
             self.apply_policy(self._policy)
 
     @property
@@ -106,6 +111,9 @@ class Tenancy:
             return request
         found = await identifier.identify(request.headers)
         if isinstance(found, Refused):
+            if found.reason == UNAVAILABLE:
+                return self._refuse(503, found.reason, found.message, UNAVAILABLE,
+                                    {"Retry-After": str(UNAVAILABLE_RETRY_S)})
             return self._refuse(401, found.reason, found.message, "invalid_api_key")
         tenant = found.tenant
         if (refusal := self.region_refusal(found)) is not None:
@@ -139,13 +147,15 @@ class Tenancy:
         return self._refuse(403, "model", f"Tenant '{who.tenant.name}' may not use model "
                             f"'{model}'.", "model_not_allowed")
 
-    def _refuse(self, status: int, reason: str, message: str, code: str) -> web.Response:
+    def _refuse(self, status: int, reason: str, message: str, code: str,
+                headers: dict[str, str] | None = None) -> web.Response:
         if self.counter is not None:
             self.counter.labels(reason).inc()
         log.info("request refused (%d, %s)", status, reason)
-        body = {"error": {"message": message, "type": "invalid_request_error",
-                          "param": None, "code": code}}
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        kind = "service_unavailable" if status == 503 else "invalid_request_error"
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        if status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
         return web.json_response(body, status=status, headers=headers)
 
     async def __aenter__(self) -> Tenancy:

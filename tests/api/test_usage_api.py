@@ -10,6 +10,7 @@ from api_helpers import running_api
 
 from state import AsyncStateStore
 from tenants.usage import UsageEvent, UsageKey, UsageLedger
+from tenants.usage_log import log_lag
 
 
 async def test_usage_as_json_csv_and_log(tmp_path: Path, valkey, prefix: str) -> None:
@@ -36,6 +37,17 @@ async def test_usage_as_json_csv_and_log(tmp_path: Path, valkey, prefix: str) ->
         assert status == 200 and [e["request_id"] for e in page["entries"]] == ["r0", "r1"]
         status, rest = await api.get(f"/api/v1/usage/log?after={page['next']}", token="read")
         assert [e["request_id"] for e in rest["entries"]] == ["r2"]
+        # a reader that names itself is followed: how far it has read, and its lag
+        status, _ = await api.get("/api/v1/usage/log?consumer=billing", token="read")
+        assert status == 200
+        assert (await log_lag(store)).consumers["billing"] > 0  # nothing read yet
+        status, _ = await api.get(f"/api/v1/usage/log?consumer=billing&after={rest['next']}",
+                                  token="read")
+        assert status == 200 and (await log_lag(store)).consumers["billing"] == 0
+        status, _ = await api.get("/api/v1/usage/log?consumer=bad%20name", token="read")
+        assert status == 422
+        status, text = await api.get("/metrics", token=None)
+        assert "director_usage_log_retention_seconds 86400.0" in text
         status, body = await api.get(f"/api/v1/usage?from={now}&to={now - 10}", token="read")
         assert status == 422
         status, _ = await api.get("/api/v1/usage", token=None)

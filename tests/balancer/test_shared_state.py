@@ -156,7 +156,6 @@ async def test_serving_goes_on_when_valkey_dies_and_resumes_when_it_returns(
     prefix: str,
 ) -> None:
     server = EmbeddedValkey().start()
-    port = server.port
     try:
         async with state(server.url, prefix) as store, stack(
             shared_state=shared(server.url, prefix), capacity_rps=10.0
@@ -177,7 +176,7 @@ async def test_serving_goes_on_when_valkey_dies_and_resumes_when_it_returns(
             async with client.get("/_admin/state") as resp:
                 assert (await resp.json())["shared_state"]["reachable"] is False
 
-            server = EmbeddedValkey(port=port).start()  # empty: nothing drained any more
+            server.start()  # same port and password, empty: nothing drained any more
             await eventually(lambda: not balancer.pool["gpu0"].draining, timeout=10)
             assert balancer.link.reachable is True
             await wait_load(store, lambda load: load.capacity == 10.0)

@@ -112,3 +112,34 @@ async def test_usage_equals_the_simulators_counts(example_policy: Policy,
                        {"tenant": t, "model": MODEL, "kind": "output"}) or 0
                for t in ("acme", "globex")) == sims_output
     await store.close()
+
+
+async def test_each_usage_entry_carries_the_request_id_its_answer_names(
+        example_policy: Policy, shared: SharedStateConfig) -> None:
+    """The balancer's request id: the client's X-Request-Id when it is sane, else made; the
+    answer's x-request-id and the usage log entry carry the same, never an empty one."""
+    policy = dataclasses.replace(example_policy, identity=Identity(),
+                                 tenants=(Tenant("acme"),))
+    store = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    made = new_key("acme")
+    await store_key(store, made.stored)
+    auth = {"Authorization": f"Bearer {made.token}"}
+    answered = []
+    async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=40.0) as fleet:
+        backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 8) for s in fleet]
+        balancer = build_balancer("eu-west", backends, shared_state=shared, policy=policy,
+                                  config=BalancerConfig(scrape_every_s=0))
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            for sent in ("client-abc-1", None, "not sane: spaces", "x" * 129):
+                headers = {**auth, **({"X-Request-Id": sent} if sent else {})}
+                async with client.post("/v1/completions", json=completion(4, stream=True),
+                                       headers=headers) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+                    answered.append(resp.headers["x-request-id"])
+    assert answered[0] == "client-abc-1"
+    assert all(rid.startswith("req_") and len(rid) == 36 for rid in answered[1:])
+    assert len(set(answered)) == 4
+    logged = [fields["request_id"] for _, fields in await read_log(store)]
+    assert sorted(logged) == sorted(answered)
+    await store.close()

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dns.edns
 import dns.exception
@@ -25,7 +27,10 @@ import dns.message
 import dns.query
 import dns.rdatatype
 import pytest
+import redis
 
+from state.acl import ROLES
+from state.credentials import embed
 from state.ports import free_port
 from tests.free_ports import on_free_ports
 
@@ -218,6 +223,45 @@ def test_balancers_learn_what_the_engines_publish(up: Up) -> None:
     with urllib.request.urlopen(request, timeout=10) as response:
         explained = json.loads(response.read())
     assert explained["capacity"]["use1-a100-b"].startswith("capacity 256 (engine)")
+
+
+def test_the_state_refuses_strangers_and_each_process_has_its_roles_user(up: Up) -> None:
+    """The embedded Valkey answers no client without a password; each role has its own
+    user with a password drawn for this run, in files of mode 0600, and no command line,
+    log or up.json shows one."""
+    manifest = json.loads((up.run_dir / "up.json").read_text())
+    url = manifest["redis"]
+    assert "@" not in url
+    port = urlsplit(url).port
+    assert port is not None
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(b"PING\r\n")
+        assert sock.recv(100).startswith(b"-NOAUTH")
+    folder = Path(manifest["redis_credentials"])
+    passwords = {role: (folder / f"{role}.password").read_text().strip() for role in ROLES}
+    config = up.run_dir / "valkey" / "users.conf"
+    for path in [config, *(folder / f"{role}.password" for role in ROLES)]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    shown = [config.read_text(), json.dumps(manifest), up.log(),
+             *processes_mentioning(url, str(up.run_dir))]
+    assert not [p for p in passwords.values() for text in shown if p in text]
+
+    def client(role: str) -> redis.Redis:
+        return redis.Redis.from_url(embed(url, role, passwords[role]), socket_timeout=5)
+
+    assert client("api").hgetall("director:policy")  # up stored the policy as api
+    for role in ("balancer", "worker", "dns"):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client(role).hset("director:tenant-keys", "0123456789ab", "{}")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client(role).hset("director:drain", "eu-west", "1")
+    _, body = up.call("GET", "/api/v1/processes")
+    roles = {"balancer": "balancer", "workers": "worker", "dns": "dns", "api": "api"}
+    for process in body["processes"]:
+        environ = Path(f"/proc/{process['pid']}/environ").read_bytes().split(b"\0")
+        user = next((e.split(b"=", 1)[1].decode() for e in environ
+                     if e.startswith(b"DIRECTOR_REDIS_USER=")), None)
+        assert user == roles.get(process["name"].split("/")[0]), process["name"]
 
 
 def processes_mentioning(*needles: str) -> list[str]:

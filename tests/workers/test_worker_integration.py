@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from fake_gpu import FIXTURES, FakeGpu
 
 from director.engine.snapshot import RegionState
 from director.refresh.refresher import SnapshotRefresher
 from policies.model import Failover, Policy
 from state import AsyncStateStore, EmbeddedValkey, HealthRecord, StateStore
+from state.acl import new_password, role_rules
+from state.credentials import embed
 from tests.policy_text import make_policy, region
 from workers.config import WorkerSettings
 
@@ -88,9 +91,15 @@ def setup(valkey: EmbeddedValkey, gpu: FakeGpu, tmp_path_factory: pytest.TempPat
         failover=Failover(fall=FALL, rise=RISE, interval=0.3, timeout=0.25),
         stale_after=2.0,
     )
+    prefix = f"it-{uuid.uuid4().hex[:8]}"
+    # the worker runs as the deployments run it: the worker ACL user (state.acl)
+    user, password = f"worker-{prefix}", new_password()
+    admin = redis.Redis.from_url(valkey.url)
+    admin.execute_command("ACL", "SETUSER", user, "on", f">{password}",
+                          *role_rules("worker", prefix).split())
     settings = WorkerSettings(
-        redis_url=valkey.url,
-        state_prefix=f"it-{uuid.uuid4().hex[:8]}",
+        redis_url=embed(valkey.address, user, password),
+        state_prefix=prefix,
         vantage="10.0.0.0/8",
         balancer_urls={"r1": gpu.url},
     )
@@ -99,6 +108,8 @@ def setup(valkey: EmbeddedValkey, gpu: FakeGpu, tmp_path_factory: pytest.TempPat
     yield policy, store, worker
     worker.stop()
     store.close()
+    admin.execute_command("ACL", "DELUSER", user)
+    admin.close()
 
 
 def test_worker_probes_scrapes_and_measures(setup) -> None:

@@ -13,6 +13,7 @@ from fastapi.responses import PlainTextResponse, Response
 from director.api.deps import Reader, Runtime
 from director.api.errors import ApiError
 from tenants.usage import read_log, rows_csv, usage_between
+from tenants.usage_log import record_position
 
 router = APIRouter(prefix="/api/v1/usage", tags=["usage"])
 MAX_RANGE_S = 400 * 86400
@@ -46,7 +47,18 @@ async def get_usage_log(
     runtime: Runtime, _who: Reader,
     after: str = Query("-", description="The last entry id already read ('-': the start)"),
     count: int = Query(1000, ge=1, le=10_000),
+    consumer: str | None = Query(None, description="The reader's name (e.g. billing): "
+                                 "'after' is then recorded as how far it has read, which "
+                                 "director_usage_log_lag_seconds{consumer} follows"),
 ) -> dict[str, Any]:
+    """Entries after ``after``. An entry is kept a day (``LOG_RETENTION_S``): a reader
+    further behind loses entries, so a billing reader names itself and is alerted on."""
+    if consumer is not None:  # from the start: behind by the whole log
+        try:
+            await record_position(runtime.store, consumer, "0-0" if after == "-" else after,
+                                  time.time())
+        except ValueError as exc:
+            raise ApiError(str(exc), status=422) from None
     entries = await read_log(runtime.store, after, count)
     return {"entries": [{"id": entry_id, **fields} for entry_id, fields in entries],
             "next": entries[-1][0] if entries else after}
