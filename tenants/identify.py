@@ -19,7 +19,9 @@ from tenants.jwt_auth import JwtRefused, JwtVerifier
 
 REASONS = ("missing", "malformed", "invalid_key", "unknown_tenant", "expired", "audience",
            "issuer", "signature", "algorithm", "unknown_key", "no_tenant", "invalid",
-           "jwt_disabled", "keys_disabled")
+           "jwt_disabled", "keys_disabled", "jwks_unavailable")
+# not the caller's fault: the balancer cannot check yet (answered 503, not 401)
+UNAVAILABLE = frozenset({"jwks_unavailable"})
 
 
 @dataclass(frozen=True)
