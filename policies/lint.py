@@ -11,6 +11,9 @@ acknowledgement of a region that does not cross is reported too, so that silenci
 exact. When nothing tells which jurisdictions the clients belong to (no declared jurisdiction
 matches), the rule is not linted.
 
+``jwt``: a ``jwt`` block without ``issuer`` (any issuer whose tokens the key set verifies
+is accepted; an ``audience`` is required by the compiler, not linted).
+
 ``tenants``: tenants declared without an ``identity`` block (no request is identified, so no
 tenant's settings apply); a tenant ``models`` entry that no GPU server of the policy serves
 (checked only when the policy declares GPU servers). A tenant whose ``regions`` serve none of
@@ -35,6 +38,7 @@ def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
         for rule in service.residency:
             _cross_border(policy, service, rule, report)
     _tenants(policy, report)
+    _jwt(policy, report)
     return [dataclasses.replace(d, severity="warning") for d in report.diagnostics]
 
 
@@ -85,6 +89,16 @@ def _cross_border(policy: Policy, service: Service, rule: ResidencyRule,
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _jwt(policy: Policy, report: Reporter) -> None:
+    identity = policy.identity
+    if identity is None or identity.jwt is None or identity.jwt.issuer is not None:
+        return
+    report.at_name(identity.pos, "jwt: no 'issuer', so a token signed by any key of the "
+                   "key set is accepted whoever issued it", child="jwt",
+                   hint="name the issuer your tokens carry in 'iss': issuer "
+                   "https://auth.example.com/")
 
 
 def _tenants(policy: Policy, report: Reporter) -> None:
