@@ -129,13 +129,19 @@ def _jwt(directive: Directive, report: Reporter, files: list[FileRef]) -> JwtIde
     audience = text("audience", "audience", "<audience>")
     claim = text("tenant-claim", "claim name", "<claim name>") or DEFAULT_TENANT_CLAIM
     leeway = single(_first(found, "leeway"), values.duration, "<duration>", report, 0.0)
+    if "audience" not in found:
+        report.at_directive(
+            directive, "jwt is missing 'audience'", expected="audience <audience>",
+            hint="name the 'aud' your identity provider puts in the tokens it issues for "
+            "this deployment; without it, a token it issued to any other application "
+            "would be accepted here")
     if "jwks" not in found:
         return None  # reported by read_block
     d = found["jwks"][0]
     args = Args(d, report)
     jwks = args.take(values.jwks_source, "<file> | <https url>")
     args.end("<file> | <https url>")
-    if jwks is None:
+    if jwks is None or audience is None:
         return None
     if "://" not in jwks:  # a file path
         arg = d.args[0]

@@ -25,6 +25,9 @@ for the model to the rules of both (residency follows the GPUs, not the Host hea
 client one service's DNS answers sends there may be refused. Giving each service its own
 ``models`` (or the same rules) silences it.
 
+``jwt``: a ``jwt`` block without ``issuer`` (any issuer whose tokens the key set verifies
+is accepted; an ``audience`` is required by the compiler, not linted).
+
 ``tenants``: tenants declared without an ``identity`` block (no request is identified, so no
 tenant's settings apply); a tenant ``models`` entry that no GPU server of the policy serves
 (checked only when the policy declares GPU servers). A tenant whose ``regions`` serve none of
@@ -53,6 +56,7 @@ def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
                 _partial_location(policy, service, rule, report)
     _shared_models(policy, report)
     _tenants(policy, report)
+    _jwt(policy, report)
     return [dataclasses.replace(d, severity="warning") for d in report.diagnostics]
 
 
@@ -151,6 +155,16 @@ def _shared_models(policy: Policy, report: Reporter) -> None:
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _jwt(policy: Policy, report: Reporter) -> None:
+    identity = policy.identity
+    if identity is None or identity.jwt is None or identity.jwt.issuer is not None:
+        return
+    report.at_name(identity.pos, "jwt: no 'issuer', so a token signed by any key of the "
+                   "key set is accepted whoever issued it", child="jwt",
+                   hint="name the issuer your tokens carry in 'iss': issuer "
+                   "https://auth.example.com/")
 
 
 def _tenants(policy: Policy, report: Reporter) -> None:

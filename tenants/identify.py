@@ -21,8 +21,10 @@ from tenants.jwt_auth import JwtRefused, JwtVerifier
 
 REASONS = ("missing", "malformed", "invalid_key", "unknown_tenant", "expired", "audience",
            "issuer", "signature", "algorithm", "unknown_key", "no_tenant", "invalid",
-           "jwt_disabled", "keys_disabled", "state_unavailable")
-UNAVAILABLE = "state_unavailable"  # the one reason that is not the caller's fault
+           "jwt_disabled", "keys_disabled", "state_unavailable", "jwks_unavailable")
+STATE_UNAVAILABLE = "state_unavailable"
+# not the caller's fault: the balancer cannot check yet (answered 503, not 401)
+UNAVAILABLE = frozenset({STATE_UNAVAILABLE, "jwks_unavailable"})
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class Identifier:
         try:
             stored = self.check_key(token)
         except KeysUnknown:
-            return Refused(UNAVAILABLE, "API keys cannot be checked yet: the shared state is "
+            return Refused(STATE_UNAVAILABLE, "API keys cannot be checked yet: the shared state is "
                            "unreachable and this balancer has no saved key table. Retry "
                            "shortly.")
         if stored is None:

@@ -24,8 +24,22 @@ def serve(
                                          "(SO_REUSEPORT).")] = 1,
     metrics: Annotated[str | None, typer.Option(help="ADDR:PORT for Prometheus "
                                                 "metrics.")] = None,
-    rrl: Annotated[str, typer.Option(help="Response rate limiting: off, log-only or "
-                                     "enforce (see docs/dns-rate-limiting.md).")] = "log-only",
+    rrl: Annotated[str | None, typer.Option(help="Response rate limiting: off, log-only or "
+                                            "enforce (default: log-only when every --listen "
+                                            "address is loopback, else enforce; see "
+                                            "docs/dns-rate-limiting.md).")] = None,
+    rrl_rate: Annotated[float, typer.Option(help="Responses per second per client /24 or "
+                                            "/56 before RRL limits it.")] = 20.0,
+    rrl_slip: Annotated[int, typer.Option(help="Every Nth limited query gets a truncated "
+                                          "reply (retry over TCP); 0: none.")] = 2,
+    tcp_idle_timeout: Annotated[float, typer.Option(help="Close a TCP connection that "
+                                                    "completes no query this many "
+                                                    "seconds.")] = 10.0,
+    tcp_max_connections: Annotated[int, typer.Option(help="TCP connections open at once "
+                                                     "(per worker).")] = 1024,
+    tcp_max_per_network: Annotated[int, typer.Option(help="TCP connections open at once from "
+                                                     "one client /24 or /56 (per "
+                                                     "worker).")] = 16,
     redis_url: Annotated[str | None, typer.Option("--redis", help="Shared state (health, "
                                                   "load, latency) in Redis; without it every "
                                                   "region counts as healthy.")] = None,
@@ -52,7 +66,10 @@ def serve(
     factory = redis_snapshots(redis_url) if redis_url else None
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
-                           metrics, rrl, snapshot_factory=factory,
+                           metrics, rrl, rrl_rate=rrl_rate, rrl_slip=rrl_slip,
+                           tcp_idle_timeout=tcp_idle_timeout,
+                           tcp_max_connections=tcp_max_connections,
+                           tcp_max_per_network=tcp_max_per_network, snapshot_factory=factory,
                            follow_policy=redis_url if follow_policy else None,
                            precompile=precompile, udp_reader_threads=udp_reader_threads)
     except PolicyError as exc:

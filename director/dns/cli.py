@@ -22,7 +22,7 @@ from director.dns.control_thread import ControlThread
 from director.dns.heap import settle_when_ready
 from director.dns.metrics import DnsStats, serve_metrics
 from director.dns.policy_thread import policy_follower_thread
-from director.dns.ratelimit import RrlMode
+from director.dns.ratelimit import RrlMode, default_mode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.transports.sockets import BoundSockets, parse_listen
@@ -39,9 +39,10 @@ SnapshotFactory = Callable[[Policy], SnapshotSource]
 
 
 def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
-          workers: int = 1, metrics_listen: str | None = None, rrl_mode: str = "log-only", *,
-          rrl_rate: float = 20.0, rrl_slip: int = 2, tcp_idle_timeout: float = 10.0,
-          tcp_max_frame: int = 16384,
+          workers: int = 1, metrics_listen: str | None = None, rrl_mode: str | None = None,
+          *, rrl_rate: float = 20.0, rrl_slip: int = 2, tcp_idle_timeout: float = 10.0,
+          tcp_max_frame: int = 16384, tcp_max_connections: int = 1024,
+          tcp_max_per_network: int = 16,
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
           udp_reader_threads: bool = False) -> int:
@@ -50,9 +51,12 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
     ``geoip``: a MaxMind City/Country .mmdb (default: the bundled GeoLite2 City 2018).
     ``workers``: processes sharing the port with SO_REUSEPORT. ``metrics_listen``:
-    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only (default) | enforce,
-    with ``rrl_rate`` responses a second per /24 or /56 and ``rrl_slip``
-    (docs/dns-rate-limiting.md).
+    'ADDR:PORT' for Prometheus metrics. ``rrl_mode``: off | log-only | enforce (default:
+    log-only when every listen address is loopback, else enforce), with ``rrl_rate``
+    responses a second per /24 or /56 and ``rrl_slip`` (docs/dns-rate-limiting.md).
+    ``tcp_max_connections`` TCP connections at once per worker, at most
+    ``tcp_max_per_network`` of them from one client /24 or /56; a connection that completes
+    no query within ``tcp_idle_timeout`` seconds is closed.
     ``snapshot_factory(policy)``: the state source, called in each worker after it starts
     (default: an empty in-process snapshot, every region healthy); a source that is an async
     context manager (``SnapshotRefresher``) is entered on a control thread of the worker.
@@ -70,10 +74,16 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     policy = policy_gate.load(policy_path)
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
-    mode = RrlMode(rrl_mode)
-    config = ServerConfig(listen=parse_listen(listen), tcp_idle_timeout=tcp_idle_timeout,
-                          udp_threads=udp_reader_threads,
-                          tcp_max_frame=tcp_max_frame, reuse_port=workers > 1)
+    addresses = parse_listen(listen)
+    mode = RrlMode(rrl_mode) if rrl_mode else default_mode(host for host, _ in addresses)
+    if tcp_max_connections < 1 or tcp_max_per_network < 1:
+        raise ValueError("the TCP connection caps must be at least 1")
+    config = ServerConfig(listen=addresses, tcp_idle_timeout=tcp_idle_timeout,
+                          udp_threads=udp_reader_threads, tcp_max_frame=tcp_max_frame,
+                          tcp_max_connections=tcp_max_connections,
+                          tcp_max_per_network=tcp_max_per_network, reuse_port=workers > 1)
+    log.info("response rate limiting: %s (%g responses/s per network, slip %d)",
+             mode.value, rrl_rate, rrl_slip)
     factory = snapshot_factory or (lambda _policy: StaticSnapshotSource())
 
     def make_app(snapshots: SnapshotSource) -> DnsApp:
@@ -184,12 +194,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--geoip", default=None)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
-    parser.add_argument("--rrl", default="log-only", choices=[m.value for m in RrlMode])
+    parser.add_argument("--rrl", default=None, choices=[m.value for m in RrlMode],
+                        help="default: log-only when every --listen address is loopback, "
+                             "else enforce")
     parser.add_argument("--rrl-rate", type=float, default=20.0,
                         help="responses per second per client /24 or /56")
     parser.add_argument("--rrl-slip", type=int, default=2,
                         help="every Nth limited query gets a truncated reply (0: none)")
-    parser.add_argument("--tcp-idle-timeout", type=float, default=10.0)
+    parser.add_argument("--tcp-idle-timeout", type=float, default=10.0,
+                        help="close a TCP connection that completes no query this long")
+    parser.add_argument("--tcp-max-connections", type=int, default=1024,
+                        help="TCP connections open at once (per worker)")
+    parser.add_argument("--tcp-max-per-network", type=int, default=16,
+                        help="TCP connections open at once from one client /24 or /56 "
+                             "(per worker)")
     parser.add_argument("--redis", default=None, metavar="URL",
                         help="follow the shared state in this Redis")
     parser.add_argument("--follow-policy", action="store_true",
@@ -204,11 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.follow_policy and not args.redis:
         parser.error("--follow-policy needs --redis")
+    if args.tcp_max_connections < 1 or args.tcp_max_per_network < 1:
+        parser.error("--tcp-max-connections and --tcp-max-per-network must be at least 1")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
                  rrl_rate=args.rrl_rate, rrl_slip=args.rrl_slip,
                  tcp_idle_timeout=args.tcp_idle_timeout,
+                 tcp_max_connections=args.tcp_max_connections,
+                 tcp_max_per_network=args.tcp_max_per_network,
                  snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
                  follow_policy=args.redis if args.follow_policy else None,
                  precompile=not args.no_precompile,

@@ -9,13 +9,15 @@ Families: ``director_dns_queries_total{service,qtype,rcode,region,reason}``,
 ``director_dns_cache_hits_total`` / ``director_dns_cache_misses_total`` (the hit ratio is
 hits / (hits + misses)), ``director_dns_cache_invalidated_total`` (answers dropped by state
 changes), ``director_dns_uncached_total``, ``director_dns_dropped_total``,
-``director_dns_rrl_total{action}``, the histogram ``director_dns_decision_seconds`` (engine
-decisions: cache misses only) and the histogram ``director_engine_plugin_seconds{stage,
-plugin}`` (each engine plugin's run time in one decision in ``ENGINE_TIMINGS_EVERY``,
-recorded by the engine's profiles in a ``routing.PluginTimings``, summed over the
-workers). When the process follows the shared state, the state refresher's families
-(``director_state_reachable``, ``director_state_snapshot_version``,
-``director_state_region_stale{region}``, ...) are exported too, labelled by ``worker``.
+``director_dns_rrl_total{action}``, ``director_dns_tcp_refused_total{reason}`` (TCP
+connections closed on accept: over the total or the per-network cap), the histogram
+``director_dns_decision_seconds`` (engine decisions: cache misses only) and the
+histogram ``director_engine_plugin_seconds{stage, plugin}`` (each engine plugin's run
+time in one decision in ``ENGINE_TIMINGS_EVERY``, recorded by the engine's profiles in a
+``routing.PluginTimings``, summed over the workers). When the process follows the shared
+state, the state refresher's families (``director_state_reachable``,
+``director_state_snapshot_version``, ``director_state_region_stale{region}``, ...) are
+exported too, labelled by ``worker``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class DnsStats:
         self.dropped = 0
         self.invalidated = 0  # cached answers dropped because the state changed them
         self.rrl: defaultdict[str, int] = defaultdict(int)
+        self.tcp_refused: defaultdict[str, int] = defaultdict(int)  # by cap: total, per-network
         self.decision_counts = [0] * (len(DECISION_BUCKETS) + 1)
         self.decision_sum = 0.0
         self.plugin_timings = PluginTimings(every=ENGINE_TIMINGS_EVERY)  # the engine's
@@ -103,7 +106,7 @@ class DnsStats:
         return {"responses": self.responses, "cache_misses": self.cache_misses,
                 "uncached": self.uncached, "invalidated": self.invalidated,
                 "dropped": self.dropped + sum(reader.dropped for reader in self.readers),
-                "rrl": dict(self.rrl),
+                "rrl": dict(self.rrl), "tcp_refused": dict(self.tcp_refused),
                 "decision_counts": list(self.decision_counts),
                 "decision_sum": self.decision_sum,
                 "plugin_seconds": plugin_histograms(self.plugin_timings),
@@ -119,8 +122,9 @@ def merge(snapshots: Iterable[dict]) -> dict:
                                for text in snap.get("state", {}).values()})
         for key, value in snap["responses"].items():
             total["responses"][key] = total["responses"].get(key, 0) + value
-        for key, value in snap["rrl"].items():
-            total["rrl"][key] = total["rrl"].get(key, 0) + value
+        for counts in ("rrl", "tcp_refused"):
+            for key, value in snap.get(counts, {}).items():
+                total[counts][key] = total[counts].get(key, 0) + value
         for name in ("cache_misses", "uncached", "invalidated", "dropped", "decision_sum"):
             total[name] += snap.get(name, 0)
         total["decision_counts"] = [a + b for a, b in
@@ -190,6 +194,13 @@ class DnsCollector(Collector):
         for action, value in sorted(snap["rrl"].items()):
             rrl.add_metric([action], value)
         yield rrl
+        refused = CounterMetricFamily("director_dns_tcp_refused",
+                                      "TCP connections closed as soon as accepted: over the "
+                                      "total cap or the cap per client /24 (/56)",
+                                      labels=("reason",))
+        for reason, value in sorted(snap.get("tcp_refused", {}).items()):
+            refused.add_metric([reason], value)
+        yield refused
         buckets = []
         running = 0
         for bound, count in zip((*DECISION_BUCKETS, float("inf")), snap["decision_counts"],

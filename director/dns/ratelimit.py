@@ -5,11 +5,13 @@ beyond the bucket is *limited*, decided before its answer is computed (so a floo
 never-seen subnets costs a dictionary lookup per query, not an answer):
 
 - ``off``: nothing is limited (the limiter is not even consulted);
-- ``log-only`` (the default): counted in ``director_dns_rrl_total{action="would-limit"}``
-  and logged (at most once a second), still answered;
-- ``enforce``: every ``slip``-th limited query of a network gets a truncated reply (TC=1,
-  header and question only) so a real client retries over TCP, the others nothing
-  (``slip`` 2 by default; 1 truncates all, 0 drops all).
+- ``log-only`` (the default when every listen address is loopback): counted in
+  ``director_dns_rrl_total{action="would-limit"}`` and logged (at most once a second),
+  still answered;
+- ``enforce`` (the default on any other address, and what the shipped deployments set):
+  every ``slip``-th limited query of a network gets a truncated reply (TC=1, header and
+  question only) so a real client retries over TCP, the others nothing (``slip`` 2 by
+  default; 1 truncates all, 0 drops all).
 
 Only UDP is limited (TCP sources cannot be spoofed). Parameters: rate 20/s, burst = rate,
 slip 2; the clock is injectable for tests. See docs/dns-rate-limiting.md.
@@ -18,10 +20,11 @@ slip 2; the clock is injectable for tests. See docs/dns-rate-limiting.md.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from director.dns.metrics import DnsStats
 from director.dns.wire import truncated
@@ -35,6 +38,23 @@ class RrlMode(enum.Enum):
     OFF = "off"
     LOG_ONLY = "log-only"
     ENFORCE = "enforce"
+
+
+def default_mode(hosts: Iterable[str]) -> RrlMode:
+    """The mode when none is given: ``log-only`` when every listen address is loopback (a
+    laptop, a test, ``director up``: every client shares 127.0.0.0/24, so enforcing would
+    limit them together), ``enforce`` otherwise (a server others can reach is limited
+    unless its operator says not to be)."""
+    return RrlMode.LOG_ONLY if all(_is_loopback(host) for host in hosts) else RrlMode.ENFORCE
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 ALLOW, SLIP, DROP = 0, 1, 2  # what ``limit`` says of one query

@@ -7,7 +7,8 @@ UDP, three ways, fastest first (``director.dns.transports``):
   and hands the rest to the loop (``transports.udp_reader``);
 - elsewhere, the reader callback reads up to ``udp_batch`` datagrams per wake-up with
   ``recvfrom`` and answers each with ``sendto`` (``transports.udp``).
-All work with the stdlib loop and with uvloop. TCP: ``transports.tcp``.
+All work with the stdlib loop and with uvloop. TCP: ``transports.tcp``
+(an idle timeout, a cap in total and one per client /24 or /56).
 
 IPv4 and IPv6, any number of listen addresses, port 0 picks a free port (the same for UDP
 and TCP) (``transports.sockets``). ``reuse_port`` sets SO_REUSEPORT for ``--workers``.
@@ -40,6 +41,7 @@ class ServerConfig:
     tcp_idle_timeout: float = 10.0
     tcp_max_frame: int = 16384
     tcp_max_connections: int = 1024
+    tcp_max_per_network: int = 16  # open TCP connections per client /24 (IPv6: /56)
     udp_batch: int = 64
     reuse_port: bool = False
     udp_mmsg: bool = True  # batched recvmmsg/sendmmsg where libc has them (Linux)
@@ -58,6 +60,7 @@ class DnsServer:
         self._sockets = sockets
         self.bound: list[BoundSockets] = []
         self.connections: set[TcpConnection] = set()
+        self.network_connections: dict[str, int] = {}  # open TCP connections per network
         self.udp_endpoints: list[UdpEndpoint | MmsgEndpoint] = []
         self.udp_readers: list[UdpReaderThread] = []
         self._servers: list[asyncio.AbstractServer] = []

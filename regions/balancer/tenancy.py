@@ -15,6 +15,10 @@ A tenant that lists ``regions`` is served only there: the DNS tier does not know
 so a tenant's request that reaches a region outside its list is refused here with 403
 (``region_not_allowed``), and overflow never sends it to a sibling outside the list.
 
+A JWKS URL is fetched by a background task (``tenants.jwt_auth.Jwks``), started with the
+verifier and stopped when the policy drops it; until its first key set, JWTs are answered
+503 (``jwks_unavailable``), never 401.
+
 A policy without ``identity`` makes ``Tenancy`` a no-op: every request is served as before.
 With tenants the balancer holds requests at the backends' learned capacities (the region
 queue), because that is where the tenants' fair share orders them.
@@ -92,14 +96,17 @@ class Tenancy:
                                   {t.name: t.reserve for t in self.tenants.values()})
         if self.on_tenants is not None:
             self.on_tenants(identity is not None and bool(self.tenants))
+        old = self.identifier.verifier if self.identifier is not None else None
+        verifier = None
+        if identity is not None and identity.jwt is not None:
+            verifier = (old if old is not None and old.config == identity.jwt
+                        else JwtVerifier(identity.jwt))
+            verifier.start()  # the JWKS is fetched in the background, never per request
+        if old is not None and old is not verifier:
+            old.close()
         if identity is None:
             self.identifier = None
             return
-        verifier = None
-        if identity.jwt is not None:
-            old = self.identifier.verifier if self.identifier is not None else None
-            verifier = (old if old is not None and old.config == identity.jwt
-                        else JwtVerifier(identity.jwt))
         check_key = self.keys.check if self.keys is not None and identity.api_keys else None
         self.identifier = Identifier(identity, self.tenants, check_key, verifier)
 
@@ -111,8 +118,8 @@ class Tenancy:
             return request
         found = await identifier.identify(request.headers)
         if isinstance(found, Refused):
-            if found.reason == UNAVAILABLE:
-                return self._refuse(503, found.reason, found.message, UNAVAILABLE,
+            if found.reason in UNAVAILABLE:
+                return self._refuse(503, found.reason, found.message, found.reason,
                                     {"Retry-After": str(UNAVAILABLE_RETRY_S)})
             return self._refuse(401, found.reason, found.message, "invalid_api_key")
         tenant = found.tenant
@@ -164,10 +171,14 @@ class Tenancy:
             log.warning("tenant API keys need the shared state (--redis); only JWTs identify")
         if self.keys is not None:
             await self.keys.__aenter__()
+        if self.identifier is not None and self.identifier.verifier is not None:
+            self.identifier.verifier.start()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.identifier is not None and self.identifier.verifier is not None:
+            await self.identifier.verifier.aclose()
         if self.keys is not None:
             await self.keys.__aexit__(exc_type, exc, tb)
 

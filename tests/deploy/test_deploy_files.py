@@ -127,6 +127,18 @@ def test_api_on_a_remote_address_says_so(site):
         assert "--allow-remote" in site.argv, f"{site.where}: --listen {host} needs --allow-remote"
 
 
+DNS_SITES = sites_of(DEPLOY_SITES, "dns", "serve")
+
+
+@pytest.mark.parametrize("site", DNS_SITES, ids=ids(DNS_SITES))
+def test_shipped_dns_servers_enforce_rate_limiting_with_slip_2(site):
+    """Log-only is for loopback (the code's default there); a deployment others can reach
+    limits reflection. Slip 2: every second limited query is truncated, so a real resolver
+    behind a forged network retries over TCP instead of timing out."""
+    assert site.option("--rrl") == "enforce", f"{site.where}: --rrl {site.option('--rrl')}"
+    assert site.option("--rrl-slip") == "2", f"{site.where}: --rrl-slip"
+
+
 def test_one_beat_per_deployment():
     for where in ("compose", "k8s"):
         workers = sites_of([s for s in DEPLOY_SITES if s.where.startswith(where + ":")],

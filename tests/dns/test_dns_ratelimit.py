@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
+import urllib.request
+
 import pytest
 from dns_helpers import ServerProcess, bulk_udp, make_query
 
 from director.dns.metrics import DnsStats
-from director.dns.ratelimit import ALLOW, SLIP, ResponseRateLimiter, RrlMode, network_key
+from director.dns.ratelimit import (
+    ALLOW,
+    SLIP,
+    ResponseRateLimiter,
+    RrlMode,
+    default_mode,
+    network_key,
+)
 from director.dns.wire import truncated
 
 QUERY = make_query("chat.infer.example.com").to_wire()
@@ -31,6 +43,17 @@ def _limiter(mode: RrlMode, **kwargs: float) -> tuple[ResponseRateLimiter, Clock
 ], ids=["v4", "v4-same-24", "v6", "v6-same-56", "v4-mapped"])
 def test_networks_are_slash_24_and_slash_56(host, key):
     assert network_key(host) == key
+
+
+@pytest.mark.parametrize(("hosts", "mode"), [
+    (["127.0.0.1"], RrlMode.LOG_ONLY), (["127.0.0.1", "::1"], RrlMode.LOG_ONLY),
+    (["localhost"], RrlMode.LOG_ONLY), (["0.0.0.0"], RrlMode.ENFORCE),
+    (["::"], RrlMode.ENFORCE), (["127.0.0.1", "192.0.2.53"], RrlMode.ENFORCE),
+    (["2001:db8::53"], RrlMode.ENFORCE),
+], ids=["v4-loopback", "both-loopbacks", "localhost", "v4-any", "v6-any",
+        "loopback-and-public", "v6-public"])
+def test_without_rrl_given_loopback_logs_and_anything_else_enforces(hosts, mode):
+    assert default_mode(hosts) is mode
 
 
 ANSWER = (True, None)
@@ -63,8 +86,12 @@ def test_log_only_counts_but_answers():
     assert stats.rrl == {"would-limit": 8}
 
 
-def test_enforced_over_the_wire():
-    with ServerProcess("--rrl", "enforce", "--rrl-rate", "5") as server:
+def test_enforced_over_the_wire_with_tcp_capped_per_network():
+    """The shipped deployments' settings through the command line: RRL enforced with slip
+    2 on UDP, and TCP connections capped per client /24, both counted in the metrics."""
+    with ServerProcess("--rrl", "enforce", "--rrl-rate", "5", "--rrl-slip", "2",
+                       "--tcp-max-per-network", "1", "--no-precompile",
+                       "--metrics", "127.0.0.1:0") as server:
         queries = [make_query("chat.infer.example.com", ecs="8.8.8.0/24", qid=i).to_wire()
                    for i in range(100)]
         replies = bulk_udp(server.address, queries, window=100, timeout=2)
@@ -73,6 +100,20 @@ def test_enforced_over_the_wire():
         assert 5 <= len(full) <= 15  # the burst (plus refill while sending)
         assert 35 <= len(slipped) <= 55  # half of the limited ones, truncated
         assert len(replies) < 70  # the other half were dropped
+        with socket.create_connection(server.address, 3, ("127.0.9.1", 0)) as first:
+            tcp_query = make_query("chat.infer.example.com", qid=1).to_wire()
+            first.sendall(struct.pack("!H", len(tcp_query)) + tcp_query)
+            assert first.recv(2)  # answered (TCP is never rate limited)
+            with socket.create_connection(server.address, 3, ("127.0.9.2", 0)) as second:
+                second.settimeout(2)
+                with contextlib.suppress(ConnectionResetError):
+                    assert second.recv(1) == b""  # closed at once: over the /24's cap
+        assert server.metrics is not None
+        url = "http://{}:{}/metrics".format(*server.metrics)
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        assert 'director_dns_tcp_refused_total{reason="per-network"} 1.0' in text
+        assert 'director_dns_rrl_total{action="slipped"}' in text
 
 
 def test_two_workers_limit_a_network_once_not_once_each():

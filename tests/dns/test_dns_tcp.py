@@ -1,4 +1,5 @@
-"""TCP transport: pipelining, frame limits, trickling and stuck clients never stall others."""
+"""TCP transport: pipelining, frame limits, trickling and stuck clients never stall others,
+connection caps per client /24 and in total."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 import dns.message
+import pytest
 from dns_helpers import a_addresses, ask, make_query
+
+from director.dns.app import DnsApp
+from director.dns.metrics import DnsCollector
+from director.dns.server import ServerConfig, ServerThread
 
 GOOD = make_query("chat.infer.example.com", ecs="8.8.8.0/24")
 
@@ -130,3 +137,75 @@ def test_client_that_never_reads_does_not_stall_others(address):
             pass  # the server stopped reading from us: fine
         for _ in range(5):
             assert a_addresses(ask(address, GOOD, tcp=True, timeout=1)) == {"127.0.1.1"}
+
+
+# -- connection caps: per client /24 and in total ----------------------------------------
+
+
+def _connect_from(source: str, address: tuple[str, int]) -> socket.socket:
+    """A TCP connection to ``address`` from the loopback address ``source``
+    (127.0.0.0/8 is all loopback, so each /24 in it is another client network)."""
+    return socket.create_connection(address, timeout=3, source_address=(source, 0))
+
+
+def _answered(sock: socket.socket) -> bool:
+    wire = GOOD.to_wire()
+    try:
+        sock.settimeout(3)
+        sock.sendall(struct.pack("!H", len(wire)) + wire)
+        return a_addresses(dns.message.from_wire(_read_frame(sock))) == {"127.0.1.1"}
+    except (EOFError, OSError):
+        return False
+
+
+@pytest.fixture
+def capped(app: DnsApp) -> Iterator[tuple[tuple[str, int], DnsApp]]:
+    config = ServerConfig(listen=(("127.0.0.1", 0),), tcp_idle_timeout=10.0,
+                          tcp_max_connections=5, tcp_max_per_network=3)
+    with ServerThread(app, config) as running:
+        yield running.addresses[0], app
+
+
+def test_a_client_network_gets_at_most_its_cap_of_connections(capped):
+    address, app = capped
+    held = [_connect_from(f"127.0.5.{i}", address) for i in (1, 2, 3)]
+    try:
+        assert all(_answered(sock) for sock in held)
+        with _connect_from("127.0.5.4", address) as over:  # a fourth from 127.0.5.0/24
+            assert _closed(over, 2.0)
+        assert app.stats.tcp_refused == {"per-network": 1}
+        assert _refused_metric(app) == {"per-network": 1.0}
+        with _connect_from("127.0.6.1", address) as other:  # another /24 is not limited
+            assert _answered(other)
+        held.pop().close()  # one of the three leaves: room for another
+        deadline = time.monotonic() + 5
+        while True:
+            with _connect_from("127.0.5.9", address) as again:
+                if _answered(again):
+                    break
+            assert time.monotonic() < deadline, "the closed connection was never uncounted"
+            time.sleep(0.05)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_connections_over_the_total_cap_are_closed_at_once(capped):
+    address, app = capped
+    held = [_connect_from(source, address) for source in
+            ("127.0.5.1", "127.0.5.2", "127.0.6.1", "127.0.6.2", "127.0.7.1")]
+    try:
+        assert all(_answered(sock) for sock in held)
+        with _connect_from("127.0.8.1", address) as over:
+            assert _closed(over, 2.0)
+        assert app.stats.tcp_refused == {"total": 1}
+        assert a_addresses(ask(address, GOOD, timeout=1)) == {"127.0.1.1"}  # UDP still
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _refused_metric(app: DnsApp) -> dict[str, float]:
+    (family,) = [f for f in DnsCollector(app.stats.snapshot).collect()
+                 if f.name == "director_dns_tcp_refused"]
+    return {sample.labels["reason"]: sample.value for sample in family.samples}

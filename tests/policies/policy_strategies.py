@@ -123,8 +123,7 @@ def _identity(draw) -> Node:
             ["https://auth.example.com/.well-known/jwks.json", "https://idp.example.net/k"])))]
         if draw(st.booleans()):
             jwt.append(_leaf("issuer", "https://auth.example.com/"))
-        if draw(st.booleans()):
-            jwt.append(_leaf("audience", "director"))
+        jwt.append(_leaf("audience", "director"))  # required
         if draw(st.booleans()):
             jwt.append(_leaf("tenant-claim", draw(st.sampled_from(["org", "tenant"]))))
         if draw(st.booleans()):

@@ -129,9 +129,9 @@ def test_defaults() -> None:
     assert policy.tenants == (Tenant("t"),)
     assert policy.identity == Identity(api_keys=True, jwt=None)
     jwt = load_policy_text(BASE.replace("identity { api-keys on }",
-                                        "identity { jwt { jwks keys.json } }"),
+                                        "identity { jwt { jwks keys.json; audience d } }"),
                            prove=False).identity
-    assert jwt == Identity(api_keys=True, jwt=JwtIdentity(jwks="keys.json"))
+    assert jwt == Identity(api_keys=True, jwt=JwtIdentity(jwks="keys.json", audience="d"))
     assert jwt is not None and jwt.jwt is not None
     assert (jwt.jwt.tenant_claim, jwt.jwt.leeway, jwt.jwt.issuer) == ("tenant", 0.0, None)
 
@@ -365,10 +365,22 @@ def test_identity_must_identify_someone() -> None:
 
 
 def test_jwt_without_jwks() -> None:
-    found = only_error("identity {\n    jwt { issuer https://auth.example.com }\n}\n", NO_IDENTITY)
+    found = only_error("identity {\n    jwt { issuer https://auth.example.com; audience d }\n}\n",
+                       NO_IDENTITY)
     assert found.message == "jwt is missing 'jwks'"
     assert at(found) == (2, 5)
     assert found.expected == "jwks <file> | <https url>"
+
+
+def test_jwt_requires_an_audience() -> None:
+    """Without ``audience`` any token of the identity provider would do, whichever
+    application it was issued to: an error, not a default."""
+    found = only_error("identity {\n    jwt { jwks keys.json; issuer https://a.example }\n}\n",
+                       NO_IDENTITY)
+    assert found.message == "jwt is missing 'audience'"
+    assert at(found) == (2, 5)
+    assert found.expected == "audience <audience>"
+    assert found.hint is not None and "any other application" in found.hint
 
 
 @pytest.mark.parametrize(("jwks", "hint"), [
@@ -376,14 +388,15 @@ def test_jwt_without_jwks() -> None:
     ("ftp://auth.example.com/jwks.json", None),
 ])
 def test_jwks_neither_file_nor_https(jwks: str, hint: str | None) -> None:
-    found = only_error(f"identity {{ jwt {{ jwks {jwks} }} }}\n", NO_IDENTITY)
+    found = only_error(f"identity {{ jwt {{ jwks {jwks}; audience d }} }}\n", NO_IDENTITY)
     assert found.message == f"'{jwks}' is neither a file path nor an https URL"
     assert at(found) == (1, 23)
     assert (found.hint or "").startswith(hint or "") and (hint is None) == (found.hint is None)
 
 
 def test_leeway_is_a_duration() -> None:
-    found = only_error("identity { jwt { jwks keys.json; leeway 30 } }\n", NO_IDENTITY)
+    found = only_error("identity { jwt { jwks keys.json; audience d; leeway 30 } }\n",
+                       NO_IDENTITY)
     assert found.message == "'30' has no unit"
 
 
@@ -435,6 +448,17 @@ def test_tenants_without_identity_warn() -> None:
         "the policy declares tenants but no identity block, so no request is identified and "
         "no tenant's settings apply"]
     assert at(result.warnings[0]) == (1, 8)
+
+
+def test_jwt_without_issuer_warns_and_with_one_does_not() -> None:
+    block = "identity {\n    jwt { jwks https://a.example/k; audience d%s }\n}\ntenant acme {}\n"
+    result = check(block % "", NO_IDENTITY)
+    assert result.ok
+    assert [(w.message, at(w)) for w in result.warnings] == [
+        ("jwt: no 'issuer', so a token signed by any key of the key set is accepted whoever "
+         "issued it", (2, 5))]
+    assert result.warnings[0].hint is not None and "issuer" in result.warnings[0].hint
+    assert check(block % "; issuer https://a.example/", NO_IDENTITY).warnings == []
 
 
 def test_model_no_gpu_serves_warns() -> None:

@@ -2,10 +2,11 @@
 in a real Valkey: no or bad credentials get 401 with an OpenAI-style body and never reach a
 GPU; a good key or JWT streams; a tenant outside its services, models or regions gets 403;
 director's credential is not forwarded; a policy without ``identity`` serves everyone as
-before."""
+before; JWTs before the first JWKS answer get 503, not 401."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from app_server import recording_gpu, serving
-from jwt_helpers import AUDIENCE, ISSUER, rsa_signer, write_jwks
+from jwt_helpers import AUDIENCE, ISSUER, jwks, rsa_signer, write_jwks
 
 from policies.model import Identity, JwtIdentity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
@@ -239,3 +240,42 @@ async def test_a_tenant_is_served_only_in_its_regions(example_policy: Policy,
             async with client.get("/metrics") as resp:
                 metrics = await resp.text()
             assert 'director_balancer_auth_refused_total{reason="region"} 1.0' in metrics
+
+
+async def test_jwts_wait_for_a_first_key_set_with_503_never_401(example_policy: Policy) -> None:
+    """The JWKS URL is fetched in the background: until it has answered once, a JWT cannot
+    be checked, which is the balancer's problem (503), not the caller's (401); once it
+    answers, the same token streams."""
+    answer = {"status": 503}
+
+    async def jwks_url(_request: web.Request) -> web.Response:
+        if answer["status"] != 200:
+            return web.Response(status=answer["status"])
+        return web.json_response(jwks(SIGNER))
+
+    app = web.Application()
+    app.router.add_get("/jwks.json", jwks_url)
+    async with serving(app) as base:
+        policy = dataclasses.replace(tenant_policy(example_policy), identity=Identity(
+            api_keys=False, jwt=JwtIdentity(f"{base}/jwks.json", ISSUER, AUDIENCE)))
+        async with stack(time_scale=20.0, policy=policy) as (_fleet, balancer, client):
+            verifier = balancer.tenancy.identifier.verifier
+            verifier.jwks.min_fetch_s = 0.0  # a lookup missing its key asks for a fetch now
+            await eventually(lambda: verifier.jwks.fetches >= 1)  # started with the balancer
+            headers = {"Authorization": f"Bearer {SIGNER.token(tenant='acme')}"}
+            async with client.post("/v1/completions", json=completion(5),
+                                   headers=headers) as resp:
+                assert resp.status == 503
+                assert (await resp.json())["error"]["code"] == "jwks_unavailable"
+            assert balancer.metrics.auth_refused.labels("jwks_unavailable")._value.get() == 1
+            answer["status"] = 200
+
+            async def served() -> bool:
+                async with client.post("/v1/completions", json=completion(5),
+                                       headers=headers) as resp:
+                    await resp.read()
+                    return resp.status == 200
+
+            async with asyncio.timeout(10):
+                while not await served():
+                    await asyncio.sleep(0.05)

@@ -1,18 +1,20 @@
 """``director up --simulate`` with the example policy, end to end: DNS answers by residency
 and location, a streaming completion through the answered address, a drain through the
-admin API that moves DNS answers within TTL plus one probe interval, and Ctrl-C that leaves
-no process behind."""
+admin API that moves DNS answers within TTL plus one probe interval, the commands it prints
+(also with API keys turned on), and Ctrl-C that leaves no process behind."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +31,9 @@ import dns.rdatatype
 import pytest
 import redis
 
+from director.up.console import try_commands
+from director.up.plan import UpOptions
+from policies import load_policy
 from state.acl import ROLES
 from state.credentials import embed
 from state.ports import free_port
@@ -59,6 +64,7 @@ class Up:
     dns_port: int
     api: str
     balancer_port: int
+    policy: Path  # the policy file it runs
 
     def token(self, kind: str = "admin") -> str:
         return (self.run_dir / f"{kind}.token").read_text().strip()
@@ -98,7 +104,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
          "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{metrics_port}",
          "--balancer-port", str(balancer_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}", balancer_port)
+    system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}", balancer_port,
+                policy)
     try:
         ready = wait_for(lambda: (run_dir / "up.json").exists(), 120)
         assert ready, process.stdout.read() if process.poll() is not None else system.log()
@@ -276,6 +283,72 @@ def processes_mentioning(*needles: str) -> list[str]:
             if any(needle in cmdline for needle in needles):
                 found.append(cmdline)
     return found
+
+
+def printed_commands(up: Up, timeout: float = 30) -> list[str]:
+    """The commands ``director up`` printed under ``try:`` (read from its stdout)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert up.process.stdout is not None
+        for line in up.process.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Ctrl-C stops everything"):
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert not reader.is_alive(), lines
+    start = lines.index("try:") + 1
+    return [line.strip() for line in lines[start:] if line.strip()][:-1]
+
+
+def run_shell(*commands: str) -> str:
+    script = "set -euo pipefail\n" + "\n".join(commands) + "\n"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (commands, done.stdout, done.stderr)
+    return done.stdout
+
+
+def completed(output: str) -> bool:
+    return output.rstrip().endswith("data: [DONE]")
+
+
+def test_the_printed_commands_work_and_with_api_keys_on_make_and_send_a_key(up: Up) -> None:
+    """The dig and curl ``director up`` printed answer and stream; with the policy changed to
+    turn API keys on, the keyless curl is refused and the commands printed for that policy
+    (make a key with the admin token, send it) stream again."""
+    for tool in ("dig", "curl", "python3"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (./run test installs it)")
+    printed = printed_commands(up)
+    dig, curl = printed[0], printed[1]
+    assert dig.startswith("dig ") and curl.startswith("curl -N ")
+    assert wait_for(lambda: set(up.answer(FRANCE)) <= EU and up.answer(FRANCE), 30)
+    assert "ANSWER SECTION" in run_shell(dig)
+    assert completed(run_shell(curl))
+
+    api_port = int(up.api.rsplit(":", 1)[1])
+    options = UpOptions(up.policy, up.run_dir, "", simulate=True,
+                        dns=("127.0.0.1", up.dns_port), api=("127.0.0.1", api_port),
+                        balancer_port=up.balancer_port)
+    original = up.policy.read_text()
+    assert try_commands(load_policy(str(up.policy)), options, up.token("read")) == printed
+    keyed = up.policy.parent / "keyed.dp"
+    keyed.write_text(original + "\nidentity { api-keys on }\ntenant demo {}\n")
+    status, body = up.call("PUT", "/api/v1/policy", {"text": keyed.read_text()})
+    assert status == 200, body
+    try:
+        assert wait_for(lambda: "invalid_api_key" in run_shell(curl), 30)  # 401 now
+        commands = try_commands(load_policy(str(keyed)), options, up.token("read"))
+        make_key = next(c for c in commands if c.startswith("KEY="))
+        keyed_curl = next(c for c in commands if c.startswith("curl -N "))
+        assert completed(run_shell(make_key, keyed_curl))
+    finally:
+        status, body = up.call("PUT", "/api/v1/policy", {"text": original})
+        assert status == 200, body
+        assert wait_for(lambda: completed(run_shell(curl)), 30)
 
 
 def test_ctrl_c_leaves_no_process_behind(up: Up) -> None:

@@ -1,8 +1,12 @@
 """DNS over TCP: 2-byte length framing, pipelined queries answered in order, frames over
 ``tcp_max_frame`` close the connection, a connection that completes no query within
-``tcp_idle_timeout`` is closed (trickling clients), reading pauses while the client does not
-read its answers, and at most ``tcp_max_connections`` are open at once. Nothing a TCP
-client does blocks the loop, so it never stalls other clients."""
+``tcp_idle_timeout`` is closed (RFC 7766 section 6.2.3: trickling and idle clients alike),
+reading pauses while the client does not read its answers, at most
+``tcp_max_connections`` are open at once and at most ``tcp_max_per_network`` from one
+client network (its /24, or /56 for IPv6: the networks RRL counts). A connection over
+either cap is closed as soon as it is accepted and counted in
+``director_dns_tcp_refused_total{reason="total"|"per-network"}``. Nothing a TCP client
+does blocks the loop, so it never stalls other clients."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import asyncio
 from typing import Protocol
 
 from director.dns.app import DnsApp
+from director.dns.ratelimit import network_key
 
 
 class TcpLimits(Protocol):
@@ -19,6 +24,8 @@ class TcpLimits(Protocol):
     def tcp_max_frame(self) -> int: ...
     @property
     def tcp_max_connections(self) -> int: ...
+    @property
+    def tcp_max_per_network(self) -> int: ...
 
 
 class TcpServer(Protocol):
@@ -30,6 +37,8 @@ class TcpServer(Protocol):
     def config(self) -> TcpLimits: ...
     @property
     def connections(self) -> set[TcpConnection]: ...
+    @property
+    def network_connections(self) -> dict[str, int]: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
@@ -43,20 +52,33 @@ class TcpConnection(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.host = ""
+        self.network: str | None = None  # counted in server.network_connections
         self.last = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.write_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        if len(self.server.connections) >= self.server.config.tcp_max_connections:
-            transport.abort()  # type: ignore[attr-defined]
-            return
-        self.server.connections.add(self)
+        server, limits = self.server, self.server.config
         peer = transport.get_extra_info("peername")
         self.host = peer[0] if peer else ""
+        network = network_key(self.host)
+        open_here = server.network_connections.get(network, 0)
+        if len(server.connections) >= limits.tcp_max_connections:
+            self._refuse(transport, "total")
+            return
+        if open_here >= limits.tcp_max_per_network:
+            self._refuse(transport, "per-network")
+            return
+        server.connections.add(self)
+        server.network_connections[network] = open_here + 1
+        self.network = network
         self.last = self.loop.time()
-        self.timer = self.loop.call_later(self.server.config.tcp_idle_timeout, self._idle)
+        self.timer = self.loop.call_later(limits.tcp_idle_timeout, self._idle)
+
+    def _refuse(self, transport: asyncio.BaseTransport, reason: str) -> None:
+        self.server.app.stats.tcp_refused[reason] += 1
+        transport.abort()  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -105,4 +127,11 @@ class TcpConnection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         self.server.connections.discard(self)
+        network, self.network = self.network, None
+        if network is not None:
+            left = self.server.network_connections.get(network, 1) - 1
+            if left > 0:
+                self.server.network_connections[network] = left
+            else:
+                self.server.network_connections.pop(network, None)
         self.buffer.clear()
