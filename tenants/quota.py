@@ -1,9 +1,10 @@
 """Per-tenant quotas, enforced jointly by every regional balancer through Redis.
 
 A :class:`QuotaGate` admits a tenant's requests against GCRA buckets kept in the shared Redis
-(requests, input tokens and output tokens per minute, each allowing a burst of one minute's
-worth; scripts in :mod:`tenants.quota_scripts`) and, if the tenant has one, a concurrency
-limit::
+(requests, input tokens and output tokens, each refilled at its rate and holding its burst:
+the count as the policy writes it, ``10/s`` ten at once, unless it declares a ``burst``;
+:mod:`tenants.local_limits` has the arithmetic, :mod:`tenants.quota_scripts` the scripts)
+and, if the tenant has one, a concurrency limit::
 
     gate = QuotaGate(client, "director", local_share=1 / 3)
     admission = await gate.admit("acme", tenant.quota, tenant.redis_down, input_tokens=812,
@@ -64,7 +65,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from policies.model import RedisDown, TenantQuota
-from tenants.local_limits import CONCURRENT_RETRY_S, Decision, LocalLimits, rate_limits
+from tenants.local_limits import (
+    CONCURRENT_RETRY_S,
+    Decision,
+    LocalLimits,
+    burst_windows,
+    rate_limits,
+)
 from tenants.quota_headers import openai_duration, quota_headers
 from tenants.quota_link import (
     DEFAULT_MAX_BACKGROUND,
@@ -76,7 +83,7 @@ from tenants.quota_link import (
 )
 from tenants.quota_scripts import TAKE, TAKE_SHA, Take, Taken, quota_keys
 from tenants.quota_settle import DEFAULT_RELEASE_S, Settler, TenantState, running
-from tenants.slices import OUTPUT, SLICED, SliceRules, intervals
+from tenants.slices import OUTPUT, SLICED, SliceRules, intervals, windows
 
 __all__ = ["Admission", "QuotaGate", "SliceRules", "openai_duration", "quota_headers"]
 
@@ -194,11 +201,11 @@ class QuotaGate:
         none is. ``request_id`` names its concurrency lease (unique per request). Raises
         ValueError on a rate limit that is not positive."""
         del max_output_tokens  # not reserved: see the module docstring
-        limits = _rate_limits(quota)
+        limits, spans = _rate_limits(quota)
         if not limits and quota.concurrent is None:
             return Admission(status=200, limit=None, retry_after_s=0.0, headers={})
         if self._link.due():
-            held = self._tenant(tenant, limits)
+            held = self._tenant(tenant, limits, spans)
             costs = {name: 1 if name == "requests" else input_tokens
                      for name in SLICED if name in limits}
             if quota.concurrent is None:
@@ -235,12 +242,13 @@ class QuotaGate:
 
     # -- deciding ------------------------------------------------------------------------
 
-    def _tenant(self, tenant: str, limits: Mapping[str, float]) -> TenantState:
+    def _tenant(self, tenant: str, limits: Mapping[str, float],
+                spans: Mapping[str, float]) -> TenantState:
         held = self._tenants.get(tenant)
         if held is None:
             held = self._tenants[tenant] = TenantState(quota_keys(self._prefix, tenant),
                                                        self._clock())
-        held.view.follow(limits)
+        held.view.follow(limits, spans)
         return held
 
     async def _admit_sliced(
@@ -267,7 +275,7 @@ class QuotaGate:
         need = view.needs(reserved, costs)
         extra = view.wants(rules, now, prefetch=False) if running(held.refill) is None else {}
         take = Take(intervals(view.held, view.limits), need, extra,
-                    output_pending=view.pending())
+                    windows(view.held, view.limits), output_pending=view.pending())
         task = self._link.start(self._take(held, take, reserved))
         if extra:
             self._refilling(held, task)
@@ -294,8 +302,9 @@ class QuotaGate:
                      view.wants(self._rules, self._clock(), prefetch=False).items()
                      if name == OUTPUT}
         take = Take(intervals(view.held, view.limits), need, extra,
-                    output_pending=view.pending(), slots=slots, request_id=request_id,
-                    lease_s=self._lease_s, busy_wait_s=CONCURRENT_RETRY_S, releases=releases)
+                    windows(view.held, view.limits), output_pending=view.pending(),
+                    slots=slots, request_id=request_id, lease_s=self._lease_s,
+                    busy_wait_s=CONCURRENT_RETRY_S, releases=releases)
         task = self._link.start(self._take(held, take, {}))
         if extra:
             self._refilling(held, task)
@@ -378,7 +387,8 @@ class QuotaGate:
         extra = held.view.wants(self._rules, now, prefetch=True)
         if not extra:
             return
-        take = Take(intervals(held.view.held, held.view.limits), {}, extra)
+        take = Take(intervals(held.view.held, held.view.limits), {}, extra,
+                    windows(held.view.held, held.view.limits))
         self._refilling(held, self._link.background(self._take(held, take, {})))
 
     @staticmethod
@@ -393,8 +403,10 @@ class QuotaGate:
 
 
 @functools.lru_cache(maxsize=1024)
-def _rate_limits(quota: TenantQuota) -> Mapping[str, float]:
-    return rate_limits(quota)  # the same few quotas, request after request
+def _rate_limits(quota: TenantQuota) -> tuple[Mapping[str, float], Mapping[str, float]]:
+    """The per-minute rates and their buckets' spans (the same few quotas, request after
+    request)."""
+    return rate_limits(quota), burst_windows(quota)
 
 
 class _SharedAccount:
