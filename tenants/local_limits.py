@@ -166,12 +166,15 @@ class LocalLimits:
 
     def charge(
         self, tenant: str, quota: TenantQuota, request_id: str, tokens: int, *, release: bool,
-        now: float,
+        now: float, input_tokens: int = 0,
     ) -> None:
-        """Add output tokens (negative: a refund) and refresh, or ``release``, the lease."""
-        limit = rate_limits(quota, self.share).get("output_tokens")
-        if limit is not None and tokens:
-            self._charge(tenant, "output_tokens", limit, tokens, now)
+        """Add output tokens and ``input_tokens`` (the engine's count less the estimate
+        charged at admission; negative: a refund) and refresh, or ``release``, the lease."""
+        rates = rate_limits(quota, self.share)
+        for name, units in (("output_tokens", tokens), ("input_tokens", input_tokens)):
+            limit = rates.get(name)
+            if limit is not None and units:
+                self._charge(tenant, name, limit, units, now)
         leases = self._leases.get(tenant, {})
         if release:
             leases.pop(request_id, None)

@@ -15,7 +15,7 @@ and, if the tenant has one, a concurrency limit::
         async for chunk in stream:
             await admission.charge_output(chunk.tokens)
     finally:
-        await admission.finish(produced_tokens)
+        await admission.finish(produced_tokens, input_tokens=usage.prompt_tokens)
     ...
     await gate.aclose()  # at shutdown: unspent slices go back, owed tokens are charged
 
@@ -26,6 +26,9 @@ size, the refill, and the error bound across gates). A request it cannot admit f
 holds is refused on the backlog last seen, or decided by one round trip that takes what it
 needs and tops the slices up.
 
+Input tokens are charged at admission on the caller's estimate (the balancer's: never below
+the prompt's size, whatever the client declares) and settled by ``finish`` with the engine's
+own count when it gives one: the difference is owed to the bucket, or comes back to it.
 Output tokens are not known at admission, so they are charged as they stream and reconciled
 by ``finish`` with the count actually produced (a refund if streaming counted more), batched
 with the tenant's other streams at this gate (:mod:`tenants.quota_settle`: ``charge_output``
@@ -83,7 +86,7 @@ from tenants.quota_link import (
 )
 from tenants.quota_scripts import TAKE, TAKE_SHA, Take, Taken, quota_keys
 from tenants.quota_settle import DEFAULT_RELEASE_S, Settler, TenantState, running
-from tenants.slices import OUTPUT, SLICED, SliceRules, intervals, windows
+from tenants.slices import INPUT, OUTPUT, SLICED, SliceRules, intervals, windows
 
 __all__ = ["Admission", "QuotaGate", "SliceRules", "openai_duration", "quota_headers"]
 
@@ -96,7 +99,7 @@ DEFAULT_FLUSH_S = 1.0
 class _Account(Protocol):
     async def add(self, tokens: int) -> None: ...
 
-    async def close(self, total: int) -> None: ...
+    async def close(self, total: int, input_tokens: int | None) -> None: ...
 
 
 class Admission:
@@ -134,13 +137,15 @@ class Admission:
         if self._account is not None and tokens:
             await self._account.add(tokens)
 
-    async def finish(self, output_tokens: int) -> None:
+    async def finish(self, output_tokens: int, *, input_tokens: int | None = None) -> None:
         """The request ended having produced ``output_tokens``: owe what streaming has not
         charged (a refund if it counted more) and release the concurrency slot, both sent in
-        the background. Idempotent; never raises, never waits for Redis (a slot it could not
-        release comes back when its lease ends)."""
+        the background. ``input_tokens``: the engine's count of the prompt (its ``usage``),
+        which settles the input bucket's charge made on an estimate at admission (None: the
+        estimate stands). Idempotent; never raises, never waits for Redis (a slot it could
+        not release comes back when its lease ends)."""
         if self._account is not None:
-            await self._account.close(output_tokens)
+            await self._account.close(output_tokens, input_tokens)
 
 
 class QuotaGate:
@@ -209,9 +214,10 @@ class QuotaGate:
             costs = {name: 1 if name == "requests" else input_tokens
                      for name in SLICED if name in limits}
             if quota.concurrent is None:
-                admission = await self._admit_sliced(held, costs)
+                admission = await self._admit_sliced(held, costs, input_tokens)
             else:
-                admission = await self._admit_leased(held, costs, quota.concurrent, request_id)
+                admission = await self._admit_leased(held, costs, quota.concurrent, request_id,
+                                                     input_tokens)
             if admission is not None:
                 return admission
         if redis_down is RedisDown.CLOSED:
@@ -224,8 +230,10 @@ class QuotaGate:
                              retry_after_s=decision.wait_s, headers=quota_headers(decision),
                              degraded=True)
         account = None
-        if quota.output_tokens_per_minute is not None or quota.concurrent is not None:
-            account = _LocalAccount(self._local, self._clock, tenant, quota, request_id)
+        if (quota.output_tokens_per_minute is not None or quota.concurrent is not None
+                or quota.input_tokens_per_minute is not None):
+            account = _LocalAccount(self._local, self._clock, tenant, quota, request_id,
+                                    input_tokens)
         return Admission(status=200, limit=None, retry_after_s=0.0,
                          headers=quota_headers(decision), degraded=True, account=account)
 
@@ -252,7 +260,7 @@ class QuotaGate:
         return held
 
     async def _admit_sliced(
-        self, held: TenantState, costs: Mapping[str, int],
+        self, held: TenantState, costs: Mapping[str, int], input_tokens: int,
     ) -> Admission | None:
         view, rules = held.view, self._rules
         while self._link.reachable:
@@ -263,7 +271,7 @@ class QuotaGate:
             if plan.local:
                 view.spend(costs)
                 self._top_up(held, now)
-                return self._admitted(held, None, now)
+                return self._admitted(held, None, now, input_tokens)
             refill = running(held.refill)
             if refill is None:
                 break
@@ -285,10 +293,11 @@ class QuotaGate:
         taken, at = answer
         if taken.refused_by is not None:
             return self._refused(held, taken.refused_by, taken.wait_s, at)
-        return self._admitted(held, None, at)
+        return self._admitted(held, None, at, input_tokens)
 
     async def _admit_leased(
         self, held: TenantState, costs: Mapping[str, int], slots: int, request_id: str,
+        input_tokens: int,
     ) -> Admission | None:
         flush = running(held.flush)
         if held.releasing and flush is not None:
@@ -314,7 +323,7 @@ class QuotaGate:
         taken, at = answer
         if taken.refused_by is not None:
             return self._refused(held, taken.refused_by, taken.wait_s, at)
-        return self._admitted(held, request_id, at)
+        return self._admitted(held, request_id, at, input_tokens)
 
     async def _decided(
         self, task: asyncio.Task[tuple[Taken, float] | None], held: TenantState,
@@ -340,12 +349,14 @@ class QuotaGate:
             held.put_back([lease], self._clock())
             self._settler.wake()
 
-    def _admitted(self, held: TenantState, lease: str | None, at: float) -> Admission:
-        """Admitted; the headers show the buckets as they were at ``at``."""
+    def _admitted(self, held: TenantState, lease: str | None, at: float,
+                  input_tokens: int) -> Admission:
+        """Admitted, charged ``input_tokens``; the headers show the buckets as they were at
+        ``at``."""
         decision = Decision(None, 0.0, held.view.buckets(at))
         account = None
-        if OUTPUT in held.view.limits or lease is not None:
-            account = _SharedAccount(self._settler, held, lease)
+        if OUTPUT in held.view.limits or INPUT in held.view.limits or lease is not None:
+            account = _SharedAccount(self._settler, held, lease, input_tokens)
         return Admission(status=200, limit=None, retry_after_s=0.0,
                          headers=quota_headers(decision), account=account)
 
@@ -410,12 +421,15 @@ def _rate_limits(quota: TenantQuota) -> tuple[Mapping[str, float], Mapping[str, 
 
 
 class _SharedAccount:
-    """The output tokens and the lease of a request admitted through Redis."""
+    """The output tokens, the input tokens' settlement and the lease of a request admitted
+    through Redis."""
 
-    def __init__(self, settler: Settler, held: TenantState, lease: str | None) -> None:
+    def __init__(self, settler: Settler, held: TenantState, lease: str | None,
+                 input_charged: int) -> None:
         self._settler = settler
         self._held = held
         self._lease = lease
+        self._input_charged = input_charged
         self._charged = 0
         self._closed = False
 
@@ -425,23 +439,27 @@ class _SharedAccount:
         self._charged += tokens
         await self._settler.owe(self._held, tokens, self._lease)
 
-    async def close(self, total: int) -> None:
+    async def close(self, total: int, input_tokens: int | None) -> None:
         if self._closed:
             return
         self._closed = True
-        self._settler.finished(self._held, total, total - self._charged, self._lease)
+        input_owed = 0 if input_tokens is None else input_tokens - self._input_charged
+        self._settler.finished(self._held, total, total - self._charged, self._lease,
+                               input_owed=input_owed)
 
 
 class _LocalAccount:
-    """The output tokens and the lease of a request admitted by the local limits."""
+    """The output tokens, the input tokens' settlement and the lease of a request admitted
+    by the local limits."""
 
     def __init__(self, local: LocalLimits, clock: Clock, tenant: str, quota: TenantQuota,
-                 request_id: str) -> None:
+                 request_id: str, input_charged: int) -> None:
         self._local = local
         self._clock = clock
         self._tenant = tenant
         self._quota = quota
         self._request_id = request_id
+        self._input_charged = input_charged
         self._charged = 0
         self._closed = False
 
@@ -451,8 +469,10 @@ class _LocalAccount:
             self._local.charge(self._tenant, self._quota, self._request_id, tokens,
                                release=False, now=self._clock())
 
-    async def close(self, total: int) -> None:
+    async def close(self, total: int, input_tokens: int | None) -> None:
         if not self._closed:
             self._closed = True
+            input_owed = 0 if input_tokens is None else input_tokens - self._input_charged
             self._local.charge(self._tenant, self._quota, self._request_id,
-                               total - self._charged, release=True, now=self._clock())
+                               total - self._charged, release=True, now=self._clock(),
+                               input_tokens=input_owed)

@@ -25,7 +25,7 @@ water, but only while that is at least the last request's output: a smaller buck
 400 requests' output) is not sliced, and each of its requests asks Redis. Input tokens are
 charged at admission on an estimate and settled, like output tokens, with the engine's own
 count when the request ends (:meth:`TenantView.correct`): what the gate holds below zero of
-the input bucket is owed too.
+the input bucket is owed too, and a refund is held like a slice.
 
 Error bound. Every request and input-token unit admitted was charged in Redis first, so over
 any interval the units admitted by all gates exceed GCRA's allowance by at most what they
@@ -55,6 +55,7 @@ from tenants.local_limits import WINDOW_S, Bucket, gcra_wait
 from tenants.quota_scripts import NOT_CHECKED
 
 SLICED = ("requests", "input_tokens")  # charged when a request is admitted
+INPUT = "input_tokens"  # charged on an estimate, settled with the engine's count
 OUTPUT = "output_tokens"  # charged as the answer streams
 
 DEFAULT_FRACTION = 0.0025
@@ -256,9 +257,10 @@ class TenantView:
         return wanted
 
     def owed(self) -> float:
-        """Output tokens streamed here beyond what the gate held, not yet charged."""
-        held = self.held.get(OUTPUT)
-        return 0.0 if held is None else max(0.0, -held.units)
+        """Tokens not yet charged: output streamed here beyond what the gate held, and input
+        read beyond what finished requests were charged."""
+        return sum(max(0.0, -held.units) for name, held in self.held.items()
+                   if name in (INPUT, OUTPUT))
 
     def pending(self) -> float:
         """Output tokens the shared bucket does not count yet: owed and on their way."""
@@ -274,6 +276,14 @@ class TenantView:
             held.units -= tokens
             if produced is not None:
                 held.cost = max(1.0, produced)
+
+    def correct(self, input_tokens: float) -> None:
+        """A request's prompt turned out ``input_tokens`` longer than charged (negative:
+        shorter): owed to the input bucket, settled like output tokens; or, refunded, held
+        like a slice."""
+        held = self.held.get(INPUT)
+        if held is not None and INPUT in self.limits:
+            held.units -= input_tokens
 
     def low(self, rules: SliceRules) -> bool:
         """Whether the output bucket is below its low-water mark (a top-up is due)."""
@@ -298,12 +308,12 @@ class TenantView:
 
     def to_settle(self, now: float, rules: SliceRules, *, everything: bool = False,
                   ) -> dict[str, float]:
-        """The units a ``SETTLE`` sent now carries, marked in flight: the output tokens owed,
-        and, returned, the units held longer than ``ttl_s`` (``everything``: all of them)
-        or of an output bucket too small to slice (a refund)."""
+        """The units a ``SETTLE`` sent now carries, marked in flight: the output and input
+        tokens owed, and, returned, the units held longer than ``ttl_s`` (``everything``:
+        all of them) or of an output bucket too small to slice (a refund)."""
         units: dict[str, float] = {}
         for name, held in self.held.items():
-            owed = held.after and held.units < 0
+            owed = held.units < 0
             returned = held.units > 0 and (everything or self._expired(name, held, now, rules))
             if owed or returned:
                 units[name] = -held.units
@@ -312,8 +322,11 @@ class TenantView:
         return units
 
     def settling(self, rules: SliceRules) -> bool:
-        """Whether the output bucket has tokens to settle now: owed, or refunded on a bucket
-        too small to slice."""
+        """Whether there are tokens to settle now: input or output tokens owed, or output
+        tokens refunded on a bucket too small to slice."""
+        held = self.held.get(INPUT)
+        if held is not None and held.units < 0:
+            return True
         held = self.held.get(OUTPUT)
         if held is None:
             return False
