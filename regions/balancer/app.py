@@ -51,6 +51,7 @@ from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.client_timeouts import ClientTimeouts
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
@@ -113,7 +114,8 @@ class BalancerConfig:
     arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``;
     ``usage_reconcile_s``: with tenants, at most how often each backend's metrics are read
     to add the output tokens its engine generated for cancelled requests after the last
-    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never).
+    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
+    ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -133,6 +135,7 @@ class BalancerConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
     usage_reconcile_s: float = 1.0
+    client: ClientTimeouts = field(default_factory=ClientTimeouts)
 
 
 class Balancer:
@@ -208,6 +211,7 @@ class Balancer:
                 cfg.admission.queue_timeout_s,
                 prefix_hashes=prefix_scorer is not None,
                 kv_index=self.kv_index,
+                client_stall_s=cfg.client.stall_s,
             ),
             self.pool,
             self.dispatcher,
@@ -343,7 +347,8 @@ class Balancer:
         # a client that closes after the last piece (SSE clients do, after [DONE]) cancels
         # the handler too: the answer was whole all the same
         whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
-        cancelled = not whole and (cancelled or end is RelayEnd.CLIENT_GONE)
+        cancelled = not whole and (cancelled or end in (RelayEnd.CLIENT_GONE,
+                                                        RelayEnd.CLIENT_STALLED))
         # cut short without the engine's own count: the engine generated more than relayed
         short = not whole and (usage is None or usage.completion_tokens is None)
         served = self.pool.by_name.get(backend)  # gone if a policy change removed it

@@ -13,7 +13,8 @@
    buffering). SSE chunks are metered to learn the backend's decode rate, after each is
    written on: the accounting never delays a chunk. If the client goes away the handler
    is cancelled and the upstream connection is closed, which aborts the sequence on the
-   GPU server.
+   GPU server; a client that stops reading is cut after ``client_stall_s`` without
+   progress, the same way (``relay``), and counted.
 5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
    not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
@@ -39,7 +40,13 @@ from regions.balancer.headers import upstream_request_headers
 from regions.balancer.kv_event_index import DEFAULT_KV_BLOCK_SIZE, KvEventIndex
 from regions.balancer.metrics import BalancerMetrics
 from regions.balancer.output_lengths import OutputLengths
-from regions.balancer.relay import UPSTREAM_ERRORS, RelayEnd, relay, response_for
+from regions.balancer.relay import (
+    DEFAULT_STALL_S,
+    UPSTREAM_ERRORS,
+    RelayEnd,
+    relay,
+    response_for,
+)
 from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
@@ -83,6 +90,7 @@ class ProxySettings:
     prefill_ratio: float
     max_queue_wait_s: float
     prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
+    client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
     kv_index: KvEventIndex | None = None  # key the prompt's token blocks for this index
 
 
@@ -296,7 +304,8 @@ class Proxy:
 
         try:
             end = await relay(request, upstream, resp, on_chunk, self.clock,
-                              UsageEventFilter() if strip_usage and sse else None)
+                              UsageEventFilter() if strip_usage and sse else None,
+                              self.settings.client_stall_s)
             request[RELAY_END] = end
         except asyncio.CancelledError:  # the client went away while we waited upstream
             self.metrics.client_gone.labels("before_end").inc()
@@ -306,6 +315,10 @@ class Proxy:
         elif end in CLIENT_GONE:
             self.metrics.client_gone.labels(CLIENT_GONE[end]).inc()
             log.debug("client went away (%s) from a %s answer", CLIENT_GONE[end], backend.name)
+        elif end is RelayEnd.CLIENT_STALLED:
+            self.metrics.stalled_clients.inc()
+            log.debug("client %s cut: it took nothing of a %s answer for %.0f s",
+                     request.remote, backend.name, self.settings.client_stall_s)
         if end not in WHOLE_ANSWER:
             return resp
         metrics.e2e.observe(self.clock() - start)
