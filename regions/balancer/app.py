@@ -51,7 +51,7 @@ from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
-from regions.balancer.client_timeouts import ClientTimeouts
+from regions.balancer.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
@@ -212,6 +212,7 @@ class Balancer:
                 prefix_hashes=prefix_scorer is not None,
                 kv_index=self.kv_index,
                 client_stall_s=cfg.client.stall_s,
+                client_body_s=cfg.client.body_s,
             ),
             self.pool,
             self.dispatcher,
@@ -238,6 +239,7 @@ class Balancer:
                                      cfg.info_every_s)
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
                                          cfg.usage_reconcile_s)
+        self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -245,7 +247,8 @@ class Balancer:
     # -- app -----------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[self.guard.middleware])
         for endpoint in Endpoint:
             app.router.add_post(endpoint.value, self._inference_handler(endpoint))
         app.router.add_get("/v1/models", self._models)
@@ -434,11 +437,13 @@ class Balancer:
             handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             access_log=None,
+            keepalive_timeout=self.config.client.idle_s,
+            lingering_time=self.config.client.linger_s,
         )
         await runner.setup()  # opens the backends' sessions
         if self.tenancy.enabled:  # the engines' token counters before any request
             await self.reconcile.baseline_all()
-        site = web.TCPSite(runner, self.listen[0], self.listen[1], reuse_address=True)
+        site = GuardedSite(runner, self.listen[0], self.listen[1], self.guard)
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner

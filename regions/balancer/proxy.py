@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The data path of one inference request: parse, bind, forward, stream back, account.
 
-1. The body is read once (bounded: 413 above ``max_body_bytes``) and parsed once into a
-   ``RequestInfo``.
+1. The body is read once (bounded: 413 above ``max_body_bytes``, 408 when it pauses longer
+   than ``client_body_s``) and parsed once into a ``RequestInfo``.
 2. ``Dispatcher.acquire`` binds it to a backend (maybe after waiting in the queue) and
    returns a ``Lease``; the lease is released by a ``with`` block however the request
    ends: success, upstream error, client disconnect (the handler is cancelled) or timeout.
@@ -34,6 +34,7 @@ from aiohttp import web
 
 from regions.balancer.admission import Dispatcher
 from regions.balancer.backends import Backend, BackendPool, Lease
+from regions.balancer.client_timeouts import BodyTimeout, read_body
 from regions.balancer.engine_priority import with_priority
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
 from regions.balancer.headers import upstream_request_headers
@@ -91,6 +92,7 @@ class ProxySettings:
     max_queue_wait_s: float
     prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
     client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
+    client_body_s: float = 30.0  # a request body that pauses longer: 408
     kv_index: KvEventIndex | None = None  # key the prompt's token blocks for this index
 
 
@@ -126,9 +128,12 @@ class Proxy:
         if request.content_length is not None and request.content_length > limit:
             raise RequestRejected(413, f"request body exceeds {limit} bytes")
         try:
-            raw = await request.read()
+            raw = await read_body(request, self.settings.client_body_s)
         except web.HTTPRequestEntityTooLarge:
             raise RequestRejected(413, f"request body exceeds {limit} bytes") from None
+        except BodyTimeout as exc:
+            self.metrics.slow_requests.labels("body").inc()
+            raise RequestRejected(408, str(exc)) from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -170,7 +175,10 @@ class Proxy:
             timeout = self.queue_timeout(request)
         except RequestRejected as exc:
             error_type = "invalid_request_error"
-            return error_response(exc.status, exc.message, error_type, param=exc.param)
+            refusal = error_response(exc.status, exc.message, error_type, param=exc.param)
+            if exc.status == 408:  # the rest of a stalled body is not waited for
+                refusal.force_close()
+            return refusal
         if self.admit is not None:
             admitted = await self.admit(request, info)
             if isinstance(admitted, web.StreamResponse):
