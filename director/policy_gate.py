@@ -10,6 +10,12 @@ Every path that loads a policy goes through here: ``director policy check`` and 
 the stored-policy follower), ``director up``, ``region serve`` and its follower, the probe
 workers and the demo. ``tests/test_policy_gate.py`` checks that no other path loads one.
 
+Checking is bounded (``policies.limits`` caps the policy's size) and, given ``deadline_s``,
+has a deadline: the parse, each included file, each block, each stage and each service's
+engine proof start only before it, so a policy whose check would run longer is refused
+with an error saying what was under way, at most one service's proof past the deadline
+(the admin API gives ``PUT /api/v1/policy`` one, ``director api serve --policy-deadline``).
+
 A policy stored in Redis carries the digests of the engine proofs its writer ran
 (``Acceptance.proofs``, ``director.proof_digest``): a follower running the same code adopts
 those services without running their decisions again, and runs any other itself. The
@@ -26,6 +32,8 @@ from dataclasses import dataclass, replace
 from director.engine.engine_proof import EngineProof, ServiceCoverage, run_engine_proof
 from director.proof_digest import proof_digest
 from policies import CheckResult, Diagnostic, Policy, PolicyError, check_policy
+from policies.deadline import Deadline
+from policies.errors import DeadlineExceeded
 from policies.loader import (
     PolicySources,
     SourceReader,
@@ -54,6 +62,8 @@ class Acceptance:
     result: CheckResult
     engine: EngineProof | None  # None when the policy did not compile or prove
     strict: bool = False
+    late: Diagnostic | None = None  # the engine proof ran past the deadline
+
 
     @property
     def warnings(self) -> list[Diagnostic]:
@@ -63,6 +73,8 @@ class Acceptance:
     def diagnostics(self) -> list[Diagnostic]:
         """Every problem that refuses the policy (warnings too, when strict)."""
         found = list(self.result.diagnostics)
+        if self.late is not None:
+            found.append(self.late)
         if self.engine is not None:
             found += _engine_diagnostics(self.result.policy, self.engine)
         if self.strict:
@@ -96,24 +108,39 @@ class Acceptance:
 
 
 def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False,
-           proven: Collection[str] = ()) -> Acceptance:
+           proven: Collection[str] = (), deadline_s: float | None = None) -> Acceptance:
     """Check the policy at ``path`` (and what it includes) through both proofs; engine
-    proofs whose digest is in ``proven`` (a stored record's) are not run again."""
-    result = check_policy(path, reader=reader)
+    proofs whose digest is in ``proven`` (a stored record's) are not run again. With
+    ``deadline_s``, a check that runs longer refuses the policy."""
+    deadline = Deadline(deadline_s) if deadline_s is not None else None
+    result = check_policy(path, reader=reader, deadline=deadline)
     engine = None
+    late = None
     if result.policy is not None and not proof_disabled():
-        engine = engine_proof(result.policy, proven=frozenset(proven))
-    return Acceptance(path, result, engine, strict)
+        try:
+            engine = engine_proof(result.policy, proven=frozenset(proven), deadline=deadline)
+        except DeadlineExceeded as exc:
+            late = Diagnostic(exc.pos or result.policy.pos, str(exc),
+                              hint="the policy is too large or too intricate to prove in "
+                                   "time; the running policy stays in force")
+    return Acceptance(path, result, engine, strict, late)
 
 
-def engine_proof(policy: Policy, *, proven: frozenset[str] = frozenset()) -> EngineProof:
+def engine_proof(policy: Policy, *, proven: frozenset[str] = frozenset(),
+                 deadline: Deadline | None = None) -> EngineProof:
     """``run_engine_proof(policy)``, one service at a time, each service's part remembered
     under ``proof_class(service_proof_key(...))``: an edit that no decision reads (TTLs,
     SOA, endpoints, GPU servers, health checks) or that only moves a spillover threshold is
     adopted in milliseconds, and another edit of one service runs the decisions of that
-    service alone. A part whose digest is in ``proven`` is not run."""
-    parts = [_service_proof(service_proof_key(policy, service), proven)
-             for service in policy.services if service.residency]
+    service alone. A part whose digest is in ``proven`` is not run. Raises
+    ``DeadlineExceeded`` when a service is reached past ``deadline``."""
+    parts = []
+    for service in policy.services:
+        if service.residency:
+            if deadline is not None:
+                deadline.check(f"running the engine proof of service {service.name}",
+                               service.pos)
+            parts.append(_service_proof(service_proof_key(policy, service), proven))
     return EngineProof(tuple(v for part in parts for v in part.violations),
                        tuple(s for part in parts for s in part.services),
                        sum(part.seconds for part in parts))
@@ -172,10 +199,11 @@ def proof_class(key: Policy) -> Policy:
 
 
 def accept_text(text: str, name: str = "policy.dp", files: Mapping[str, str] | None = None,
-                *, strict: bool = False, proven: Collection[str] = ()) -> Acceptance:
+                *, strict: bool = False, proven: Collection[str] = (),
+                deadline_s: float | None = None) -> Acceptance:
     """Like ``accept``, from memory; ``files`` holds included files by path."""
     return accept(name, reader=memory_reader({name: text, **(files or {})}), strict=strict,
-                  proven=proven)
+                  proven=proven, deadline_s=deadline_s)
 
 
 def load(path: str, *, reader: SourceReader = read_file) -> Policy:

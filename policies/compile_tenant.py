@@ -82,23 +82,50 @@ def _quota(directive: Directive | None, report: Reporter) -> TenantQuota:
     Args(directive, report).end("")
     found = read_block(directive.directives(), "quota", directive, report)
 
-    def rate(key: str) -> float | None:
-        value = single(_first(found, key), values.per_minute, _RATE, report, None)
-        if value is not None and value <= 0:
-            report.at_arg(found[key][0].args[0], f"a quota of zero {key} admits nothing",
+    def rate(key: str) -> tuple[float | None, float | None]:
+        """The rate per minute and the bucket's size (the count as written, or the
+        declared burst); (None, None) for no limit."""
+        directive = _first(found, key)
+        if directive is None:
+            return None, None
+        args = Args(directive, report)
+        taken = args.take(values.quota_rate, _RATE)
+        size = None
+        if args.peek() is not None:
+            keyword = args.take_arg(_RATE)
+            if keyword is not None and keyword.text != "burst":
+                report.at_arg(keyword, f"unexpected argument '{keyword.text}' to '{key}'",
+                              expected=f"{key} {_RATE} [burst <count>]",
+                              hint="a rate may be followed by its burst: burst 40")
+                return None, None
+            size = args.take(values.burst, f"{_RATE} burst <count>")
+            if size is None:
+                return None, None
+        args.end(f"{_RATE} [burst <count>]")
+        if taken is None:
+            return None, None
+        per_minute, written = taken
+        if per_minute <= 0:
+            report.at_arg(directive.args[0], f"a quota of zero {key} admits nothing",
                           expected="a rate above zero such as 600/min",
                           hint="leave the line out for no limit")
-            return None
-        return value
+            return None, None
+        size = size if size is not None else written
+        return per_minute, None if size == per_minute else size  # None: a minute's worth
 
     concurrent = single(_first(found, "concurrent"),
                         lambda t: values.integer(t, 1, 1_000_000, "concurrent"), "<count>",
                         report, None)
+    requests, input_tokens, output_tokens = (
+        rate("requests"), rate("input-tokens"), rate("output-tokens"))
     return TenantQuota(
-        requests_per_minute=rate("requests"),
-        input_tokens_per_minute=rate("input-tokens"),
-        output_tokens_per_minute=rate("output-tokens"),
+        requests_per_minute=requests[0],
+        input_tokens_per_minute=input_tokens[0],
+        output_tokens_per_minute=output_tokens[0],
         concurrent=concurrent,
+        requests_burst=requests[1],
+        input_tokens_burst=input_tokens[1],
+        output_tokens_burst=output_tokens[1],
     )
 
 

@@ -1,25 +1,30 @@
 """Compile syntax trees into the frozen ``Policy`` model.
 
-Includes are spliced in where they stand (at top level or inside a region block); the
-compiler never touches the file system itself: it asks ``include`` for each included file.
+Includes are spliced in where they stand (at top level or inside a region block) by
+``policies.includes``; the compiler never touches the file system itself: it asks
+``include`` for each included file. The counts that drive the work of later stages are
+capped (``policies.limits``): past a cap, the directive that crossed it is reported and the
+rest of its kind is left out.
 Names used before they are declared are recorded as ``Ref`` objects for the validator; files
 a policy names (a JWKS file) as ``FileRef`` objects for the loader, which checks them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from policies import values
 from policies.compile_region import compile_region
 from policies.compile_service import compile_service
 from policies.compile_tenant import compile_identity, compile_tenant
+from policies.deadline import Deadline, check
 from policies.grammar import (
     DEFAULT_ADMIN_NETWORKS,
     DEFAULT_STALE_AFTER,
     DEFAULT_TTL,
 )
+from policies.includes import IncludeLoader, Splicer
+from policies.limits import MAX_GPUS, MAX_REGIONS, MAX_SERVICES, MAX_TENANTS
 from policies.model import (
     NOWHERE,
     HealthCheck,
@@ -33,9 +38,7 @@ from policies.model import (
 from policies.reading import Args, FileRef, Ref, Reporter, read_block
 from policies.syntax import Directive, File
 
-# Given the include's argument and the including file's name: the parsed file, or an error
-# message (the compiler reports it at the include directive).
-IncludeLoader = Callable[[str, str], "File | str"]
+__all__ = ["Compiled", "IncludeLoader", "compile_file"]
 
 
 @dataclass
@@ -45,10 +48,13 @@ class Compiled:
     files: list[FileRef] = field(default_factory=list)  # files the loader checks
 
 
-def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compiled:
-    """Compile a parsed policy file; problems go to ``report``."""
+def compile_file(root: File, include: IncludeLoader, report: Reporter,
+                 deadline: Deadline | None = None) -> Compiled:
+    """Compile a parsed policy file; problems go to ``report``. Raises
+    ``DeadlineExceeded`` once past ``deadline``."""
     refs: list[Ref] = []
-    top = _expand(root.directives(), include, report, stack=(root.name,))
+    splicer = Splicer(include, report, deadline)
+    top = splicer.top(root)
     if not top:
         report.at(SourcePos(root.name, 1, 1), "the policy declares nothing",
                   expected="a zone block, and at least one region and one service",
@@ -69,58 +75,65 @@ def compile_file(root: File, include: IncludeLoader, report: Reporter) -> Compil
     for d in found.get("state", ()):
         stale_after = _state(d, report)
     regions = []
-    for d in found.get("region", ()):
-        body = _expand(d.directives(), include, report, stack=(d.pos.file,))
+    gpus = _Count(MAX_GPUS, "GPU servers", "across every region", report)
+    for d in _capped(found.get("region", []), MAX_REGIONS, "regions", report):
+        check(deadline, f"reading region {_name(d)}", d.pos)
+        body = [b for b in splicer.block(d) if b.name != "gpu" or gpus.admits(b)]
         region = compile_region(d, body, report, refs)
         if region is not None:
             regions.append(region)
     zone_ttl = zone.ttl if zone else DEFAULT_TTL
-    services = tuple(
-        s for d in found.get("service", ())
-        if (s := compile_service(d, regions, zone_ttl, report, refs)) is not None
-    )
+    services = []
+    for d in _capped(found.get("service", []), MAX_SERVICES, "services", report):
+        check(deadline, f"reading service {_name(d)}", d.pos)
+        if (service := compile_service(d, regions, zone_ttl, report, refs)) is not None:
+            services.append(service)
     files: list[FileRef] = []
     identity = None
     for d in found.get("identity", ()):
         identity = compile_identity(d, report, files)
+    check(deadline, "reading the tenants")
     tenants = tuple(
-        t for d in found.get("tenant", ()) if (t := compile_tenant(d, report, refs)) is not None
+        t for d in _capped(found.get("tenant", []), MAX_TENANTS, "tenants", report)
+        if (t := compile_tenant(d, report, refs)) is not None
     )
     if zone is None:
         return Compiled(None, refs, files)
-    policy = Policy(zone, jurisdictions, healthchecks, tuple(regions), services, stale_after,
-                    tenants=tenants, identity=identity,
+    policy = Policy(zone, jurisdictions, healthchecks, tuple(regions), tuple(services),
+                    stale_after, tenants=tenants, identity=identity,
                     pos=root.directives()[0].pos if root.directives() else zone.pos)
     return Compiled(policy, refs, files)
 
 
-def _expand(directives: list[Directive], include: IncludeLoader, report: Reporter,
-            stack: tuple[str, ...]) -> list[Directive]:
-    """Replace ``include "file"`` directives by the directives of that file."""
-    out: list[Directive] = []
-    for directive in directives:
-        if directive.name != "include":
-            out.append(directive)
-            continue
-        args = Args(directive, report)
-        arg = args.take_arg('"<file>"')
-        if arg is None or not args.end('"<file>"') or directive.block is not None:
-            if directive.block is not None:
-                report.at(directive.block_pos or directive.pos, "'include' takes no block",
-                          expected='include "<file>"')
-            continue
-        if any(d.pos == arg.pos for d in report.diagnostics):
-            continue  # e.g. an unterminated string: already reported, do not guess a file
-        loaded = include(arg.text, directive.pos.file)
-        if isinstance(loaded, str):
-            report.at_arg(arg, loaded, expected="a policy file, relative to this one")
-            continue
-        if loaded.name in stack:
-            report.at_arg(arg, f"'{arg.text}' includes itself",
-                          hint="include chain: " + " -> ".join((*stack, loaded.name)))
-            continue
-        out += _expand(loaded.directives(), include, report, stack=(*stack, loaded.name))
-    return out
+def _capped(directives: list[Directive], cap: int, noun: str,
+            report: Reporter) -> list[Directive]:
+    """The first ``cap`` of ``directives``; the one after them is reported."""
+    if len(directives) > cap:
+        report.at_directive(directives[cap], f"the policy declares more than {cap} {noun}",
+                            expected=f"at most {cap} {noun}",
+                            hint=f"the {len(directives) - cap} from here on are not read")
+    return directives[:cap]
+
+
+class _Count:
+    """Counts directives of one kind across blocks; the first over ``cap`` is reported."""
+
+    def __init__(self, cap: int, noun: str, where: str, report: Reporter) -> None:
+        self.cap, self.noun, self.where, self.report = cap, noun, where, report
+        self.seen = 0
+
+    def admits(self, directive: Directive) -> bool:
+        self.seen += 1
+        if self.seen == self.cap + 1:
+            self.report.at_directive(
+                directive, f"the policy declares more than {self.cap} {self.noun}",
+                expected=f"at most {self.cap} {self.noun} {self.where}",
+                hint="this one and those after it are not read")
+        return self.seen <= self.cap
+
+
+def _name(directive: Directive) -> str:
+    return directive.args[0].text if directive.args else "?"
 
 
 def _single(found: dict[str, list[Directive]], key: str, convert, usage: str,

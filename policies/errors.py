@@ -3,6 +3,8 @@
 Exception tree::
 
     PolicyError            a policy could not be loaded; carries every Diagnostic found
+    DeadlineExceeded       checking a policy ran past its deadline (``policies.deadline``);
+                           the loader and the gate turn it into a Diagnostic
 
 A ``Diagnostic`` (an error, or a warning from ``policies.lint``) renders as::
 
@@ -35,24 +37,27 @@ class Diagnostic:
 
     def render(self, sources: Mapping[str, str]) -> str:
         """The diagnostic with its source line and a caret, given file name -> text."""
+        text = sources.get(self.pos.file)
+        return self.render_lines(None if text is None else text.split("\n"))
+
+    def render_lines(self, source_lines: Sequence[str] | None) -> str:
+        """``render``, given the lines of its file (split on "\\n", as the lexer counts
+        them), so that many diagnostics of one file split it once."""
         where = str(self.pos) if self.pos.line > 0 else self.pos.file  # 0: the whole file
         head = f"{where}: {self.severity}: {self.message}"
         lines = [head]
-        text = sources.get(self.pos.file)
-        if text is not None and self.pos.line > 0:
-            source_lines = text.split("\n")  # as the lexer counts lines
-            if self.pos.line <= len(source_lines):
-                raw = source_lines[self.pos.line - 1].rstrip("\r")
-                # tabs are shown as 4 columns; the caret follows them
-                before = raw[: self.pos.col - 1]
-                span = raw[self.pos.col - 1: self.pos.col - 1 + max(1, self.length)]
-                start = len(before.expandtabs(TAB))
-                width = max(1, len((before + span).expandtabs(TAB)) - start)
-                number = str(self.pos.line)
-                gutter = " " * len(number)
-                lines.append(f" {number} | {raw.expandtabs(TAB)}")
-                caret = " " * start + "^" * width
-                lines.append(f" {gutter} | {caret}")
+        if source_lines is not None and 0 < self.pos.line <= len(source_lines):
+            raw = source_lines[self.pos.line - 1].rstrip("\r")
+            # tabs are shown as 4 columns; the caret follows them
+            before = raw[: self.pos.col - 1]
+            span = raw[self.pos.col - 1: self.pos.col - 1 + max(1, self.length)]
+            start = len(before.expandtabs(TAB))
+            width = max(1, len((before + span).expandtabs(TAB)) - start)
+            number = str(self.pos.line)
+            gutter = " " * len(number)
+            lines.append(f" {number} | {raw.expandtabs(TAB)}")
+            caret = " " * start + "^" * width
+            lines.append(f" {gutter} | {caret}")
         if self.expected:
             lines.append(f"  = expected: {self.expected}")
         if self.hint:
@@ -80,7 +85,24 @@ class PolicyError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        return "\n\n".join(d.render(self.sources) for d in self.diagnostics)
+        split: dict[str, list[str] | None] = {}
+        for d in self.diagnostics:
+            if d.pos.file not in split:
+                text = self.sources.get(d.pos.file)
+                split[d.pos.file] = None if text is None else text.split("\n")
+        return "\n\n".join(d.render_lines(split[d.pos.file]) for d in self.diagnostics)
+
+
+class DeadlineExceeded(Exception):
+    """Checking a policy took longer than ``seconds``; ``doing``: what was under way, at
+    ``pos`` when it is one directive's work."""
+
+    def __init__(self, seconds: float, doing: str, pos: SourcePos | None = None) -> None:
+        self.seconds = seconds
+        self.doing = doing
+        self.pos = pos
+        super().__init__(f"checking the policy took longer than its deadline of "
+                         f"{seconds:g} s (while {doing})")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:

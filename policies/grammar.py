@@ -143,9 +143,9 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "reserve": Spec("<percent of capacity>"),
     },
     "quota": {
-        "requests": Spec("<count>/<unit>"),
-        "input-tokens": Spec("<count>/<unit>"),
-        "output-tokens": Spec("<count>/<unit>"),
+        "requests": Spec("<count>/<unit> [burst <count>]"),
+        "input-tokens": Spec("<count>/<unit> [burst <count>]"),
+        "output-tokens": Spec("<count>/<unit> [burst <count>]"),
         "concurrent": Spec("<count>"),
     },
 }

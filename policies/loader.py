@@ -3,6 +3,10 @@
 This is the one module of ``policies`` that reads files, through a ``SourceReader`` that
 tests and the admin API replace with an in-memory one. Files a policy names without
 including them (a JWKS file) must exist when the policy is read from disk.
+
+Checking is bounded work: each file is read and parsed once however often it is included,
+the policy's size is capped (``policies.limits``), at most ``MAX_REPORTED`` problems are
+listed, and a ``Deadline`` refuses a policy whose check runs past it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from policies.compiler import compile_file
-from policies.errors import Diagnostic, PolicyError
+from policies.deadline import Deadline, check
+from policies.errors import DeadlineExceeded, Diagnostic, PolicyError
+from policies.limits import MAX_REPORTED
 from policies.lint import lint
 from policies.model import Policy, SourcePos
 from policies.parser import parse_text
@@ -58,9 +64,10 @@ class CheckResult:
         return PolicyError(self.diagnostics, self.sources)
 
 
-def check_policy(path: str, *, reader: SourceReader = read_file,
-                 prove: bool = True) -> CheckResult:
-    """Parse, compile, validate and (unless ``prove`` is False) prove residency."""
+def check_policy(path: str, *, reader: SourceReader = read_file, prove: bool = True,
+                 deadline: Deadline | None = None) -> CheckResult:
+    """Parse, compile, validate and (unless ``prove`` is False) prove residency; past
+    ``deadline`` the policy is refused with an error saying what was under way."""
     sources: dict[str, str] = {}
     report = Reporter()
     try:
@@ -69,13 +76,26 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
         report.at(SourcePos(path, 0, 0), f"cannot read the policy: {_reason(exc)}")
         return CheckResult(None, report.diagnostics, sources=sources)
     sources[path] = text
+    try:
+        return _check(path, text, reader, prove, deadline, report, sources)
+    except DeadlineExceeded as exc:
+        report.at(exc.pos or SourcePos(path, 0, 0), str(exc),
+                  hint="the policy is too large or too intricate to check in time; the "
+                       "running policy stays in force")
+        return CheckResult(None, _listed(report.diagnostics), sources=sources)
+
+
+def _check(path: str, text: str, reader: SourceReader, prove: bool,
+           deadline: Deadline | None, report: Reporter, sources: dict[str, str],
+           ) -> CheckResult:
     root, syntax = parse_text(text, path)
     report.diagnostics += syntax
+    parsed: dict[str, File] = {path: root}
 
     def include(target: str, from_file: str) -> File | str:
         name = os.path.normpath(os.path.join(os.path.dirname(from_file), target))
-        if name in sources:
-            return File(name, sources[name], parse_text(sources[name], name)[0].items)
+        if name in parsed:
+            return parsed[name]
         try:
             included = reader(name)
         except (OSError, ValueError) as exc:
@@ -83,21 +103,25 @@ def check_policy(path: str, *, reader: SourceReader = read_file,
         sources[name] = included
         tree, problems = parse_text(included, name)
         report.diagnostics.extend(problems)
+        parsed[name] = tree
         return tree
 
-    compiled = compile_file(root, include, report)
+    compiled = compile_file(root, include, report, deadline)
     proof: list[PathCheck] = []
     if compiled.policy is not None:
+        check(deadline, "validating")
         validate(compiled.policy, compiled.refs, report)
         if reader is read_file:
             # Only a policy read from disk names files of this machine; one from memory (the
             # admin API, the followers) names files of the machine that wrote it.
             _check_files(compiled.files, report)
         if prove and not report.diagnostics and not proof_disabled():
+            check(deadline, "proving residency")
             proof = prove_residency(compiled.policy, report)
     policy = compiled.policy if not report.diagnostics else None
+    check(deadline, "linting")
     warnings = lint(policy, report) if policy is not None else []
-    return CheckResult(policy, _dedupe(report.diagnostics), proof, sources, warnings)
+    return CheckResult(policy, _listed(report.diagnostics), proof, sources, warnings)
 
 
 def load_policy(path: str, *, reader: SourceReader = read_file, prove: bool = True) -> Policy:
@@ -170,5 +194,15 @@ def _reason(exc: Exception) -> str:
     return str(exc)
 
 
-def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    return list(dict.fromkeys(diagnostics))
+def _listed(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Each problem once, the first ``MAX_REPORTED`` by position, then how many more."""
+    unique = list(dict.fromkeys(diagnostics))
+    if len(unique) <= MAX_REPORTED:
+        return unique
+    unique.sort(key=lambda d: d.pos)
+    listed = unique[:MAX_REPORTED]
+    last = listed[-1].pos
+    listed.append(Diagnostic(SourcePos(last.file, last.line, last.col + 1),
+                             f"... and {len(unique) - MAX_REPORTED} more problems",
+                             hint="fix these and check again to see the rest"))
+    return listed

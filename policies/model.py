@@ -236,12 +236,20 @@ class RedisDown(enum.Enum):
 
 @dataclass(frozen=True)
 class TenantQuota:
-    """Limits enforced jointly by every balancer of the deployment (None: unlimited)."""
+    """Limits enforced jointly by every balancer of the deployment (None: unlimited).
+
+    Each rate is a token bucket refilled at ``*_per_minute`` and holding ``*_burst`` units:
+    at most that many are admitted at once. The DSL sets the burst to the count as written
+    (``10/s``: 10, ``600/min``: 600) unless the tenant declares one (``10/s burst 40``);
+    None holds one minute's worth."""
 
     requests_per_minute: float | None = None
     input_tokens_per_minute: float | None = None
     output_tokens_per_minute: float | None = None
     concurrent: int | None = None
+    requests_burst: float | None = None
+    input_tokens_burst: float | None = None
+    output_tokens_burst: float | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from policies.errors import Diagnostic, did_you_mean, one_of
 from policies.grammar import CONTEXTS, TOP, Spec
+from policies.limits import MAX_REPORTED
 from policies.model import SourcePos
 from policies.syntax import Arg, Directive
 from policies.values import ValueProblem
@@ -46,6 +47,22 @@ class Reporter:
         # every directive read, by position: later stages see only the model (which keeps
         # a directive's position) and use this to point at the exact word they reject
         self.directives: dict[SourcePos, Directive] = {}
+        self._by_pos: dict[SourcePos, list[Diagnostic]] = {}
+        self._indexed = 0  # diagnostics indexed in _by_pos (stages also append directly)
+
+    @property
+    def full(self) -> bool:
+        """Whether more problems were found than are listed (``limits.MAX_REPORTED``):
+        costly hints are no longer worth working out."""
+        return len(self.diagnostics) > MAX_REPORTED
+
+    def reported_at(self, pos: SourcePos) -> list[Diagnostic]:
+        """The diagnostics reported at ``pos`` so far (indexed as they come, so that a
+        stage asking about each directive stays linear)."""
+        for diagnostic in self.diagnostics[self._indexed:]:
+            self._by_pos.setdefault(diagnostic.pos, []).append(diagnostic)
+        self._indexed = len(self.diagnostics)
+        return self._by_pos.get(pos, [])
 
     def at(self, pos: SourcePos, message: str, *, length: int = 1,
            expected: str | None = None, hint: str | None = None) -> None:
@@ -136,13 +153,17 @@ def _reported_near(name: str, directives: Sequence[Directive], report: Reporter)
     # A misspelt required directive was already reported as unknown, with a hint naming it;
     # do not also call it missing.
     return any(
-        d.pos == diag.pos and diag.hint and f"'{name}'" in diag.hint
-        for d in directives for diag in report.diagnostics
+        diag.hint and f"'{name}'" in diag.hint
+        for d in directives for diag in report.reported_at(d.pos)
     )
 
 
 def _unknown(directive: Directive, context: str, specs: dict[str, Spec], report: Reporter) -> None:
     # A directive of another block is far more likely misplaced than misspelt.
+    if report.full:  # one of very many: no hint (a did-you-mean costs a string match each)
+        report.at_directive(directive, f"unknown directive '{directive.name}' "
+                            f"{_in_block(context, 'a')}")
+        return
     homes = [ctx for ctx, table in CONTEXTS.items() if directive.name in table]
     if homes:
         places = [_in_block(ctx, "a") for ctx in homes]

@@ -257,10 +257,16 @@ def per_minute(text: str) -> float:
     """A quota rate, returned per minute: a count, optionally with ``k`` (thousand) or ``M``
     (million), then ``/s``, ``/min`` or ``/h`` (``10/s`` -> 600.0, ``200k/min`` ->
     200000.0, ``36000/h`` -> 600.0)."""
+    return quota_rate(text)[0]
+
+
+def quota_rate(text: str) -> tuple[float, float]:
+    """A quota rate as ``per_minute`` reads it, and the count as written (``10/s`` ->
+    (600.0, 10.0)): the size of its bucket unless a burst is declared."""
     match = _QUOTA_RATE.match(text)
     if match:
         count = float(match["num"]) * _SCALE[match["scale"]]
-        return count * _PER_MINUTE[match["unit"]]
+        return count * _PER_MINUTE[match["unit"]], count
     if re.fullmatch(_NUMBER + r"[kM]?", text):
         raise ValueProblem(f"'{text}' has no unit", expected=QUOTA_RATE_EXPECTED,
                            hint=f"write {text}/min for a count per minute")
@@ -273,6 +279,24 @@ def per_minute(text: str) -> float:
     else:
         hint = None
     raise ValueProblem(f"'{text}' is not a quota rate", expected=QUOTA_RATE_EXPECTED, hint=hint)
+
+
+_COUNT = re.compile(_NUMBER + r"(?P<scale>[kM]?)$")
+QUOTA_BURST_EXPECTED = "a count of at least 1 such as 40, 500k or 2M"
+
+
+def burst(text: str) -> float:
+    """A quota's burst: a count of units, at least 1, optionally with ``k`` or ``M``."""
+    match = _COUNT.match(text)
+    if not match:
+        hint = "a burst is a count, without a unit" if "/" in text else None
+        raise ValueProblem(f"'{text}' is not a burst", expected=QUOTA_BURST_EXPECTED,
+                           hint=hint)
+    count = float(match["num"]) * _SCALE[match["scale"]]
+    if count < 1:
+        raise ValueProblem(f"a burst of {text} admits less than one unit at once",
+                           expected=QUOTA_BURST_EXPECTED)
+    return count
 
 
 def on_off(text: str) -> bool:

@@ -1,15 +1,19 @@
 """Quota decisions, and the in-process limiter a balancer falls back on while Redis is down.
 
 GCRA (the generic cell rate algorithm) keeps one number per bucket, its theoretical arrival
-time ``tat``. With a limit of ``L`` units per minute, each unit moves ``tat`` forward by the
-emission interval ``T = 60 / L`` seconds, and a bucket admits a cost ``c`` at time ``now`` when
+time ``tat``. With a limit of ``L`` units per minute and a burst of ``B`` units (the bucket's
+size), each unit moves ``tat`` forward by the emission interval ``T = 60 / L`` seconds, the
+bucket spans ``W = B·T`` seconds, and it admits a cost ``c`` at time ``now`` when
 
-    max(tat, now) + min(c·T, 60) - 60 <= now
+    max(tat, now) + min(c·T, W) - W <= now
 
-that is, when at most one minute's worth (the burst: the whole per-minute limit) is owed. A
-refused request may come back after ``max(tat, now) + min(c·T, 60) - 60 - now`` seconds. A
-cost above the whole limit is checked as the whole limit (admitted into a full bucket, leaving
-it in debt), so that a large request is slowed down rather than refused forever. The Lua script
+that is, when at most ``B`` units are owed: a full bucket admits ``B`` at once, then one unit
+every ``T`` (so at most ``B + L·t/60`` in any ``t`` seconds). The policy's ``10/s`` is
+``L = 600``, ``B = 10``; ``600/min`` is ``L = B = 600``; ``10/s burst 40`` is ``L = 600``,
+``B = 40`` (``policies.model.TenantQuota``; without a burst, ``B = L``: one minute's worth). A
+refused request may come back after ``max(tat, now) + min(c·T, W) - W - now`` seconds. A cost
+above the whole bucket is checked as the whole bucket (admitted into a full bucket, leaving it
+in debt), so that a large request is slowed down rather than refused forever. The Lua script
 of :mod:`tenants.quota_scripts` is the same arithmetic on the Redis server's clock.
 
 :class:`LocalLimits` applies it in process, per tenant, with every limit multiplied by the
@@ -26,27 +30,29 @@ from typing import NamedTuple
 
 from policies.model import TenantQuota
 
-WINDOW_S = 60.0  # rates are per minute, and the burst is one minute's worth
+WINDOW_S = 60.0  # rates are per minute; a bucket without a burst holds a minute's worth
 RATE_LIMITS = ("requests", "input_tokens", "output_tokens")
 CONCURRENT = "concurrent"
+TOLERANCE_S = 1e-6  # a wait this short is rounding: admitted (the scripts agree)
 CONCURRENT_RETRY_S = 1.0  # a slot frees when any running request ends: nothing to compute
 
 
 class Bucket(NamedTuple):
-    """One rate limit as a decision left it: its per-minute ``limit``, the units it would
-    admit ``remaining`` now, and ``reset_s`` until it is full again (a tuple: one is made
-    for each limit of each request)."""
+    """One rate limit as a decision left it: its size ``limit`` (the units it admits at
+    once when full), the units it would admit ``remaining`` now, and ``reset_s`` until it
+    is full again (a tuple: one is made for each limit of each request)."""
 
     limit: float
     remaining: int
     reset_s: float
 
     @classmethod
-    def from_backlog(cls, limit: float, backlog_s: float) -> Bucket:
-        """The bucket whose ``tat`` is ``backlog_s`` seconds ahead of now."""
+    def from_backlog(cls, limit: float, backlog_s: float, window_s: float = WINDOW_S) -> Bucket:
+        """The bucket of ``limit`` a minute spanning ``window_s`` whose ``tat`` is
+        ``backlog_s`` seconds ahead of now."""
         interval = WINDOW_S / limit
-        remaining = math.floor((WINDOW_S - backlog_s) / interval + 1e-9)
-        return cls(limit, max(0, remaining), max(0.0, backlog_s))
+        remaining = math.floor((window_s - backlog_s) / interval + 1e-9)
+        return cls(round(window_s / interval, 6), max(0, remaining), max(0.0, backlog_s))
 
 
 @dataclass(frozen=True)
@@ -81,9 +87,31 @@ def rate_limits(quota: TenantQuota, share: float = 1.0) -> dict[str, float]:
     return rates
 
 
-def gcra_wait(tat: float, now: float, interval: float, cost: float) -> float:
-    """Seconds until a bucket at ``tat`` admits ``cost`` units (<= 0: admits it now)."""
-    return max(tat, now) + min(cost * interval, WINDOW_S) - WINDOW_S - now
+def burst_windows(quota: TenantQuota) -> dict[str, float]:
+    """The seconds each limited rate's bucket spans (``W = B·T``; a minute without a
+    burst), by name; the same at any share of the limits (both scale)."""
+    limits = {
+        "requests": (quota.requests_per_minute, quota.requests_burst),
+        "input_tokens": (quota.input_tokens_per_minute, quota.input_tokens_burst),
+        "output_tokens": (quota.output_tokens_per_minute, quota.output_tokens_burst),
+    }
+    windows: dict[str, float] = {}
+    for name, (limit, burst) in limits.items():
+        if limit is None:
+            continue
+        if burst is not None and not burst > 0:
+            raise ValueError(f"quota {name} burst must be positive, not {burst}")
+        windows[name] = WINDOW_S if burst is None or not limit > 0 else burst * WINDOW_S / limit
+    return windows
+
+
+def gcra_wait(tat: float, now: float, interval: float, cost: float,
+              window_s: float = WINDOW_S) -> float:
+    """Seconds until a bucket at ``tat`` spanning ``window_s`` admits ``cost`` units (<= 0:
+    admits it now). Within a microsecond counts as now: ``tat`` is a sum of intervals (0.1 s
+    for ``10/s``) that floats do not add exactly, and Redis keeps it to the microsecond."""
+    wait = max(tat, now) + min(cost * interval, window_s) - window_s - now
+    return wait if wait > TOLERANCE_S else min(wait, 0.0)
 
 
 class LocalLimits:
@@ -109,11 +137,12 @@ class LocalLimits:
         """All or nothing: either every limit admits the request and each is charged, or
         none is charged."""
         rates = rate_limits(quota, self.share)
+        windows = burst_windows(quota)
         costs = {"requests": 1, "input_tokens": input_tokens, "output_tokens": 0}
         refused_by, wait = None, 0.0
         for name, limit in rates.items():
             waited = gcra_wait(self._tat_of(tenant, name, now), now, WINDOW_S / limit,
-                               costs[name])
+                               costs[name], windows[name])
             if waited > wait:
                 refused_by, wait = name, waited
         leases = self._leases.setdefault(tenant, {})
@@ -130,18 +159,22 @@ class LocalLimits:
                     self._charge(tenant, name, limit, costs[name], now)
             if slots is not None:
                 leases[request_id] = now + self.lease_s
-        buckets = {name: Bucket.from_backlog(limit, self._tat_of(tenant, name, now) - now)
+        buckets = {name: Bucket.from_backlog(limit, self._tat_of(tenant, name, now) - now,
+                                             windows[name])
                    for name, limit in rates.items()}
         return Decision(refused_by, max(0.0, wait), buckets)
 
     def charge(
         self, tenant: str, quota: TenantQuota, request_id: str, tokens: int, *, release: bool,
-        now: float,
+        now: float, input_tokens: int = 0,
     ) -> None:
-        """Add output tokens (negative: a refund) and refresh, or ``release``, the lease."""
-        limit = rate_limits(quota, self.share).get("output_tokens")
-        if limit is not None and tokens:
-            self._charge(tenant, "output_tokens", limit, tokens, now)
+        """Add output tokens and ``input_tokens`` (the engine's count less the estimate
+        charged at admission; negative: a refund) and refresh, or ``release``, the lease."""
+        rates = rate_limits(quota, self.share)
+        for name, units in (("output_tokens", tokens), ("input_tokens", input_tokens)):
+            limit = rates.get(name)
+            if limit is not None and units:
+                self._charge(tenant, name, limit, units, now)
         leases = self._leases.get(tenant, {})
         if release:
             leases.pop(request_id, None)

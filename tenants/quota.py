@@ -1,9 +1,10 @@
 """Per-tenant quotas, enforced jointly by every regional balancer through Redis.
 
 A :class:`QuotaGate` admits a tenant's requests against GCRA buckets kept in the shared Redis
-(requests, input tokens and output tokens per minute, each allowing a burst of one minute's
-worth; scripts in :mod:`tenants.quota_scripts`) and, if the tenant has one, a concurrency
-limit::
+(requests, input tokens and output tokens, each refilled at its rate and holding its burst:
+the count as the policy writes it, ``10/s`` ten at once, unless it declares a ``burst``;
+:mod:`tenants.local_limits` has the arithmetic, :mod:`tenants.quota_scripts` the scripts)
+and, if the tenant has one, a concurrency limit::
 
     gate = QuotaGate(client, "director", local_share=1 / 3)
     admission = await gate.admit("acme", tenant.quota, tenant.redis_down, input_tokens=812,
@@ -14,7 +15,7 @@ limit::
         async for chunk in stream:
             await admission.charge_output(chunk.tokens)
     finally:
-        await admission.finish(produced_tokens)
+        await admission.finish(produced_tokens, input_tokens=usage.prompt_tokens)
     ...
     await gate.aclose()  # at shutdown: unspent slices go back, owed tokens are charged
 
@@ -25,6 +26,9 @@ size, the refill, and the error bound across gates). A request it cannot admit f
 holds is refused on the backlog last seen, or decided by one round trip that takes what it
 needs and tops the slices up.
 
+Input tokens are charged at admission on the caller's estimate (the balancer's: never below
+the prompt's size, whatever the client declares) and settled by ``finish`` with the engine's
+own count when it gives one: the difference is owed to the bucket, or comes back to it.
 Output tokens are not known at admission, so they are charged as they stream and reconciled
 by ``finish`` with the count actually produced (a refund if streaming counted more), batched
 with the tenant's other streams at this gate (:mod:`tenants.quota_settle`: ``charge_output``
@@ -64,7 +68,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from policies.model import RedisDown, TenantQuota
-from tenants.local_limits import CONCURRENT_RETRY_S, Decision, LocalLimits, rate_limits
+from tenants.local_limits import (
+    CONCURRENT_RETRY_S,
+    Decision,
+    LocalLimits,
+    burst_windows,
+    rate_limits,
+)
 from tenants.quota_headers import openai_duration, quota_headers
 from tenants.quota_link import (
     DEFAULT_MAX_BACKGROUND,
@@ -76,7 +86,7 @@ from tenants.quota_link import (
 )
 from tenants.quota_scripts import TAKE, TAKE_SHA, Take, Taken, quota_keys
 from tenants.quota_settle import DEFAULT_RELEASE_S, Settler, TenantState, running
-from tenants.slices import OUTPUT, SLICED, SliceRules, intervals
+from tenants.slices import INPUT, OUTPUT, SLICED, SliceRules, intervals, windows
 
 __all__ = ["Admission", "QuotaGate", "SliceRules", "openai_duration", "quota_headers"]
 
@@ -89,7 +99,7 @@ DEFAULT_FLUSH_S = 1.0
 class _Account(Protocol):
     async def add(self, tokens: int) -> None: ...
 
-    async def close(self, total: int) -> None: ...
+    async def close(self, total: int, input_tokens: int | None) -> None: ...
 
 
 class Admission:
@@ -127,13 +137,15 @@ class Admission:
         if self._account is not None and tokens:
             await self._account.add(tokens)
 
-    async def finish(self, output_tokens: int) -> None:
+    async def finish(self, output_tokens: int, *, input_tokens: int | None = None) -> None:
         """The request ended having produced ``output_tokens``: owe what streaming has not
         charged (a refund if it counted more) and release the concurrency slot, both sent in
-        the background. Idempotent; never raises, never waits for Redis (a slot it could not
-        release comes back when its lease ends)."""
+        the background. ``input_tokens``: the engine's count of the prompt (its ``usage``),
+        which settles the input bucket's charge made on an estimate at admission (None: the
+        estimate stands). Idempotent; never raises, never waits for Redis (a slot it could
+        not release comes back when its lease ends)."""
         if self._account is not None:
-            await self._account.close(output_tokens)
+            await self._account.close(output_tokens, input_tokens)
 
 
 class QuotaGate:
@@ -194,17 +206,18 @@ class QuotaGate:
         none is. ``request_id`` names its concurrency lease (unique per request). Raises
         ValueError on a rate limit that is not positive."""
         del max_output_tokens  # not reserved: see the module docstring
-        limits = _rate_limits(quota)
+        limits, spans = _rate_limits(quota)
         if not limits and quota.concurrent is None:
             return Admission(status=200, limit=None, retry_after_s=0.0, headers={})
         if self._link.due():
-            held = self._tenant(tenant, limits)
+            held = self._tenant(tenant, limits, spans)
             costs = {name: 1 if name == "requests" else input_tokens
                      for name in SLICED if name in limits}
             if quota.concurrent is None:
-                admission = await self._admit_sliced(held, costs)
+                admission = await self._admit_sliced(held, costs, input_tokens)
             else:
-                admission = await self._admit_leased(held, costs, quota.concurrent, request_id)
+                admission = await self._admit_leased(held, costs, quota.concurrent, request_id,
+                                                     input_tokens)
             if admission is not None:
                 return admission
         if redis_down is RedisDown.CLOSED:
@@ -217,8 +230,10 @@ class QuotaGate:
                              retry_after_s=decision.wait_s, headers=quota_headers(decision),
                              degraded=True)
         account = None
-        if quota.output_tokens_per_minute is not None or quota.concurrent is not None:
-            account = _LocalAccount(self._local, self._clock, tenant, quota, request_id)
+        if (quota.output_tokens_per_minute is not None or quota.concurrent is not None
+                or quota.input_tokens_per_minute is not None):
+            account = _LocalAccount(self._local, self._clock, tenant, quota, request_id,
+                                    input_tokens)
         return Admission(status=200, limit=None, retry_after_s=0.0,
                          headers=quota_headers(decision), degraded=True, account=account)
 
@@ -235,16 +250,17 @@ class QuotaGate:
 
     # -- deciding ------------------------------------------------------------------------
 
-    def _tenant(self, tenant: str, limits: Mapping[str, float]) -> TenantState:
+    def _tenant(self, tenant: str, limits: Mapping[str, float],
+                spans: Mapping[str, float]) -> TenantState:
         held = self._tenants.get(tenant)
         if held is None:
             held = self._tenants[tenant] = TenantState(quota_keys(self._prefix, tenant),
                                                        self._clock())
-        held.view.follow(limits)
+        held.view.follow(limits, spans)
         return held
 
     async def _admit_sliced(
-        self, held: TenantState, costs: Mapping[str, int],
+        self, held: TenantState, costs: Mapping[str, int], input_tokens: int,
     ) -> Admission | None:
         view, rules = held.view, self._rules
         while self._link.reachable:
@@ -255,7 +271,7 @@ class QuotaGate:
             if plan.local:
                 view.spend(costs)
                 self._top_up(held, now)
-                return self._admitted(held, None, now)
+                return self._admitted(held, None, now, input_tokens)
             refill = running(held.refill)
             if refill is None:
                 break
@@ -267,7 +283,7 @@ class QuotaGate:
         need = view.needs(reserved, costs)
         extra = view.wants(rules, now, prefetch=False) if running(held.refill) is None else {}
         take = Take(intervals(view.held, view.limits), need, extra,
-                    output_pending=view.pending())
+                    windows(view.held, view.limits), output_pending=view.pending())
         task = self._link.start(self._take(held, take, reserved))
         if extra:
             self._refilling(held, task)
@@ -277,10 +293,11 @@ class QuotaGate:
         taken, at = answer
         if taken.refused_by is not None:
             return self._refused(held, taken.refused_by, taken.wait_s, at)
-        return self._admitted(held, None, at)
+        return self._admitted(held, None, at, input_tokens)
 
     async def _admit_leased(
         self, held: TenantState, costs: Mapping[str, int], slots: int, request_id: str,
+        input_tokens: int,
     ) -> Admission | None:
         flush = running(held.flush)
         if held.releasing and flush is not None:
@@ -294,8 +311,9 @@ class QuotaGate:
                      view.wants(self._rules, self._clock(), prefetch=False).items()
                      if name == OUTPUT}
         take = Take(intervals(view.held, view.limits), need, extra,
-                    output_pending=view.pending(), slots=slots, request_id=request_id,
-                    lease_s=self._lease_s, busy_wait_s=CONCURRENT_RETRY_S, releases=releases)
+                    windows(view.held, view.limits), output_pending=view.pending(),
+                    slots=slots, request_id=request_id, lease_s=self._lease_s,
+                    busy_wait_s=CONCURRENT_RETRY_S, releases=releases)
         task = self._link.start(self._take(held, take, {}))
         if extra:
             self._refilling(held, task)
@@ -305,7 +323,7 @@ class QuotaGate:
         taken, at = answer
         if taken.refused_by is not None:
             return self._refused(held, taken.refused_by, taken.wait_s, at)
-        return self._admitted(held, request_id, at)
+        return self._admitted(held, request_id, at, input_tokens)
 
     async def _decided(
         self, task: asyncio.Task[tuple[Taken, float] | None], held: TenantState,
@@ -331,12 +349,14 @@ class QuotaGate:
             held.put_back([lease], self._clock())
             self._settler.wake()
 
-    def _admitted(self, held: TenantState, lease: str | None, at: float) -> Admission:
-        """Admitted; the headers show the buckets as they were at ``at``."""
+    def _admitted(self, held: TenantState, lease: str | None, at: float,
+                  input_tokens: int) -> Admission:
+        """Admitted, charged ``input_tokens``; the headers show the buckets as they were at
+        ``at``."""
         decision = Decision(None, 0.0, held.view.buckets(at))
         account = None
-        if OUTPUT in held.view.limits or lease is not None:
-            account = _SharedAccount(self._settler, held, lease)
+        if OUTPUT in held.view.limits or INPUT in held.view.limits or lease is not None:
+            account = _SharedAccount(self._settler, held, lease, input_tokens)
         return Admission(status=200, limit=None, retry_after_s=0.0,
                          headers=quota_headers(decision), account=account)
 
@@ -378,7 +398,8 @@ class QuotaGate:
         extra = held.view.wants(self._rules, now, prefetch=True)
         if not extra:
             return
-        take = Take(intervals(held.view.held, held.view.limits), {}, extra)
+        take = Take(intervals(held.view.held, held.view.limits), {}, extra,
+                    windows(held.view.held, held.view.limits))
         self._refilling(held, self._link.background(self._take(held, take, {})))
 
     @staticmethod
@@ -393,17 +414,22 @@ class QuotaGate:
 
 
 @functools.lru_cache(maxsize=1024)
-def _rate_limits(quota: TenantQuota) -> Mapping[str, float]:
-    return rate_limits(quota)  # the same few quotas, request after request
+def _rate_limits(quota: TenantQuota) -> tuple[Mapping[str, float], Mapping[str, float]]:
+    """The per-minute rates and their buckets' spans (the same few quotas, request after
+    request)."""
+    return rate_limits(quota), burst_windows(quota)
 
 
 class _SharedAccount:
-    """The output tokens and the lease of a request admitted through Redis."""
+    """The output tokens, the input tokens' settlement and the lease of a request admitted
+    through Redis."""
 
-    def __init__(self, settler: Settler, held: TenantState, lease: str | None) -> None:
+    def __init__(self, settler: Settler, held: TenantState, lease: str | None,
+                 input_charged: int) -> None:
         self._settler = settler
         self._held = held
         self._lease = lease
+        self._input_charged = input_charged
         self._charged = 0
         self._closed = False
 
@@ -413,23 +439,27 @@ class _SharedAccount:
         self._charged += tokens
         await self._settler.owe(self._held, tokens, self._lease)
 
-    async def close(self, total: int) -> None:
+    async def close(self, total: int, input_tokens: int | None) -> None:
         if self._closed:
             return
         self._closed = True
-        self._settler.finished(self._held, total, total - self._charged, self._lease)
+        input_owed = 0 if input_tokens is None else input_tokens - self._input_charged
+        self._settler.finished(self._held, total, total - self._charged, self._lease,
+                               input_owed=input_owed)
 
 
 class _LocalAccount:
-    """The output tokens and the lease of a request admitted by the local limits."""
+    """The output tokens, the input tokens' settlement and the lease of a request admitted
+    by the local limits."""
 
     def __init__(self, local: LocalLimits, clock: Clock, tenant: str, quota: TenantQuota,
-                 request_id: str) -> None:
+                 request_id: str, input_charged: int) -> None:
         self._local = local
         self._clock = clock
         self._tenant = tenant
         self._quota = quota
         self._request_id = request_id
+        self._input_charged = input_charged
         self._charged = 0
         self._closed = False
 
@@ -439,8 +469,10 @@ class _LocalAccount:
             self._local.charge(self._tenant, self._quota, self._request_id, tokens,
                                release=False, now=self._clock())
 
-    async def close(self, total: int) -> None:
+    async def close(self, total: int, input_tokens: int | None) -> None:
         if not self._closed:
             self._closed = True
+            input_owed = 0 if input_tokens is None else input_tokens - self._input_charged
             self._local.charge(self._tenant, self._quota, self._request_id,
-                               total - self._charged, release=True, now=self._clock())
+                               total - self._charged, release=True, now=self._clock(),
+                               input_tokens=input_owed)

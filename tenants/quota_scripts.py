@@ -17,8 +17,9 @@ units now", and spends them locally (:mod:`tenants.slices`).
 (units that must fit, all or nothing across the buckets; -1: not checked), ``extra`` (units
 to add if they fit, best effort: the slice) and, for output tokens, ``pending`` (tokens the
 gate has streamed but not yet charged, counted as used without being charged). A bucket
-admits ``need`` when ``max(tat, now) + pending·T + min(need·T, 60) - 60 <= now``; the output
-bucket is checked with ``need = 0``, so it refuses only while in debt. If every check
+spanning ``W`` seconds (its burst times ``T``: a minute without one) admits ``need`` when
+``max(tat, now) + pending·T + min(need·T, W) - W <= now``; the output bucket is checked with
+``need = 0``, so it refuses only while in debt. If every check
 passes, each bucket is charged ``need`` plus as much of ``extra`` as it has room for,
 and with a concurrency limit a lease is added to the set after dropping expired ones (and
 the gate's finished requests' leases, passed along, are released first). Its reply: the
@@ -35,12 +36,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tenants.local_limits import CONCURRENT, RATE_LIMITS
+from tenants.local_limits import CONCURRENT, RATE_LIMITS, WINDOW_S
 
 _PRELUDE = """
-local WINDOW = 60
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 
@@ -80,22 +80,24 @@ end
 """
 
 # KEYS: requests, input_tokens, output_tokens, concurrent
-# ARGV: 1-3 emission intervals (0: unlimited), 4-6 need (-1: not checked), 7-9 extra,
-# 10 output tokens pending, 11 concurrency limit (-1: no lease), 12 request id, 13 lease
-# seconds, 14 wait reported for a full concurrency set, 15.. ids whose leases to release
+# ARGV: 1-3 emission intervals (0: unlimited), 4-6 seconds each bucket spans, 7-9 need (-1:
+# not checked), 10-12 extra, 13 output tokens pending, 14 concurrency limit (-1: no lease),
+# 15 request id, 16 lease seconds, 17 wait reported for a full concurrency set, 18.. ids
+# whose leases to release
 TAKE = _PRELUDE + """
 local names = {'requests', 'input_tokens', 'output_tokens'}
-local interval, need, extra = {}, {}, {}
+local interval, window, need, extra = {}, {}, {}, {}
 for i = 1, 3 do
   interval[i] = tonumber(ARGV[i])
-  need[i] = tonumber(ARGV[3 + i])
-  extra[i] = tonumber(ARGV[6 + i])
+  window[i] = tonumber(ARGV[3 + i])
+  need[i] = tonumber(ARGV[6 + i])
+  extra[i] = tonumber(ARGV[9 + i])
 end
-local pending = {0, 0, tonumber(ARGV[10])}
-local slots = tonumber(ARGV[11])
-local id = ARGV[12]
-local lease = tonumber(ARGV[13])
-for j = 15, #ARGV do redis.call('ZREM', KEYS[4], ARGV[j]) end
+local pending = {0, 0, tonumber(ARGV[13])}
+local slots = tonumber(ARGV[14])
+local id = ARGV[15]
+local lease = tonumber(ARGV[16])
+for j = 18, #ARGV do redis.call('ZREM', KEYS[4], ARGV[j]) end
 local refused, wait = '', 0
 local tat = {}
 for i = 1, 3 do
@@ -103,8 +105,9 @@ for i = 1, 3 do
     tat[i] = tat_of(KEYS[i])
     if need[i] >= 0 then
       local w = tat[i] + pending[i] * interval[i]
-        + math.min(need[i] * interval[i], WINDOW) - WINDOW - now
-      if w > wait then refused, wait = names[i], w end
+        + math.min(need[i] * interval[i], window[i]) - window[i] - now
+      -- within a microsecond is rounding, as in local_limits.gcra_wait (TOLERANCE_S)
+      if w > 1e-6 and w > wait then refused, wait = names[i], w end
     end
   end
 end
@@ -113,7 +116,7 @@ if slots >= 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   in_use = redis.call('ZCARD', KEYS[4])
   held = redis.call('ZSCORE', KEYS[4], id)
-  local busy = tonumber(ARGV[14])
+  local busy = tonumber(ARGV[17])
   if not held and in_use >= slots and busy > wait then refused, wait = 'concurrent', busy end
 end
 local granted = {0, 0, 0}
@@ -121,7 +124,7 @@ if refused == '' then
   for i = 1, 3 do
     if interval[i] > 0 then
       local n = math.max(need[i], 0)
-      local free = now + WINDOW - tat[i] - pending[i] * interval[i]
+      local free = now + window[i] - tat[i] - pending[i] * interval[i]
       local room = math.floor(free / interval[i] + 1e-9) - n
       granted[i] = n + math.max(0, math.min(extra[i], room))
       if granted[i] > 0 then
@@ -135,7 +138,7 @@ if refused == '' then
     redis.call('ZADD', KEYS[4], now + lease, id)
   end
 end
-if slots >= 0 or #ARGV >= 15 then keep_leases(KEYS[4]) end
+if slots >= 0 or #ARGV >= 18 then keep_leases(KEYS[4]) end
 local reply = backlogs({refused, fmt(wait), tostring(in_use)}, interval)
 for i = 1, 3 do reply[#reply + 1] = string.format('%.0f', granted[i]) end
 return reply
@@ -176,11 +179,13 @@ def quota_keys(prefix: str, tenant: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Take:
-    """One ``TAKE``'s arguments, per rate bucket name (a bucket left out: nothing)."""
+    """One ``TAKE``'s arguments, per rate bucket name (a bucket left out: nothing; a window
+    left out: a minute)."""
 
     intervals: Mapping[str, float]
     need: Mapping[str, int]
     extra: Mapping[str, int]
+    windows: Mapping[str, float] = field(default_factory=dict)
     output_pending: float = 0.0
     slots: int = NO_LEASE
     request_id: str = ""
@@ -191,6 +196,7 @@ class Take:
     def args(self) -> list[object]:
         return [
             *(self.intervals.get(name, 0.0) for name in RATE_LIMITS),
+            *(self.windows.get(name, WINDOW_S) for name in RATE_LIMITS),
             *(self.need.get(name, NOT_CHECKED) for name in RATE_LIMITS),
             *(self.extra.get(name, 0) for name in RATE_LIMITS),
             self.output_pending, self.slots, self.request_id, self.lease_s, self.busy_wait_s,

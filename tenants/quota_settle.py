@@ -1,7 +1,8 @@
 """What a quota gate sends Redis after the fact, off the request path (``SETTLE``).
 
 Per tenant, at most one call at a time carries: the output tokens its streams took beyond
-what the gate held (owed), the unspent slices it returns (and the tokens a finished request
+what the gate held (owed), the input tokens its finished requests read beyond the estimate
+they were charged (owed, at once), the unspent slices it returns (and the tokens a finished request
 turned out not to have produced, on an output bucket too small to slice), the leases of
 streaming requests it refreshes and those of finished requests it releases. When:
 
@@ -112,12 +113,14 @@ class Settler:
             await asyncio.shield(task)
 
     def finished(self, held: TenantState, produced: int, tokens: int,
-                 lease: str | None) -> None:
+                 lease: str | None, *, input_owed: int = 0) -> None:
         """A request ended, having produced ``produced`` tokens, ``tokens`` of them not
-        taken yet; its lease, if any, is to be released. What the gate then owes is settled
+        taken yet, and read ``input_owed`` prompt tokens more than it was charged (negative:
+        fewer); its lease, if any, is to be released. What the gate then owes is settled
         at once, in the background: it ran out of what it held, so the bucket is near its
         limit and the other gates should see it."""
         now = self._clock()
+        held.view.correct(input_owed)
         self._note_owed(held, tokens, produced, now)
         if held.view.low(self._rules):
             self._top_up(held, now)

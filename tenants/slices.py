@@ -3,30 +3,34 @@
 Redis keeps each rate bucket (GCRA, :mod:`tenants.local_limits`) as the source of truth. A
 gate does not ask it about every request: it takes a *slice* of each of the tenant's buckets
 ("charge these N units now", :data:`~tenants.quota_scripts.TAKE`) and admits requests
-locally while the slice lasts. Per bucket of ``L`` units a minute, for requests costing ``c``
-(1 for the request bucket, the last admitted request's input tokens for the input bucket)::
+locally while the slice lasts. Per bucket of ``B`` units (its size: ``L`` units a minute
+without a burst), for requests costing ``c`` (1 for the request bucket, the last admitted
+request's input tokens for the input bucket)::
 
-    slice      s = max(ceil(fraction · L), c)          fraction 0.25 % by default
+    slice      s = max(ceil(fraction · B), c)          fraction 0.25 % by default
     low water  w = max(low_water · s, c)               low_water 0.5 by default
 
 When what a gate holds of a bucket falls below ``w``, it takes one more slice in the
 background (only if the bucket, as last seen, has room for a whole one: when it is nearly
 empty the next request asks Redis itself, for just what it needs), so the round trip is off
 the request path. One top-up at a time per tenant, so a gate never holds ``w + s`` or more:
-with the defaults and ``c`` small, under 0.375 % of ``L`` per bucket and gate.
+with the defaults and ``c`` small, under 0.375 % of ``B`` per bucket and gate.
 
 Output tokens are not known at admission. A request is admitted while the gate holds some of
 the output bucket and, as it last saw it, the bucket is not in debt; its tokens are taken
 from what the gate holds as they stream, below zero if they must (a running stream is never
 cut), and the gate pays Redis what it holds below zero in batches
-(:mod:`tenants.quota_settle`). Output slices are ``ceil(fraction · L)`` with the same low
+(:mod:`tenants.quota_settle`). Output slices are ``ceil(fraction · B)`` with the same low
 water, but only while that is at least the last request's output: a smaller bucket (under
-400 requests' output a minute) is not sliced, and each of its requests asks Redis.
+400 requests' output) is not sliced, and each of its requests asks Redis. Input tokens are
+charged at admission on an estimate and settled, like output tokens, with the engine's own
+count when the request ends (:meth:`TenantView.correct`): what the gate holds below zero of
+the input bucket is owed too, and a refund is held like a slice.
 
 Error bound. Every request and input-token unit admitted was charged in Redis first, so over
 any interval the units admitted by all gates exceed GCRA's allowance by at most what they
 held at its start, and fall short of it by at most what they hold at its end: ``n`` gates,
-under ``n·(w + s)`` (0.75 % of ``L`` for two gates, 1.9 % for five). Output tokens may exceed
+under ``n·(w + s)`` (0.75 % of ``B`` for two gates, 1.9 % for five). Output tokens may exceed
 it, in addition, by what the requests admitted on a gate's last units produce beyond them
 (one request's output per gate when its requests run one after another; with requests in
 flight, theirs too, as for any check made before the tokens exist). Held units expire
@@ -51,6 +55,7 @@ from tenants.local_limits import WINDOW_S, Bucket, gcra_wait
 from tenants.quota_scripts import NOT_CHECKED
 
 SLICED = ("requests", "input_tokens")  # charged when a request is admitted
+INPUT = "input_tokens"  # charged on an estimate, settled with the engine's count
 OUTPUT = "output_tokens"  # charged as the answer streams
 
 DEFAULT_FRACTION = 0.0025
@@ -74,19 +79,19 @@ class SliceRules:
         if not self.ttl_s > 0:
             raise ValueError(f"slice ttl_s must be positive, not {self.ttl_s}")
 
-    def size(self, limit: float, cost: float) -> int:
-        """Units in one slice of a bucket of ``limit`` a minute, for requests of ``cost``."""
-        return max(1, math.ceil(self.fraction * limit), math.ceil(cost))
+    def size(self, capacity: float, cost: float) -> int:
+        """Units in one slice of a bucket of ``capacity`` units, for requests of ``cost``."""
+        return max(1, math.ceil(self.fraction * capacity), math.ceil(cost))
 
-    def low(self, limit: float, cost: float) -> float:
+    def low(self, capacity: float, cost: float) -> float:
         """Below this many units in hand, the gate takes another slice."""
-        return max(self.low_water * self.size(limit, cost), cost)
+        return max(self.low_water * self.size(capacity, cost), cost)
 
-    def output_size(self, limit: float, produced: float) -> int:
-        """Units in one slice of an output bucket of ``limit`` a minute, whose requests
+    def output_size(self, capacity: float, produced: float) -> int:
+        """Units in one slice of an output bucket of ``capacity`` tokens, whose requests
         produce ``produced`` tokens; 0 when a slice would hold less than one request's
         output (the gate then asks Redis about every request)."""
-        share = self.fraction * limit
+        share = self.fraction * capacity
         return math.ceil(share) if share >= produced else 0
 
 
@@ -94,30 +99,37 @@ class SliceRules:
 class Held:
     """One rate bucket of one tenant as this gate sees it."""
 
-    limit: float
-    units: float = 0.0  # charged in Redis, unspent here (output, below zero: tokens owed)
+    limit: float  # per minute
+    window: float = WINDOW_S  # seconds the bucket spans: its size is window / interval
+    units: float = 0.0  # charged in Redis, unspent here (below zero: units owed)
     in_flight: float = 0.0  # units sent by a SETTLE not answered yet (negative: returned)
     tat: float | None = None  # the shared tat when last seen, on the gate's clock
     seen_at: float = -math.inf
     taken_at: float = 0.0
     cost: float = 1.0  # the last request's cost, which sizes the slices
     after: bool = False  # charged after the fact: output tokens
-    _sized_for: tuple[float, float] = field(default=(0.0, 0.0), repr=False)
+    _sized_for: tuple[float, float, float] = field(default=(0.0, 0.0, 0.0), repr=False)
     _sized: tuple[int, float] = field(default=(0, 0.0), repr=False)
 
     @property
     def interval(self) -> float:
         return WINDOW_S / self.limit
 
+    @property
+    def capacity(self) -> float:
+        """Units the bucket holds when full (its burst)."""
+        return self.window / self.interval
+
     def sized(self, rules: SliceRules) -> tuple[int, float]:
         """The slice size and low-water mark of this bucket now."""
-        if self._sized_for != (self.limit, self.cost):
-            self._sized_for = (self.limit, self.cost)
+        if self._sized_for != (self.limit, self.window, self.cost):
+            self._sized_for = (self.limit, self.window, self.cost)
+            capacity = self.capacity
             if self.after:
-                size = rules.output_size(self.limit, self.cost)
+                size = rules.output_size(capacity, self.cost)
                 self._sized = size, rules.low_water * size
             else:
-                self._sized = rules.size(self.limit, self.cost), rules.low(self.limit, self.cost)
+                self._sized = rules.size(capacity, self.cost), rules.low(capacity, self.cost)
         return self._sized
 
     def backlog(self, now: float) -> float:
@@ -129,7 +141,7 @@ class Held:
     def room(self, now: float) -> float:
         """Units the shared bucket had room for, as last seen, less what this gate has used
         and not yet charged."""
-        return ((WINDOW_S - self._shared(now)) / self.interval - self.in_flight
+        return ((self.window - self._shared(now)) / self.interval - self.in_flight
                 - max(0.0, -self.units))
 
     def _shared(self, now: float) -> float:
@@ -152,19 +164,24 @@ class TenantView:
 
     held: dict[str, Held] = field(default_factory=dict)
     limits: dict[str, float] = field(default_factory=dict)  # the rates now in force
+    windows: dict[str, float] = field(default_factory=dict)  # their buckets' spans
 
-    def follow(self, limits: Mapping[str, float]) -> None:
-        """Apply the tenant's current per-minute rates; units held of a bucket that is no
-        longer limited are returned when they expire."""
-        if limits == self.limits:
+    def follow(self, limits: Mapping[str, float],
+               windows: Mapping[str, float] | None = None) -> None:
+        """Apply the tenant's current per-minute rates and the seconds their buckets span
+        (a minute where not given); units held of a bucket that is no longer limited are
+        returned when they expire."""
+        spans = {name: (windows or {}).get(name, WINDOW_S) for name in limits}
+        if limits == self.limits and spans == self.windows:
             return
         self.limits = dict(limits)
+        self.windows = spans
         for name, limit in limits.items():
             held = self.held.get(name)
             if held is None:
-                self.held[name] = Held(limit, after=name == OUTPUT)
+                self.held[name] = Held(limit, spans[name], after=name == OUTPUT)
             else:
-                held.limit = limit
+                held.limit, held.window = limit, spans[name]
 
     def plan(self, costs: Mapping[str, float], now: float) -> Plan:
         """Decide a request costing ``costs`` (per sliced bucket) from what is held and seen.
@@ -177,7 +194,7 @@ class TenantView:
                 if held.tat is None:
                     local = False
                     continue
-                waited = held.backlog(now) - WINDOW_S
+                waited = held.backlog(now) - held.window
                 local = local and held.units > 0
             else:
                 short = costs[name] - held.units
@@ -187,7 +204,7 @@ class TenantView:
                 if held.tat is None:
                     continue
                 waited = gcra_wait(held.tat + held.in_flight * held.interval, now,
-                                   held.interval, short)
+                                   held.interval, short, held.window)
             if waited > wait:
                 refused_by, wait = name, waited
         return Plan(refused_by, wait, local and refused_by is None)
@@ -240,9 +257,10 @@ class TenantView:
         return wanted
 
     def owed(self) -> float:
-        """Output tokens streamed here beyond what the gate held, not yet charged."""
-        held = self.held.get(OUTPUT)
-        return 0.0 if held is None else max(0.0, -held.units)
+        """Tokens not yet charged: output streamed here beyond what the gate held, and input
+        read beyond what finished requests were charged."""
+        return sum(max(0.0, -held.units) for name, held in self.held.items()
+                   if name in (INPUT, OUTPUT))
 
     def pending(self) -> float:
         """Output tokens the shared bucket does not count yet: owed and on their way."""
@@ -258,6 +276,14 @@ class TenantView:
             held.units -= tokens
             if produced is not None:
                 held.cost = max(1.0, produced)
+
+    def correct(self, input_tokens: float) -> None:
+        """A request's prompt turned out ``input_tokens`` longer than charged (negative:
+        shorter): owed to the input bucket, settled like output tokens; or, refunded, held
+        like a slice."""
+        held = self.held.get(INPUT)
+        if held is not None and INPUT in self.limits:
+            held.units -= input_tokens
 
     def low(self, rules: SliceRules) -> bool:
         """Whether the output bucket is below its low-water mark (a top-up is due)."""
@@ -282,12 +308,12 @@ class TenantView:
 
     def to_settle(self, now: float, rules: SliceRules, *, everything: bool = False,
                   ) -> dict[str, float]:
-        """The units a ``SETTLE`` sent now carries, marked in flight: the output tokens owed,
-        and, returned, the units held longer than ``ttl_s`` (``everything``: all of them)
-        or of an output bucket too small to slice (a refund)."""
+        """The units a ``SETTLE`` sent now carries, marked in flight: the output and input
+        tokens owed, and, returned, the units held longer than ``ttl_s`` (``everything``:
+        all of them) or of an output bucket too small to slice (a refund)."""
         units: dict[str, float] = {}
         for name, held in self.held.items():
-            owed = held.after and held.units < 0
+            owed = held.units < 0
             returned = held.units > 0 and (everything or self._expired(name, held, now, rules))
             if owed or returned:
                 units[name] = -held.units
@@ -296,8 +322,11 @@ class TenantView:
         return units
 
     def settling(self, rules: SliceRules) -> bool:
-        """Whether the output bucket has tokens to settle now: owed, or refunded on a bucket
-        too small to slice."""
+        """Whether there are tokens to settle now: input or output tokens owed, or output
+        tokens refunded on a bucket too small to slice."""
+        held = self.held.get(INPUT)
+        if held is not None and held.units < 0:
+            return True
         held = self.held.get(OUTPUT)
         if held is None:
             return False
@@ -330,7 +359,8 @@ class TenantView:
 
     def buckets(self, now: float) -> dict[str, Bucket]:
         """The limited buckets as this gate's requests see them, for the headers."""
-        return {name: Bucket.from_backlog(limit, max(0.0, self.held[name].backlog(now)))
+        return {name: Bucket.from_backlog(limit, max(0.0, self.held[name].backlog(now)),
+                                          self.held[name].window)
                 for name, limit in self.limits.items()}
 
     def outstanding(self) -> dict[str, float]:
@@ -341,3 +371,8 @@ class TenantView:
 def intervals(held: Mapping[str, Held], names: Iterable[str]) -> dict[str, float]:
     """Seconds per unit of the named buckets, as the scripts take them."""
     return {name: held[name].interval for name in names}
+
+
+def windows(held: Mapping[str, Held], names: Iterable[str]) -> dict[str, float]:
+    """Seconds the named buckets span, as ``TAKE`` takes them."""
+    return {name: held[name].window for name in names}

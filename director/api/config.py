@@ -15,6 +15,7 @@ from state.ports import parse_hostport
 DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_MAX_BODY = 1024 * 1024
 DEFAULT_BALANCER_PORT = 8080
+DEFAULT_POLICY_DEADLINE = 120.0  # seconds a policy may take through the gate when PUT
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,12 @@ class PolicyDocument:
     text: str
     files: Mapping[str, str] = field(default_factory=dict)
 
-    def accept(self, proven: Collection[str] = ()) -> Acceptance:
+    def accept(self, proven: Collection[str] = (),
+               deadline_s: float | None = None) -> Acceptance:
         """Through the policy gate: both residency proofs (engine proofs whose digests are
-        in ``proven`` trusted) and the lint."""
-        return policy_gate.accept_text(self.text, self.name, self.files, proven=proven)
+        in ``proven`` trusted) and the lint, refused past ``deadline_s``."""
+        return policy_gate.accept_text(self.text, self.name, self.files, proven=proven,
+                                       deadline_s=deadline_s)
 
     def load(self) -> Policy:
         """The accepted policy; raises ``policies.PolicyError``."""
@@ -59,6 +62,7 @@ class ApiConfig:
     geoip_path: str | None = None
     balancer_port: int = DEFAULT_BALANCER_PORT
     max_body: int = DEFAULT_MAX_BODY
+    policy_deadline: float = DEFAULT_POLICY_DEADLINE  # a PUT's check, then refused (422)
     prefix: str = "director"
     follow_interval: float = 1.0  # how often the Redis policy version is polled (seconds)
     state_timeout: float = 1.0  # Redis socket timeouts (seconds)

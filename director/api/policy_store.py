@@ -1,7 +1,9 @@
 """The active policy of this API instance, replaced atomically and only by a good one.
 
 ``PolicyHolder.replace`` (``PUT /api/v1/policy``): load through the policy gate
-(``director.policy_gate``: both residency proofs and the lint) off the event loop, write the
+(``director.policy_gate``: both residency proofs and the lint) off the event loop, within
+``deadline_s`` (a policy whose check runs longer is refused, 422, and the lock is given back
+at that deadline even if a proof under way has not reached its next check), write the
 files to the store directory under temporary names, store the policy in Redis (which assigns
 the version), rename the files to that version, then swap the reference. Any failure before
 the Redis write leaves everything as it was: the last good policy keeps serving.
@@ -49,13 +51,15 @@ class PolicyHolder:
     """Holds the active policy; ``current`` is a plain reference read (no I/O)."""
 
     def __init__(self, document: PolicyDocument, policy: Policy, store: StateStore,
-                 disk: PolicyDisk | None = None, *, proofs: tuple[str, ...] = ()) -> None:
+                 disk: PolicyDisk | None = None, *, proofs: tuple[str, ...] = (),
+                 deadline_s: float | None = None) -> None:
         self._current = ActivePolicy(document, policy, 0, Engine(policy), proofs=proofs)
         self._store = store
         self._disk = disk
         self._lock = asyncio.Lock()
         self._listeners: list[SwapListener] = []
         self._failed: tuple[int, float] | None = None
+        self._deadline_s = deadline_s
         self.reload_failures = 0
 
     @property
@@ -69,7 +73,7 @@ class PolicyHolder:
         """Load, persist and activate ``document``; raises ``PolicyRejected`` (422),
         ``PersistError`` (500) or ``StateError`` (Redis: 503), keeping the old policy."""
         async with self._lock:
-            policy, warnings, proofs = await _load(document)
+            policy, warnings, proofs = await _load(document, deadline_s=self._deadline_s)
             prepared = None
             disk = self._disk
             if disk is not None:
@@ -114,7 +118,8 @@ class PolicyHolder:
             return "failed"  # already reported
         document = PolicyDocument(record.name, record.text, dict(record.files))
         try:
-            policy, warnings, proofs = await _load(document, record.proofs)
+            policy, warnings, proofs = await _load(document, record.proofs,
+                                                   deadline_s=self._deadline_s)
         except PolicyRejected as exc:
             self._failed = (record.version, record.timestamp)
             self.reload_failures += 1
@@ -153,13 +158,23 @@ class PolicyHolder:
         return active
 
 
-async def _load(document: PolicyDocument, proven: tuple[str, ...] = ()
+async def _load(document: PolicyDocument, proven: tuple[str, ...] = (), *,
+                deadline_s: float | None = None,
                 ) -> tuple[Policy, tuple[Diagnostic, ...], tuple[str, ...]]:
     """The policy of ``document``, its warnings and its proofs' digests, through the policy
-    gate off the event loop (trusting the ``proven`` digests of a stored record); raises
-    ``PolicyRejected``."""
+    gate off the event loop (trusting the ``proven`` digests of a stored record) within
+    ``deadline_s``; raises ``PolicyRejected``."""
+    checking = asyncio.to_thread(document.accept, proven, deadline_s)
     try:
-        acceptance = await asyncio.to_thread(document.accept, proven)
+        if deadline_s is None:
+            acceptance = await checking
+        else:  # the gate stops itself at its next check; a piece under way is waited less
+            acceptance = await asyncio.wait_for(checking, deadline_s + max(1.0, deadline_s / 4))
+    except TimeoutError:
+        log.error("api: the policy gate did not finish %s within its deadline", document.name)
+        raise PolicyRejected(f"{document.name}: checking the policy took longer than its "
+                             f"deadline of {deadline_s:g} s; the running policy stays in "
+                             "force", diagnostics=[]) from None
     except Exception as exc:  # a loader bug must not replace the running policy either
         log.exception("api: policy loader failed")
         raise PolicyRejected(f"{document.name}: the policy could not be loaded: {exc}",

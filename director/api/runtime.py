@@ -54,7 +54,8 @@ class ApiRuntime:
         policy = acceptance.policy
         disk = PolicyDisk(config.policy_store) if config.policy_store else None
         self.holder = PolicyHolder(config.policy, policy, self.sync_store, disk,
-                                   proofs=acceptance.proofs)
+                                   proofs=acceptance.proofs,
+                                   deadline_s=config.policy_deadline)
         self.refresher = SnapshotRefresher(
             self.store, policy, metrics=RefresherMetrics(self.metrics.registry))
         self.holder.on_swap(lambda active: self.refresher.set_policy(active.policy))

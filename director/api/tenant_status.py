@@ -33,7 +33,17 @@ def _quota(tenant: Tenant) -> dict[str, object]:
     return {"requests_per_minute": q.requests_per_minute,
             "input_tokens_per_minute": q.input_tokens_per_minute,
             "output_tokens_per_minute": q.output_tokens_per_minute,
-            "concurrent": q.concurrent}
+            "concurrent": q.concurrent,
+            "requests_burst": _burst(q.requests_per_minute, q.requests_burst),
+            "input_tokens_burst": _burst(q.input_tokens_per_minute, q.input_tokens_burst),
+            "output_tokens_burst": _burst(q.output_tokens_per_minute, q.output_tokens_burst)}
+
+
+def _burst(per_minute: float | None, burst: float | None) -> float | None:
+    """The units a rate's bucket holds (None: no limit); without a burst, a minute's worth."""
+    if per_minute is None:
+        return None
+    return burst if burst is not None else per_minute
 
 
 def _empty_usage() -> dict[str, float]:

@@ -40,6 +40,11 @@ def serve(
                                                "their endpoints.")] = 8080,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 "
                                           "beyond).")] = 1024 * 1024,
+    policy_deadline: Annotated[float, typer.Option(help="Seconds a policy may take through "
+                                                   "the policy gate (proofs included) when "
+                                                   "PUT or followed; refused beyond.",
+                                                   min=1.0)]
+    = 120.0,
     state_prefix: Annotated[str, typer.Option(help="Key prefix of the deployment in the "
                                               "shared state.")] = "director",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -71,7 +76,8 @@ def serve(
         policy=document, redis_url=redis_url, tokens_path=tokens, audit_path=audit_log,
         control_socket=control, dns_listen=tuple(d for d in (dns or "").split(",") if d),
         policy_store=policy_store, geoip_path=str(geoip) if geoip else None,
-        balancer_port=balancer_port, max_body=max_body, prefix=state_prefix)
+        balancer_port=balancer_port, max_body=max_body, prefix=state_prefix,
+        policy_deadline=policy_deadline)
     try:
         api = build_api(config)
     except (TokenFileError, GeoDatabaseError, OSError, ValueError) as exc:

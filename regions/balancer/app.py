@@ -51,6 +51,7 @@ from policies.model import Policy
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
 from regions.balancer.errors import BalancerConfigError, RequestRejected
@@ -120,7 +121,8 @@ class BalancerConfig:
     arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``;
     ``usage_reconcile_s``: with tenants, at most how often each backend's metrics are read
     to add the output tokens its engine generated for cancelled requests after the last
-    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never).
+    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
+    ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -140,6 +142,7 @@ class BalancerConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
     usage_reconcile_s: float = 1.0
+    client: ClientTimeouts = field(default_factory=ClientTimeouts)
 
 
 class Balancer:
@@ -215,6 +218,8 @@ class Balancer:
                 cfg.admission.queue_timeout_s,
                 prefix_hashes=prefix_scorer is not None,
                 kv_index=self.kv_index,
+                client_stall_s=cfg.client.stall_s,
+                client_body_s=cfg.client.body_s,
             ),
             self.pool,
             self.dispatcher,
@@ -241,6 +246,7 @@ class Balancer:
                                      cfg.info_every_s)
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
                                          cfg.usage_reconcile_s)
+        self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
         self.app = self._build_app()
         self.runner: web.AppRunner | None = None
         self._port = listen[1]
@@ -248,7 +254,8 @@ class Balancer:
     # -- app -----------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app = web.Application(client_max_size=self.config.max_body_bytes,
+                              middlewares=[self.guard.middleware])
         for endpoint in Endpoint:
             app.router.add_post(endpoint.value, self._inference_handler(endpoint))
         app.router.add_get("/v1/models", self._models)
@@ -367,7 +374,8 @@ class Balancer:
         # a client that closes after the last piece (SSE clients do, after [DONE]) cancels
         # the handler too: the answer was whole all the same
         whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
-        cancelled = not whole and (cancelled or end is RelayEnd.CLIENT_GONE)
+        cancelled = not whole and (cancelled or end in (RelayEnd.CLIENT_GONE,
+                                                        RelayEnd.CLIENT_STALLED))
         # cut short without the engine's own count: the engine generated more than relayed
         short = not whole and (usage is None or usage.completion_tokens is None)
         served = self.pool.by_name.get(backend)  # gone if a policy change removed it
@@ -454,11 +462,13 @@ class Balancer:
             handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             access_log=None,
+            keepalive_timeout=self.config.client.idle_s,
+            lingering_time=self.config.client.linger_s,
         )
         await runner.setup()  # opens the backends' sessions
         if self.tenancy.enabled:  # the engines' token counters before any request
             await self.reconcile.baseline_all()
-        site = web.TCPSite(runner, self.listen[0], self.listen[1], reuse_address=True)
+        site = GuardedSite(runner, self.listen[0], self.listen[1], self.guard)
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner

@@ -11,7 +11,11 @@
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
   ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
-  chunk, as SSE clients do once they read ``[DONE]``);
+  chunk, as SSE clients do once they read ``[DONE]``),
+  ``director_balancer_stalled_clients_total`` (clients cut for taking no byte of their
+  answer for the stall deadline: their GPU slot and quota freed),
+  ``director_balancer_slow_requests_total{phase}`` (connections cut for sending their
+  ``headers`` or their ``body`` too slowly);
 - ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
@@ -185,6 +189,18 @@ class BalancerMetrics:
             "director_balancer_client_gone",
             "Clients that closed their connection before the answer's end (not errors)",
             ["when"],
+            registry=r,
+        )
+        self.stalled_clients = Counter(
+            "director_balancer_stalled_clients",
+            "Clients cut for taking no byte of their answer for the stall deadline (their "
+            "GPU slot and tenant concurrency freed)",
+            registry=r,
+        )
+        self.slow_requests = Counter(
+            "director_balancer_slow_requests",
+            "Connections cut for sending their request's headers or body too slowly",
+            ["phase"],
             registry=r,
         )
         self.upstream_errors = Counter(

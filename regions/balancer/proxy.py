@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The data path of one inference request: parse, bind, forward, stream back, account.
 
-1. The body is read once (bounded: 413 above ``max_body_bytes``) and parsed once into a
-   ``RequestInfo``.
+1. The body is read once (bounded: 413 above ``max_body_bytes``, 408 when it pauses longer
+   than ``client_body_s``) and parsed once into a ``RequestInfo``.
 2. ``Dispatcher.acquire`` binds it to a backend (maybe after waiting in the queue) and
    returns a ``Lease``; the lease is released by a ``with`` block however the request
    ends: success, upstream error, client disconnect (the handler is cancelled) or timeout.
@@ -13,7 +13,8 @@
    buffering). SSE chunks are metered to learn the backend's decode rate, after each is
    written on: the accounting never delays a chunk. If the client goes away the handler
    is cancelled and the upstream connection is closed, which aborts the sequence on the
-   GPU server.
+   GPU server; a client that stops reading is cut after ``client_stall_s`` without
+   progress, the same way (``relay``), and counted.
 5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
    not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
@@ -33,13 +34,20 @@ from aiohttp import web
 
 from regions.balancer.admission import Dispatcher
 from regions.balancer.backends import Backend, BackendPool, Lease
+from regions.balancer.client_timeouts import BodyTimeout, read_body
 from regions.balancer.engine_priority import with_priority
 from regions.balancer.errors import NoBackendError, RequestRejected, ShedError
 from regions.balancer.headers import upstream_request_headers
 from regions.balancer.kv_event_index import DEFAULT_KV_BLOCK_SIZE, KvEventIndex
 from regions.balancer.metrics import BalancerMetrics
 from regions.balancer.output_lengths import OutputLengths
-from regions.balancer.relay import UPSTREAM_ERRORS, RelayEnd, relay, response_for
+from regions.balancer.relay import (
+    DEFAULT_STALL_S,
+    UPSTREAM_ERRORS,
+    RelayEnd,
+    relay,
+    response_for,
+)
 from regions.balancer.request_info import parse_request
 from regions.balancer.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
@@ -83,6 +91,8 @@ class ProxySettings:
     prefill_ratio: float
     max_queue_wait_s: float
     prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
+    client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
+    client_body_s: float = 30.0  # a request body that pauses longer: 408
     kv_index: KvEventIndex | None = None  # key the prompt's token blocks for this index
 
 
@@ -118,9 +128,12 @@ class Proxy:
         if request.content_length is not None and request.content_length > limit:
             raise RequestRejected(413, f"request body exceeds {limit} bytes")
         try:
-            raw = await request.read()
+            raw = await read_body(request, self.settings.client_body_s)
         except web.HTTPRequestEntityTooLarge:
             raise RequestRejected(413, f"request body exceeds {limit} bytes") from None
+        except BodyTimeout as exc:
+            self.metrics.slow_requests.labels("body").inc()
+            raise RequestRejected(408, str(exc)) from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -162,7 +175,10 @@ class Proxy:
             timeout = self.queue_timeout(request)
         except RequestRejected as exc:
             error_type = "invalid_request_error"
-            return error_response(exc.status, exc.message, error_type, param=exc.param)
+            refusal = error_response(exc.status, exc.message, error_type, param=exc.param)
+            if exc.status == 408:  # the rest of a stalled body is not waited for
+                refusal.force_close()
+            return refusal
         if self.admit is not None:
             admitted = await self.admit(request, info)
             if isinstance(admitted, web.StreamResponse):
@@ -296,7 +312,8 @@ class Proxy:
 
         try:
             end = await relay(request, upstream, resp, on_chunk, self.clock,
-                              UsageEventFilter() if strip_usage and sse else None)
+                              UsageEventFilter() if strip_usage and sse else None,
+                              self.settings.client_stall_s)
             request[RELAY_END] = end
         except asyncio.CancelledError:  # the client went away while we waited upstream
             self.metrics.client_gone.labels("before_end").inc()
@@ -306,6 +323,10 @@ class Proxy:
         elif end in CLIENT_GONE:
             self.metrics.client_gone.labels(CLIENT_GONE[end]).inc()
             log.debug("client went away (%s) from a %s answer", CLIENT_GONE[end], backend.name)
+        elif end is RelayEnd.CLIENT_STALLED:
+            self.metrics.stalled_clients.inc()
+            log.debug("client %s cut: it took nothing of a %s answer for %.0f s",
+                     request.remote, backend.name, self.settings.client_stall_s)
         if end not in WHOLE_ANSWER:
             return resp
         metrics.e2e.observe(self.clock() - start)

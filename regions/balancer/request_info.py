@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Parse an OpenAI request body once into the ``RequestInfo`` the pipeline reads.
 
-- prompt tokens: the non-standard ``x_prompt_tokens`` body field when present, else
-  ``ceil(chars / 4)`` over the prompt (chat: message contents, plus 4 per message;
-  embeddings: the inputs); a tokenized prompt counts its ids;
+- prompt tokens: ``ceil(chars / 4)`` over the prompt (chat: message contents, plus 4 per
+  message; embeddings: the inputs); a tokenized prompt counts its ids. The non-standard
+  ``x_prompt_tokens`` body field (the simulator's exact count) may raise the estimate,
+  never lower it: the count is what a tenant's input-token quota is charged at admission,
+  and a client's word must not make a 4 MB prompt one token (the engine's ``usage``
+  settles the charge when the request ends, ``tenant_quota``);
 - output tokens: the learned prediction for the model, prompt size and ``max_tokens``
   (``max_completion_tokens`` for chat) when there is one (``output_lengths``), at most
   ``max_tokens``; else ``max_tokens``; else the OpenAI default (16 for completions, 256 for
@@ -58,9 +61,16 @@ def _chars(value: Any) -> int:
 
 
 def prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
-    exact = body.get("x_prompt_tokens")
-    if isinstance(exact, int) and not isinstance(exact, bool) and exact > 0:
-        return exact
+    """The prompt's tokens as estimated from its size, or as the client declares them in
+    ``x_prompt_tokens`` when that is more."""
+    estimate = _estimated_prompt_tokens(endpoint, body)
+    declared = body.get("x_prompt_tokens")
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        return max(declared, estimate)
+    return estimate
+
+
+def _estimated_prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
         if not isinstance(messages, list):

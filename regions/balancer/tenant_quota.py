@@ -2,6 +2,10 @@
 """A tenant's quotas at this balancer: checked once its request is parsed, charged as the
 answer streams, settled when it ends (``tenants.quota.QuotaGate`` on the shared state).
 
+Input tokens are charged at admission on ``RequestInfo.prompt_tokens`` (estimated from the
+prompt's size; a client's ``x_prompt_tokens`` may raise it, never lower it) and settled by
+``finish`` with the engine's ``usage.prompt_tokens`` when the answer has one.
+
 ``admit`` refuses over quota with 429 (OpenAI's ``rate_limit_exceeded`` body, ``Retry-After``
 from the tenant's bucket and the ``x-ratelimit-*`` headers) or, for a ``redis-down closed``
 tenant while the state is unreachable, with 503; an admitted request carries its
@@ -151,12 +155,15 @@ class TenantQuotas:
         return None
 
     async def finish(self, request: web.Request) -> None:
-        """Settle the request's output tokens and release its concurrency slot."""
+        """Settle the request's output tokens, and its input tokens with the engine's count
+        when the answer gave one (the admission charged an estimate), and release its
+        concurrency slot."""
         held = request.get(QUOTA)
         if not isinstance(held, RequestQuota):
             return
         self._streaming.discard(held)
-        await held.admission.finish(held.meter.output_tokens())
+        output = held.meter.output_tokens()  # reads a whole body's usage, prompt's too
+        await held.admission.finish(output, input_tokens=held.meter.prompt_tokens)
 
     async def _charge_while_streaming(self) -> None:
         """Every ``CHARGE_EVERY_S``, charge each running output-limited request what it

@@ -61,7 +61,9 @@ async def test_status_lists_each_tenants_usage_and_throttling(tmp_path: Path,
     assert acme["declared"] and (acme["weight"], acme["priority"]) == (2.0, 1)
     assert acme["quota"] == {"requests_per_minute": 600.0,
                              "input_tokens_per_minute": 200_000.0,
-                             "output_tokens_per_minute": 100_000.0, "concurrent": 16}
+                             "output_tokens_per_minute": 100_000.0, "concurrent": 16,
+                             "requests_burst": 600.0, "input_tokens_burst": 200_000.0,
+                             "output_tokens_burst": 100_000.0}
     assert acme["usage"] == {"requests": 2, "input_tokens": 150, "output_tokens": 30,
                              "cancelled": 1, "gpu_seconds": 0.5}
     assert acme["throttled"] == {"over_quota": 4, "state_unavailable": 1,
@@ -70,6 +72,8 @@ async def test_status_lists_each_tenants_usage_and_throttling(tmp_path: Path,
     assert batch["usage"]["requests"] == 0 and batch["throttled"]["over_quota"] == 0
     assert tenants["free_tier"]["usage"]["input_tokens"] == 7
     assert tenants["free_tier"]["quota"]["requests_per_minute"] == 50.0  # 3000/h
+    assert tenants["free_tier"]["quota"]["requests_burst"] == 100.0  # burst 100
+    assert tenants["batch-jobs"]["quota"]["requests_burst"] == 10.0  # 10/s: ten at once
     initech = tenants["initech"]
     assert not initech["declared"] and initech["quota"] is None
     assert initech["usage"]["requests"] == 1

@@ -28,6 +28,21 @@ CASES = [
         (3000, 16.0, 0, None),
     ),
     (
+        "declared-below-the-text-counts-the-text",  # a 4 MB prompt is not one token
+        Endpoint.COMPLETIONS,
+        {"model": "m", "prompt": "x" * (4 << 20), "x_prompt_tokens": 1, "max_tokens": 1},
+        {},
+        (1 << 20, 1.0, 0, None),
+    ),
+    (
+        "chat-declared-below-the-messages",
+        Endpoint.CHAT,
+        {"model": "m", "messages": [{"role": "user", "content": "y" * 4000}],
+         "x_prompt_tokens": 3, "max_tokens": 1},
+        {},
+        (1000 + 4, 1.0, 0, None),
+    ),
+    (
         "chat-default-output",
         Endpoint.CHAT,
         {"model": "m", "messages": [{"role": "user", "content": "y" * 8}], "user": "u1"},

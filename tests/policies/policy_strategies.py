@@ -138,6 +138,12 @@ def _quota_rate(draw) -> str:
     return f"{draw(st.integers(1, 999))}{scale}/{draw(st.sampled_from(['s', 'min', 'h']))}"
 
 
+def _burst(draw) -> tuple[str, ...]:
+    if not draw(st.booleans()):
+        return ()
+    return ("burst", f"{draw(st.integers(1, 999))}{draw(st.sampled_from(['', 'k', 'M']))}")
+
+
 @st.composite
 def _tenant(draw, name: str, services: dict[str, list[str]]) -> Node:
     body = []
@@ -146,8 +152,8 @@ def _tenant(draw, name: str, services: dict[str, list[str]]) -> Node:
     if draw(st.booleans()):
         body.append(_leaf("priority", str(draw(st.integers(-5, 5)))))
     if draw(st.booleans()):
-        quota = [_leaf(key, _quota_rate(draw)) for key in ("requests", "input-tokens",
-                                                           "output-tokens")
+        quota = [_leaf(key, _quota_rate(draw), *_burst(draw))
+                 for key in ("requests", "input-tokens", "output-tokens")
                  if draw(st.booleans())]
         if draw(st.booleans()):
             quota.append(_leaf("concurrent", str(draw(st.integers(1, 64)))))

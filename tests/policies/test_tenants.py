@@ -73,11 +73,14 @@ def test_example_tenants(example) -> None:
         services=("chat.infer.example.com", "embed.infer.example.com"),
         models=("llama-3-8b", "bge-large-en"), regions=("eu-west", "eu-central"),
         redis_down=RedisDown.CLOSED, reserve=0.2)
+    # 10/s: ten at once, not a minute's worth (600)
     assert batch == Tenant(name="batch-jobs", priority=-5,
-                           quota=TenantQuota(requests_per_minute=600.0, concurrent=64),
+                           quota=TenantQuota(requests_per_minute=600.0, concurrent=64,
+                                             requests_burst=10.0),
                            services=("chat.infer.example.com",))
-    assert free.quota == TenantQuota(requests_per_minute=50.0,
-                                     output_tokens_per_minute=1_000_000 / 60)
+    assert free.quota == TenantQuota(requests_per_minute=50.0, requests_burst=100.0,
+                                     output_tokens_per_minute=1_000_000 / 60,
+                                     output_tokens_burst=20_000.0)
     assert (free.weight, free.priority, free.services, free.models, free.regions,
             free.redis_down, free.reserve) == (1.0, 0, (), (), (), RedisDown.OPEN, 0.0)
     assert example.tenant("acme") is acme
@@ -321,6 +324,40 @@ def test_quota_errors() -> None:
         "a quota of zero input-tokens admits nothing": (4, 22),
         "concurrent 0 is too small": (5, 20),
         "unknown directive 'tokens' in a quota block": (6, 9),
+    }
+
+
+@pytest.mark.parametrize(("line", "per_minute", "burst"), [
+    pytest.param("requests 10/s", 600.0, 10.0, id="per-second-holds-a-second"),
+    pytest.param("requests 600/min", 600.0, None, id="per-minute-holds-a-minute"),
+    pytest.param("requests 3600/h", 60.0, 3600.0, id="per-hour-holds-an-hour"),
+    pytest.param("requests 10/s burst 40", 600.0, 40.0, id="declared-burst"),
+    pytest.param("requests 10/min burst 1", 10.0, 1.0, id="burst-of-one"),
+    pytest.param("requests 1k/s burst 2.5k", 60_000.0, 2500.0, id="scaled-burst"),
+])
+def test_a_quota_rate_holds_its_count_as_written_unless_it_declares_a_burst(
+        line: str, per_minute: float, burst: float | None) -> None:
+    policy = load_policy_text(BASE + f"tenant a {{ quota {{ {line} }} }}\n", prove=False)
+    quota = policy.tenants[0].quota
+    assert (quota.requests_per_minute, quota.requests_burst) == (per_minute, burst)
+
+
+def test_burst_errors() -> None:
+    found = errors("tenant a {\n    quota {\n        requests 10/s burst\n"
+                   "        input-tokens 1k/s burst 0.5\n        output-tokens 1k/s burst 5/s\n"
+                   "    }\n}\ntenant b { quota { requests 10/s bursts 40 } }\n")
+    messages = {d.message: (at(d), d.expected, d.hint) for d in found}
+    assert messages == {
+        "'requests' is missing an argument": (
+            (3, 28), "requests <count>/<unit> burst <count>", None),
+        "a burst of 0.5 admits less than one unit at once": (
+            (4, 33), "a count of at least 1 such as 40, 500k or 2M", None),
+        "'5/s' is not a burst": (
+            (5, 34), "a count of at least 1 such as 40, 500k or 2M",
+            "a burst is a count, without a unit"),
+        "unexpected argument 'bursts' to 'requests'": (
+            (8, 34), "requests <count>/<unit> [burst <count>]",
+            "a rate may be followed by its burst: burst 40"),
     }
 
 
