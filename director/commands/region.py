@@ -85,8 +85,10 @@ def serve(
         list[str] | None,
         typer.Option(
             "--trusted-network",
-            help="Edge network whose X-Director-Client-IP / -Country headers "
-            "are believed (repeatable; default: loopback).",
+            help="CIDR of an edge (a proxy in front of the balancer) whose "
+            "X-Director-Client-IP / -Country headers are believed; repeatable. Default: "
+            "none, every client is located by its own address. The edge must overwrite "
+            "both headers.",
         ),
     ] = None,
     redis_url: Annotated[
@@ -287,9 +289,9 @@ def residency_check(
     policy: Policy, region: str, geoip: Path | None, trusted: list[str] | None
 ) -> ResidencyCheck:
     """The region's residency re-check: client location from the GeoIP database, or from
-    the headers of a trusted edge."""
+    the headers of an edge in ``trusted`` (none by default)."""
     from director.geo import GeoDatabaseError, GeoLocator
-    from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
+    from regions.balancer.residency_check import ResidencyCheck
 
     try:
         locator = GeoLocator(str(geoip) if geoip else None)
@@ -300,7 +302,7 @@ def residency_check(
         return locator.locate(address).place
 
     try:
-        return ResidencyCheck(policy, region, locate, trusted or DEFAULT_TRUSTED)
+        return ResidencyCheck(policy, region, locate, trusted or ())
     except ValueError as exc:
         _usage(f"--trusted-network: {exc}")
 

@@ -11,6 +11,8 @@ from policies.model import GpuServer, Policy
 from state.ports import hostport
 
 BALANCER_PORT = 8080
+# director up's edge: the machine itself (every client of an embedded run is local)
+LOOPBACK_EDGE = ("127.0.0.0/8", "::1/128")
 # Relative speed of a simulated server by GPU kind when the policy gives no speed hint.
 KIND_SPEED = {"H100": 1.0, "H200": 1.2, "A100": 0.6, "L40S": 0.5, "A10G": 0.3}
 
@@ -96,10 +98,17 @@ def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOp
     listen = (host, options.balancer_port)
     argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
                             region_name, "--listen", hostport(listen), "--redis",
-                            options.redis_url, "--follow-policy", *geoip_args(options))
+                            options.redis_url, "--follow-policy", *geoip_args(options),
+                            *edge_args())
     return ChildSpec(f"balancer/{region_name}", "balancer", argv, region=region_name,
                      address=f"http://{hostport(listen)}", ready_tcp=listen,
                      binds=(Bind("tcp", *listen),))
+
+
+def edge_args() -> tuple[str, ...]:
+    """``director up``'s own edge: the machine itself, so that a client on it (the printed
+    curl, the drills) may say who it stands for with the X-Director-Client-* headers."""
+    return tuple(arg for network in LOOPBACK_EDGE for arg in ("--trusted-network", network))
 
 
 def geoip_args(options: UpOptions) -> tuple[str, ...]:

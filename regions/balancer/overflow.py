@@ -35,7 +35,6 @@ network must be in its ``--trusted-network`` list) and re-checks residency itsel
 from __future__ import annotations
 
 import enum
-import ipaddress
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field

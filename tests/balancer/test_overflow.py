@@ -23,7 +23,7 @@ from regions.balancer.overflow import (
     OverflowMode,
     siblings,
 )
-from regions.balancer.residency_check import CheckedClient, ResidencyCheck
+from regions.balancer.residency_check import LOOPBACK_EDGE, CheckedClient, ResidencyCheck
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, eventually
 
@@ -65,7 +65,7 @@ def placed(policy: Any, headers: Mapping[str, str]) -> CheckedClient:
 
 
 def check(policy: Any, region: str) -> ResidencyCheck:
-    return ResidencyCheck(policy, region, nowhere)
+    return ResidencyCheck(policy, region, nowhere, LOOPBACK_EDGE)
 
 
 @asynccontextmanager

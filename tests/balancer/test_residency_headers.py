@@ -36,7 +36,7 @@ RULES = {
     "us": ("clients country US; allow us-east", "us-east", "eu-west"),
 }
 KINDS = tuple(RULES)
-C, I = "X-Director-Client-Country", "X-Director-Client-IP"
+C, I = "X-Director-Client-Country", "X-Director-Client-IP"  # noqa: E741
 FR_IP, EU_ONLY_IP, GB_IP = "2.2.70.1", "2.16.1.1", "81.2.69.142"  # GeoLite2 City 2018
 ANONYMOUS_IP, SATELLITE_IP = "31.14.133.39", "5.145.149.142"  # registered IT, US
 MILITARY_IP = "4.16.182.1"  # CU, representing US (a base)
