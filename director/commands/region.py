@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from director.console import plain_console
+from regions.balancer.admin_listen import DEFAULT_ADMIN_PORT
 from regions.balancer.capacity import CapacityConfig
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
-from state.ports import parse_hostport
+from state.ports import hostport, parse_hostport
 
 if TYPE_CHECKING:
     from director.geo import IPAddress
     from policies.matching import Place
     from policies.model import Policy
     from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
+    from regions.balancer.admin_listen import AdminListen
     from regions.balancer.residency_check import ResidencyCheck
 
 DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
@@ -103,6 +105,24 @@ def serve(
         str,
         typer.Option("--state-prefix", help="Key prefix of the deployment in the shared state."),
     ] = "director",
+    admin_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-listen",
+            help="HOST:PORT of the admin listener (/metrics, /_admin/*), apart from the "
+            "public port (default: the --listen host if it is a loopback address, else "
+            f"127.0.0.1; port {DEFAULT_ADMIN_PORT}). Off loopback it needs "
+            "--admin-token-file.",
+        ),
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--admin-token-file",
+            help="File holding the bearer token the admin listener requires (on its first "
+            "line); required when --admin-listen is not a loopback address.",
+        ),
+    ] = None,
     follow_policy: Annotated[
         bool,
         typer.Option(
@@ -205,6 +225,7 @@ def serve(
         _usage(f"no region '{region}' in {policy} (regions: {', '.join(accepted.region_names)})")
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
     address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
+    admin = admin_listener(admin_listen, admin_token_file, address[0])
     residency = residency_check(accepted, region, geoip, trusted)
     shared = shared_state(redis_url, state_prefix, accepted.stale_after)
     overflow_config = None
@@ -220,7 +241,7 @@ def serve(
             state += f", overflow {mode.value} to {names}"
         err.print(
             f"region {region}: balancer on {balancer.url} in front of "
-            f"{len(spec.gpus)} GPU servers{state}",
+            f"{len(spec.gpus)} GPU servers{state}; admin on {balancer.admin_url}",
             markup=False,
         )
 
@@ -245,6 +266,7 @@ def serve(
                 follow_policy=FollowPolicy(shared, policy_gate.load_record)
                 if follow_policy and shared is not None else None,
                 policy=accepted,
+                admin=admin,
             )
         )
 
@@ -283,6 +305,25 @@ def balancer_config(
             config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)
         )
     return config
+
+
+def admin_listener(listen: str | None, token_file: Path | None, public_host: str
+                   ) -> AdminListen:
+    """Where the admin listener binds and its token; off loopback without a token is a
+    usage error (the balancer does not start). Without ``listen``: ``public_host`` when it
+    is loopback (balancers on 127.0.1.1, 127.0.2.1 ... each get their own), else 127.0.0.1."""
+    from regions.balancer.admin_listen import AdminListen, is_loopback, read_token_file
+    from regions.balancer.errors import BalancerConfigError
+
+    if listen is None:
+        listen = hostport((public_host if is_loopback(public_host) else "127.0.0.1",
+                           DEFAULT_ADMIN_PORT))
+    host, port = parse_listen(listen, DEFAULT_ADMIN_PORT)
+    try:
+        token = read_token_file(token_file) if token_file is not None else None
+        return AdminListen(host, port, token)
+    except BalancerConfigError as exc:
+        _usage(f"--admin-listen {listen}: {exc}")
 
 
 def residency_check(

@@ -9,11 +9,11 @@ on to the client from the connection's callback (``relay``), unbuffered and with
 task wake-up per token. Control traffic to the servers (metric scrapes, ``/v1/models``,
 engine info) uses one aiohttp ``ClientSession`` per backend.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
-``GET /v1/models`` (union over usable backends), ``GET /healthz``, ``GET /metrics``;
-loopback only: ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``),
-``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``),
-``GET /_admin/state``.
+Public routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST
+/v1/embeddings``, ``GET /v1/models`` (union over usable backends), ``GET /healthz``. On the
+admin listener (``admin``: loopback by default, a bearer token off loopback): ``GET
+/metrics``, ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``), ``POST
+/_admin/explain``, ``GET /_admin/state``.
 
 With ``shared_state`` (a ``SharedStateConfig``: the Redis URL) the balancer publishes its
 region's load about once a second and follows the GPU drain flags and probe health in the
@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
-import json
 import logging
 import random
 import time
@@ -48,16 +46,17 @@ from typing import Any
 from aiohttp import web
 
 from policies.model import Policy
+from regions.balancer.admin import build_admin_app
+from regions.balancer.admin_listen import AdminListen
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
-from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.kv_event_follow import KvEventFollow
 from regions.balancer.kv_event_index import KvEventIndex
 from regions.balancer.load_report import ArrivalRate, region_load
-from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
+from regions.balancer.metrics import BalancerMetrics, OverflowCollector
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
@@ -159,6 +158,7 @@ class Balancer:
         overflow: OverflowConfig | None = None,
         follow_policy: FollowPolicy | None = None,
         policy: Policy | None = None,
+        admin: AdminListen | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -240,8 +240,12 @@ class Balancer:
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
                                          cfg.usage_reconcile_s)
         self.app = self._build_app()
+        self.admin = admin or AdminListen()
+        self.admin_app = build_admin_app(self, self.admin.token)
         self.runner: web.AppRunner | None = None
+        self.admin_runner: web.AppRunner | None = None
         self._port = listen[1]
+        self._admin_port = self.admin.port
 
     # -- app -----------------------------------------------------------------------------
 
@@ -251,11 +255,6 @@ class Balancer:
             app.router.add_post(endpoint.value, self._inference_handler(endpoint))
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/_admin/drain", self._drain)
-        app.router.add_post("/_admin/undrain", self._undrain)
-        app.router.add_post("/_admin/explain", self._explain)
-        app.router.add_get("/_admin/state", self._state)
         app.on_startup.append(self._open_sessions)
         app.on_cleanup.append(self._close_sessions)
         return app
@@ -421,9 +420,16 @@ class Balancer:
 
     @property
     def url(self) -> str:
-        host = self.listen[0]
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self._port}"
+        return _url(self.listen[0], self._port)
+
+    @property
+    def admin_port(self) -> int:
+        return self._admin_port
+
+    @property
+    def admin_url(self) -> str:
+        """Where ``/metrics`` and ``/_admin/*`` are served (``admin``)."""
+        return _url(self.admin.host, self._admin_port)
 
     async def start(self) -> None:
         """Follow the shared state (if any: flags read once before the first request),
@@ -456,6 +462,13 @@ class Balancer:
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner
+        admin_runner = web.AppRunner(self.admin_app, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+                                     access_log=None)
+        await admin_runner.setup()
+        self.admin_runner = admin_runner
+        await web.TCPSite(admin_runner, self.admin.host, self.admin.port,
+                          reuse_address=True).start()
+        self._admin_port = admin_runner.addresses[0][1]
         await self.scraper.__aenter__()
         if self.kv_follow is not None:
             await self.kv_follow.start()
@@ -466,6 +479,9 @@ class Balancer:
         if self.kv_follow is not None:
             await self.kv_follow.stop()
         await self.scraper.__aexit__()
+        if self.admin_runner is not None:
+            admin_runner, self.admin_runner = self.admin_runner, None
+            await admin_runner.cleanup()
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
@@ -661,75 +677,10 @@ class Balancer:
         }
         return web.json_response(body, status=200 if usable else 503)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-    async def _admin_body(self, request: web.Request) -> dict[str, Any]:
-        if not _is_loopback(request.remote):
-            raise RequestRejected(403, "admin endpoints are loopback only")
-        try:
-            body = json.loads(await request.read() or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestRejected(400, "admin: body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise RequestRejected(400, "admin: expected a JSON object")
-        return body
-
-    async def _set_drain(self, request: web.Request, draining: bool) -> web.Response:
-        try:
-            body = await self._admin_body(request)
-            name = body.get("backend") or request.query.get("backend")
-            if not isinstance(name, str):
-                raise RequestRejected(400, "admin: backend: required")
-            self.pool.set_draining(name, draining, ADMIN)
-        except RequestRejected as exc:
-            return error_response(exc.status, exc.message, "invalid_request_error")
-        except BalancerConfigError as exc:
-            return error_response(404, str(exc), "not_found")
-        b = self.pool[name]
-        return web.json_response(
-            {
-                "backend": name,
-                "draining": b.draining,
-                "drained_by": sorted(b.drains),
-                "in_flight": b.in_flight,
-            }
-        )
-
-    async def _drain(self, request: web.Request) -> web.Response:
-        return await self._set_drain(request, True)
-
-    async def _undrain(self, request: web.Request) -> web.Response:
-        return await self._set_drain(request, False)
-
-    async def _explain(self, request: web.Request) -> web.Response:
-        try:
-            body = await self._admin_body(request)
-            return web.json_response(
-                self.explain(
-                    str(body.get("path", Endpoint.COMPLETIONS.value)),
-                    body.get("body"),
-                    body.get("headers") or {},
-                )
-            )
-        except RequestRejected as exc:
-            return error_response(exc.status, exc.message, "invalid_request_error")
-        except ValueError as exc:
-            return error_response(400, str(exc), "invalid_request_error")
-
-    async def _state(self, request: web.Request) -> web.Response:
-        if not _is_loopback(request.remote):
-            return error_response(403, "admin endpoints are loopback only", "forbidden")
-        return web.json_response(self.state())
 
 
-def _is_loopback(remote: str | None) -> bool:
-    if not remote:
-        return False
-    try:
-        return ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def describe_capacity(capacity: Capacity, in_flight: int) -> str:
@@ -766,6 +717,7 @@ def build_balancer(
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
     policy: Policy | None = None,
+    admin: AdminListen | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
@@ -775,7 +727,8 @@ def build_balancer(
     ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
     ``follow_policy`` applies the stored policy's GPU servers live (each version through
     its ``load``, the policy gate); ``policy``: whose ``identity`` and ``tenants`` the
-    balancer enforces (``tenancy``)."""
+    balancer enforces (``tenancy``); ``admin``: where ``/metrics`` and ``/_admin/*`` listen
+    (default: 127.0.0.1, any free port; see ``admin``)."""
     return Balancer(
         region_name,
         backends,
@@ -789,6 +742,7 @@ def build_balancer(
         overflow=overflow,
         follow_policy=follow_policy,
         policy=policy,
+        admin=admin,
     )
 
 
@@ -806,6 +760,7 @@ async def serve(
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
     policy: Policy | None = None,
+    admin: AdminListen | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
     balancer = build_balancer(
@@ -820,6 +775,7 @@ async def serve(
         overflow=overflow,
         follow_policy=follow_policy,
         policy=policy,
+        admin=admin,
     )
     async with balancer:
         if ready is not None:

@@ -131,7 +131,8 @@ async def test_redirect_sends_a_307_to_the_sibling_which_serves_it(policy) -> No
         assert status == 200 and headers["x-director-region"] == "eu-central"
         assert body.endswith(b"data: [DONE]\n\n")
         assert a.overflow is not None and a.overflow.counts == {"redirect:eu-central": 1}
-        async with aiohttp.ClientSession() as session, session.get(f"{a.url}/metrics") as resp:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"{a.admin_url}/metrics") as resp:
             metrics = await resp.text()
         assert ('director_balancer_overflow_total{outcome="redirect",sibling="eu-central"} 1.0'
                 in metrics)

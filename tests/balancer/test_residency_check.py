@@ -116,7 +116,7 @@ async def test_refused_request_never_reaches_a_gpu(policy, locate):
                 assert response.status == 200
             async with session.get(f"{fleet['gpu0'].url}/metrics") as response:
                 text = await response.text()
-            metrics = await (await session.get(f"{balancer.url}/metrics")).text()
+            metrics = await (await session.get(f"{balancer.admin_url}/metrics")).text()
     served = [line for line in text.splitlines()
               if line.startswith("vllm:e2e_request_latency_seconds_count")]
     assert served and float(served[0].split()[-1]) == 1.0  # only the US request got through

@@ -20,7 +20,7 @@ from policies.model import Identity, JwtIdentity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
-from tests.balancer.helpers import MODEL, completion, eventually, stack
+from tests.balancer.helpers import MODEL, admin_client, completion, eventually, stack
 
 SIGNER = rsa_signer()
 
@@ -236,6 +236,6 @@ async def test_a_tenant_is_served_only_in_its_regions(example_policy: Policy,
                     assert resp.status == 200, await resp.text()
             assert len(seen) == 2
             assert balancer.metrics.auth_refused.labels("region")._value.get() == 1
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 metrics = await resp.text()
             assert 'director_balancer_auth_refused_total{reason="region"} 1.0' in metrics
