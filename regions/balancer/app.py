@@ -10,10 +10,10 @@ task wake-up per token. Control traffic to the servers (metric scrapes, ``/v1/mo
 engine info) uses one aiohttp ``ClientSession`` per backend.
 
 Public routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST
-/v1/embeddings``, ``GET /v1/models`` (union over usable backends), ``GET /healthz``. On the
-admin listener (``admin``: loopback by default, a bearer token off loopback): ``GET
-/metrics``, ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``), ``POST
-/_admin/explain``, ``GET /_admin/state``.
+/v1/embeddings``, ``GET /v1/models`` (union over usable backends, cached, behind tenancy:
+``model_catalog``), ``GET /healthz``. On the admin listener (``admin``: loopback by
+default, a bearer token off loopback): ``GET /metrics``, ``POST /_admin/drain`` and
+``/_admin/undrain`` (``{"backend": NAME}``), ``POST /_admin/explain``, ``GET /_admin/state``.
 
 With ``shared_state`` (a ``SharedStateConfig``: the Redis URL) the balancer publishes its
 region's load about once a second and follows the GPU drain flags and probe health in the
@@ -57,6 +57,7 @@ from regions.balancer.kv_event_follow import KvEventFollow
 from regions.balancer.kv_event_index import KvEventIndex
 from regions.balancer.load_report import ArrivalRate, region_load
 from regions.balancer.metrics import BalancerMetrics, OverflowCollector
+from regions.balancer.model_catalog import DEFAULT_TTL_S, ModelCatalog
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
@@ -98,7 +99,6 @@ from tenants.throttles import ThrottleLedger
 from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
-MODELS_TIMEOUT_S = 2.0
 TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ class BalancerConfig:
     arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``;
     ``usage_reconcile_s``: with tenants, at most how often each backend's metrics are read
     to add the output tokens its engine generated for cancelled requests after the last
-    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never).
+    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
+    ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -137,6 +138,7 @@ class BalancerConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
     usage_reconcile_s: float = 1.0
+    models_ttl_s: float = DEFAULT_TTL_S
 
 
 class Balancer:
@@ -195,6 +197,7 @@ class Balancer:
             f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
             self.timings))
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
+        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         # the prefix-affinity scorer reads the backends' KV events where they publish them
         prefix_scorer = next((ws.scorer for ws in self.profile.scorers
                               if isinstance(ws.scorer, PrefixAffinityScorer)), None)
@@ -645,26 +648,19 @@ class Balancer:
     # -- handlers ------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        snap = self.pool.snapshot()
-        usable = [b for b in snap.backends if b.healthy and not b.ejected]
-
-        async def fetch(name: str) -> list[dict[str, Any]]:
-            session = self.connections.sessions[name]
-            url = self.pool[name].spec.url + "/v1/models"
-            async with asyncio.timeout(MODELS_TIMEOUT_S), session.get(url) as resp:
-                if resp.status != 200:
-                    return []
-                data = (await resp.json(content_type=None)).get("data", [])
-                return [m for m in data if isinstance(m, dict) and "id" in m]
-
-        results = await asyncio.gather(*(fetch(b.name) for b in usable), return_exceptions=True)
-        models: dict[str, dict[str, Any]] = {}
-        for b, result in zip(usable, results, strict=True):
-            if isinstance(result, BaseException):
-                result = [{"id": m, "object": "model", "owned_by": "director"} for m in b.models]
-            for m in result:
-                models.setdefault(m["id"], m)
-        return web.json_response({"object": "list", "data": list(models.values())})
+        """The models of the usable backends (``model_catalog``: cached, never a read of
+        every backend per request); with tenants, only for an identified tenant and only
+        the models it may use."""
+        who = None
+        if self.tenancy.enabled:
+            checked = await self.tenancy.check(request)
+            if isinstance(checked, web.Response):
+                return checked
+            who = caller(checked)
+        models = await self.catalog.models()
+        if who is not None and who.tenant.models:
+            models = [m for m in models if m["id"] in who.tenant.models]
+        return web.json_response({"object": "list", "data": models})
 
     async def _healthz(self, request: web.Request) -> web.Response:
         snap = self.pool.snapshot()
