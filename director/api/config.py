@@ -60,6 +60,7 @@ class ApiConfig:
     balancer_port: int = DEFAULT_BALANCER_PORT
     max_body: int = DEFAULT_MAX_BODY
     prefix: str = "director"
+    enable_chaos: bool = False  # mount the chaos routes (director up turns them on)
     follow_interval: float = 1.0  # how often the Redis policy version is polled (seconds)
     state_timeout: float = 1.0  # Redis socket timeouts (seconds)
 

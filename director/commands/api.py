@@ -42,6 +42,10 @@ def serve(
                                           "beyond).")] = 1024 * 1024,
     state_prefix: Annotated[str, typer.Option(help="Key prefix of the deployment in the "
                                               "shared state.")] = "director",
+    enable_chaos: Annotated[bool, typer.Option("--enable-chaos", help="Mount the chaos routes "
+                                               "(/api/v1/chaos/...: kill processes, fault GPU "
+                                               "servers) for drills; off by default (404).")]
+    = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the admin API (OpenAPI docs at /docs, status page at /#token=...)."""
@@ -71,7 +75,8 @@ def serve(
         policy=document, redis_url=redis_url, tokens_path=tokens, audit_path=audit_log,
         control_socket=control, dns_listen=tuple(d for d in (dns or "").split(",") if d),
         policy_store=policy_store, geoip_path=str(geoip) if geoip else None,
-        balancer_port=balancer_port, max_body=max_body, prefix=state_prefix)
+        balancer_port=balancer_port, max_body=max_body, prefix=state_prefix,
+        enable_chaos=enable_chaos)
     try:
         api = build_api(config)
     except (TokenFileError, GeoDatabaseError, OSError, ValueError) as exc:

@@ -181,7 +181,7 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
                          "--dns", hostport(options.dns),
                          "--policy-store", str(run / "policy"),
                          "--balancer-port", str(options.balancer_port),
-                         *geoip_args(options)),
+                         "--enable-chaos", *geoip_args(options)),
         address=f"http://{hostport(options.api)}", ready_tcp=options.api,
         binds=(Bind("tcp", *options.api),)))
     return children

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """What ``director up`` asks of each balancer: its own loopback edge named as trusted, and
-an admin listener of its own on loopback."""
+an admin listener of its own on loopback; the API with its chaos routes on."""
 
 from __future__ import annotations
 
@@ -31,3 +31,5 @@ def test_balancers_trust_loopback_and_get_one_admin_listener_each(tmp_path: Path
         assert ("tcp", host, 9999) in {(b.protocol, b.host, b.port) for b in child.binds}
         admins.append(admin)
     assert len(set(admins)) == len(admins)
+    (api,) = [c for c in plan_children(policy, options) if c.role == "api"]
+    assert "--enable-chaos" in api.argv  # the drills of an embedded run break things
