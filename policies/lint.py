@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 
 from policies.continents import CONTINENT_OF, CONTINENT_ONLY_RECORDS
-from policies.matching import rule_clients
 from policies.errors import Diagnostic, did_you_mean
+from policies.matching import rule_clients
 from policies.model import Policy, ResidencyRule, Service
 from policies.reading import Reporter
 
