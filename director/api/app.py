@@ -54,6 +54,8 @@ def build_api(config: ApiConfig) -> FastAPI:
     for router in (public.router, read.router, admin.router, chaos.router, tenants.router,
                    usage.router):
         app.include_router(router)
+    # breaking things on purpose is opt-in (director up opts in)
+    app.include_router(chaos.chaos_router if config.enable_chaos else chaos.disabled_router)
     static = resources.files("director.api").joinpath("static")
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     mount_docs(app)

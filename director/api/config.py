@@ -64,6 +64,7 @@ class ApiConfig:
     max_body: int = DEFAULT_MAX_BODY
     policy_deadline: float = DEFAULT_POLICY_DEADLINE  # a PUT's check, then refused (422)
     prefix: str = "director"
+    enable_chaos: bool = False  # mount the chaos routes (director up turns them on)
     follow_interval: float = 1.0  # how often the Redis policy version is polled (seconds)
     state_timeout: float = 1.0  # Redis socket timeouts (seconds)
 

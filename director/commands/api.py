@@ -47,6 +47,10 @@ def serve(
     = 120.0,
     state_prefix: Annotated[str, typer.Option(help="Key prefix of the deployment in the "
                                               "shared state.")] = "director",
+    enable_chaos: Annotated[bool, typer.Option("--enable-chaos", help="Mount the chaos routes "
+                                               "(/api/v1/chaos/...: kill processes, fault GPU "
+                                               "servers) for drills; off by default (404).")]
+    = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the admin API (OpenAPI docs at /docs, status page at /#token=...)."""
@@ -77,7 +81,7 @@ def serve(
         control_socket=control, dns_listen=tuple(d for d in (dns or "").split(",") if d),
         policy_store=policy_store, geoip_path=str(geoip) if geoip else None,
         balancer_port=balancer_port, max_body=max_body, prefix=state_prefix,
-        policy_deadline=policy_deadline)
+        policy_deadline=policy_deadline, enable_chaos=enable_chaos)
     try:
         api = build_api(config)
     except (TokenFileError, GeoDatabaseError, OSError, ValueError) as exc:

@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from director.console import plain_console
+from regions.balancer.admin_listen import DEFAULT_ADMIN_PORT
 from regions.balancer.capacity import CapacityConfig
 from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
 from state.credentials import redacted
-from state.ports import parse_hostport
+from state.ports import hostport, parse_hostport
 
 if TYPE_CHECKING:
     from director.geo import IPAddress
     from policies.matching import Place
     from policies.model import Policy
     from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
+    from regions.balancer.admin_listen import AdminListen
     from regions.balancer.residency_check import ResidencyCheck
 
 DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
@@ -86,8 +88,10 @@ def serve(
         list[str] | None,
         typer.Option(
             "--trusted-network",
-            help="Edge network whose X-Director-Client-IP / -Country headers "
-            "are believed (repeatable; default: loopback).",
+            help="CIDR of an edge (a proxy in front of the balancer) whose "
+            "X-Director-Client-IP / -Country headers are believed; repeatable. Default: "
+            "none, every client is located by its own address. The edge must overwrite "
+            "both headers.",
         ),
     ] = None,
     redis_url: Annotated[
@@ -111,6 +115,24 @@ def serve(
             "shared state outage: the tenant API key table (ids and SHA-256 digests, mode "
             "0600). Without it, a balancer started while the state is unreachable answers "
             "503 to API keys until the state is back.",
+        ),
+    ] = None,
+    admin_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-listen",
+            help="HOST:PORT of the admin listener (/metrics, /_admin/*), apart from the "
+            "public port (default: the --listen host if it is a loopback address, else "
+            f"127.0.0.1; port {DEFAULT_ADMIN_PORT}). Off loopback it needs "
+            "--admin-token-file.",
+        ),
+    ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--admin-token-file",
+            help="File holding the bearer token the admin listener requires (on its first "
+            "line); required when --admin-listen is not a loopback address.",
         ),
     ] = None,
     follow_policy: Annotated[
@@ -215,6 +237,7 @@ def serve(
         _usage(f"no region '{region}' in {policy} (regions: {', '.join(accepted.region_names)})")
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
     address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
+    admin = admin_listener(admin_listen, admin_token_file, address[0])
     residency = residency_check(accepted, region, geoip, trusted)
     shared = shared_state(redis_url, state_prefix, accepted.stale_after, state_dir)
     overflow_config = None
@@ -230,7 +253,7 @@ def serve(
             state += f", overflow {mode.value} to {names}"
         err.print(
             f"region {region}: balancer on {balancer.url} in front of "
-            f"{len(spec.gpus)} GPU servers{state}",
+            f"{len(spec.gpus)} GPU servers{state}; admin on {balancer.admin_url}",
             markup=False,
         )
 
@@ -255,6 +278,7 @@ def serve(
                 follow_policy=FollowPolicy(shared, policy_gate.load_record)
                 if follow_policy and shared is not None else None,
                 policy=accepted,
+                admin=admin,
             )
         )
 
@@ -295,13 +319,32 @@ def balancer_config(
     return config
 
 
+def admin_listener(listen: str | None, token_file: Path | None, public_host: str
+                   ) -> AdminListen:
+    """Where the admin listener binds and its token; off loopback without a token is a
+    usage error (the balancer does not start). Without ``listen``: ``public_host`` when it
+    is loopback (balancers on 127.0.1.1, 127.0.2.1 ... each get their own), else 127.0.0.1."""
+    from regions.balancer.admin_listen import AdminListen, is_loopback, read_token_file
+    from regions.balancer.errors import BalancerConfigError
+
+    if listen is None:
+        listen = hostport((public_host if is_loopback(public_host) else "127.0.0.1",
+                           DEFAULT_ADMIN_PORT))
+    host, port = parse_listen(listen, DEFAULT_ADMIN_PORT)
+    try:
+        token = read_token_file(token_file) if token_file is not None else None
+        return AdminListen(host, port, token)
+    except BalancerConfigError as exc:
+        _usage(f"--admin-listen {listen}: {exc}")
+
+
 def residency_check(
     policy: Policy, region: str, geoip: Path | None, trusted: list[str] | None
 ) -> ResidencyCheck:
     """The region's residency re-check: client location from the GeoIP database, or from
-    the headers of a trusted edge."""
+    the headers of an edge in ``trusted`` (none by default)."""
     from director.geo import GeoDatabaseError, GeoLocator
-    from regions.balancer.residency_check import DEFAULT_TRUSTED, ResidencyCheck
+    from regions.balancer.residency_check import ResidencyCheck
 
     try:
         locator = GeoLocator(str(geoip) if geoip else None)
@@ -312,7 +355,7 @@ def residency_check(
         return locator.locate(address).place
 
     try:
-        return ResidencyCheck(policy, region, locate, trusted or DEFAULT_TRUSTED)
+        return ResidencyCheck(policy, region, locate, trusted or ())
     except ValueError as exc:
         _usage(f"--trusted-network: {exc}")
 

@@ -31,6 +31,9 @@ def up(
     = "127.0.0.1:9153",
     balancer_port: Annotated[int, typer.Option(help="Port of every regional balancer, on "
                                                "its region's address.")] = 8080,
+    balancer_admin_port: Annotated[int, typer.Option(help="Port of every balancer's admin "
+                                                     "listener (/metrics, /_admin/*), on its "
+                                                     "region's loopback address.")] = 9180,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs, tokens, control "
                                                  "socket (default /tmp/director-UID).")] = None,
     time_scale: Annotated[float, typer.Option(help="Simulated model seconds per wall "
@@ -62,7 +65,8 @@ def up(
         policy_path=policy.resolve(), run_dir=(run_dir or rundir.default_run_dir()).resolve(),
         redis_url=redis_url or "", simulate=simulate, dns=parse_listen(dns, 5353),
         api=parse_listen(api, 8080), dns_metrics=parse_listen(dns_metrics, 9153),
-        balancer_port=balancer_port, time_scale=time_scale,
+        balancer_port=balancer_port, balancer_admin_port=balancer_admin_port,
+        time_scale=time_scale,
         geoip=geoip.resolve() if geoip else None)
     try:
         status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,9 @@ from state.ports import hostport
 
 BALANCER_PORT = 8080
 BALANCER_STATE_DIR_ENV = "DIRECTOR_BALANCER_STATE_DIR"  # `region serve --state-dir`
+BALANCER_ADMIN_PORT = 9180  # each balancer's admin listener (/metrics, /_admin/*), loopback
+# director up's edge: the machine itself (every client of an embedded run is local)
+LOOPBACK_EDGE = ("127.0.0.0/8", "::1/128")
 # Relative speed of a simulated server by GPU kind when the policy gives no speed hint.
 KIND_SPEED = {"H100": 1.0, "H200": 1.2, "A100": 0.6, "L40S": 0.5, "A10G": 0.3}
 
@@ -56,6 +60,7 @@ class UpOptions:
     api: tuple[str, int] = ("127.0.0.1", 8080)
     dns_metrics: tuple[str, int] = ("127.0.0.1", 9153)
     balancer_port: int = BALANCER_PORT
+    balancer_admin_port: int = BALANCER_ADMIN_PORT
     time_scale: float = 1.0
     geoip: Path | None = None
     logins: StateLogins = field(default_factory=StateLogins)  # each role's state user
@@ -94,17 +99,47 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
                      binds=(Bind("tcp", host, port),))
 
 
-def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOptions
-                   ) -> ChildSpec:
+def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOptions,
+                   admin: tuple[str, int] | None = None) -> ChildSpec:
+    """A region's balancer on ``host``; its admin listener on ``admin`` (default: the same
+    host, which is loopback in an embedded run, and ``options.balancer_admin_port``)."""
     listen = (host, options.balancer_port)
+    admin = admin or (host, options.balancer_admin_port)
     argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
-                            region_name, "--listen", hostport(listen), "--redis",
-                            options.redis_url, "--follow-policy", *geoip_args(options))
+                            region_name, "--listen", hostport(listen), "--admin-listen",
+                            hostport(admin), "--redis", options.redis_url, "--follow-policy",
+                            *geoip_args(options), *edge_args())
     env = {**options.logins.env("balancer"),
            BALANCER_STATE_DIR_ENV: str(options.run_dir / "balancers" / region_name)}
     return ChildSpec(f"balancer/{region_name}", "balancer", argv, env=env, region=region_name,
-                     address=f"http://{hostport(listen)}", ready_tcp=listen,
-                     binds=(Bind("tcp", *listen),))
+                     address=f"http://{hostport(listen)} (admin http://{hostport(admin)})",
+                     ready_tcp=listen,
+                     binds=(Bind("tcp", *listen), Bind("tcp", *admin)))
+
+
+def admin_address(host: str, options: UpOptions, taken: set[tuple[str, int]]
+                  ) -> tuple[str, int]:
+    """Where a balancer on ``host`` has its admin listener: that host when it is loopback,
+    else 127.0.0.1 (off loopback it would need a token); the next port when taken."""
+    admin_host = host if _is_loopback(host) else "127.0.0.1"
+    port = options.balancer_admin_port
+    while (admin_host, port) in taken:
+        port += 1
+    taken.add((admin_host, port))
+    return admin_host, port
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def edge_args() -> tuple[str, ...]:
+    """``director up``'s own edge: the machine itself, so that a client on it (the printed
+    curl, the drills) may say who it stands for with the X-Director-Client-* headers."""
+    return tuple(arg for network in LOOPBACK_EDGE for arg in ("--trusted-network", network))
 
 
 def geoip_args(options: UpOptions) -> tuple[str, ...]:
@@ -120,11 +155,13 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
         for region in policy.regions:
             children += [simulator_child(region.name, gpu, options.time_scale)
                          for gpu in region.gpus]
+    admin_taken: set[tuple[str, int]] = set()
     for region in policy.regions:
         if not region.endpoints_v4 and not region.endpoints_v6:
             continue
         host = (region.endpoints_v4 or region.endpoints_v6)[0]
-        children.append(balancer_child(policy_path, region.name, host, options))
+        children.append(balancer_child(policy_path, region.name, host, options,
+                                       admin_address(host, options, admin_taken)))
     children.append(ChildSpec(
         "workers", "workers",
         director_command("workers", "--policy", str(policy_path), "--redis", options.redis_url,
@@ -151,7 +188,7 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
                          "--dns", hostport(options.dns),
                          "--policy-store", str(run / "policy"),
                          "--balancer-port", str(options.balancer_port),
-                         *geoip_args(options)),
+                         "--enable-chaos", *geoip_args(options)),
         env=options.logins.env("api"),
         address=f"http://{hostport(options.api)}", ready_tcp=options.api,
         binds=(Bind("tcp", *options.api),)))

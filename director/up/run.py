@@ -95,7 +95,8 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
     problems = await wait_bindable(specs, BIND_GRACE_S)
     if problems:
         raise UpError("cannot listen on " + "; ".join(problems) + " (stop what holds them "
-                      "or choose others: --dns, --api, --dns-metrics, --balancer-port)")
+                      "or choose others: --dns, --api, --dns-metrics, --balancer-port, "
+                      "--balancer-admin-port)")
     supervisor = Supervisor(specs, run_dir, lambda line: console.print(line, markup=False))
 
     stop = asyncio.Event()

@@ -9,11 +9,11 @@ on to the client from the connection's callback (``relay``), unbuffered and with
 task wake-up per token. Control traffic to the servers (metric scrapes, ``/v1/models``,
 engine info) uses one aiohttp ``ClientSession`` per backend.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
-``GET /v1/models`` (union over usable backends), ``GET /healthz``, ``GET /metrics``;
-loopback only: ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``),
-``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``),
-``GET /_admin/state``.
+Public routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST
+/v1/embeddings``, ``GET /v1/models`` (union over usable backends, cached, behind tenancy:
+``model_catalog``), ``GET /healthz``. On the admin listener (``admin``: loopback by
+default, a bearer token off loopback): ``GET /metrics``, ``POST /_admin/drain`` and
+``/_admin/undrain`` (``{"backend": NAME}``), ``POST /_admin/explain``, ``GET /_admin/state``.
 
 With ``shared_state`` (a ``SharedStateConfig``: the Redis URL) the balancer publishes its
 region's load about once a second and follows the GPU drain flags and probe health in the
@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
-import json
 import logging
 import random
 import time
@@ -48,17 +46,19 @@ from typing import Any
 from aiohttp import web
 
 from policies.model import Policy
+from regions.balancer.admin import build_admin_app
+from regions.balancer.admin_listen import AdminListen
 from regions.balancer.admission import AdmissionConfig, Dispatcher
 from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
 from regions.balancer.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
 from regions.balancer.connections import BackendConnections
 from regions.balancer.engine_scrape import EngineScraper
-from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.kv_event_follow import KvEventFollow
 from regions.balancer.kv_event_index import KvEventIndex
 from regions.balancer.load_report import ArrivalRate, region_load
-from regions.balancer.metrics import CONTENT_TYPE, BalancerMetrics, OverflowCollector
+from regions.balancer.metrics import BalancerMetrics, OverflowCollector
+from regions.balancer.model_catalog import DEFAULT_TTL_S, ModelCatalog
 from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
 from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
 from regions.balancer.pool_update import PoolChange
@@ -102,7 +102,6 @@ from tenants.throttles import ThrottleLedger
 from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
-MODELS_TIMEOUT_S = 2.0
 TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
 
 log = logging.getLogger(__name__)
@@ -123,6 +122,7 @@ class BalancerConfig:
     to add the output tokens its engine generated for cancelled requests after the last
     piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
     ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
+    ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -143,6 +143,7 @@ class BalancerConfig:
     outliers: OutlierConfig = field(default_factory=OutlierConfig)
     usage_reconcile_s: float = 1.0
     client: ClientTimeouts = field(default_factory=ClientTimeouts)
+    models_ttl_s: float = DEFAULT_TTL_S
 
 
 class Balancer:
@@ -164,6 +165,7 @@ class Balancer:
         overflow: OverflowConfig | None = None,
         follow_policy: FollowPolicy | None = None,
         policy: Policy | None = None,
+        admin: AdminListen | None = None,
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
@@ -200,6 +202,7 @@ class Balancer:
             f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
             self.timings))
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
+        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         # the prefix-affinity scorer reads the backends' KV events where they publish them
         prefix_scorer = next((ws.scorer for ws in self.profile.scorers
                               if isinstance(ws.scorer, PrefixAffinityScorer)), None)
@@ -248,8 +251,12 @@ class Balancer:
                                          cfg.usage_reconcile_s)
         self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
         self.app = self._build_app()
+        self.admin = admin or AdminListen()
+        self.admin_app = build_admin_app(self, self.admin.token)
         self.runner: web.AppRunner | None = None
+        self.admin_runner: web.AppRunner | None = None
         self._port = listen[1]
+        self._admin_port = self.admin.port
 
     # -- app -----------------------------------------------------------------------------
 
@@ -260,11 +267,6 @@ class Balancer:
             app.router.add_post(endpoint.value, self._inference_handler(endpoint))
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/_admin/drain", self._drain)
-        app.router.add_post("/_admin/undrain", self._undrain)
-        app.router.add_post("/_admin/explain", self._explain)
-        app.router.add_get("/_admin/state", self._state)
         app.on_startup.append(self._open_sessions)
         app.on_cleanup.append(self._close_sessions)
         return app
@@ -434,9 +436,16 @@ class Balancer:
 
     @property
     def url(self) -> str:
-        host = self.listen[0]
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self._port}"
+        return _url(self.listen[0], self._port)
+
+    @property
+    def admin_port(self) -> int:
+        return self._admin_port
+
+    @property
+    def admin_url(self) -> str:
+        """Where ``/metrics`` and ``/_admin/*`` are served (``admin``)."""
+        return _url(self.admin.host, self._admin_port)
 
     async def start(self) -> None:
         """Follow the shared state (if any: flags read once before the first request),
@@ -472,6 +481,13 @@ class Balancer:
         await site.start()
         self._port = runner.addresses[0][1]
         self.runner = runner
+        admin_runner = web.AppRunner(self.admin_app, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+                                     access_log=None)
+        await admin_runner.setup()
+        self.admin_runner = admin_runner
+        await web.TCPSite(admin_runner, self.admin.host, self.admin.port,
+                          reuse_address=True).start()
+        self._admin_port = admin_runner.addresses[0][1]
         await self.scraper.__aenter__()
         if self.kv_follow is not None:
             await self.kv_follow.start()
@@ -482,6 +498,9 @@ class Balancer:
         if self.kv_follow is not None:
             await self.kv_follow.stop()
         await self.scraper.__aexit__()
+        if self.admin_runner is not None:
+            admin_runner, self.admin_runner = self.admin_runner, None
+            await admin_runner.cleanup()
         if self.runner is not None:
             runner, self.runner = self.runner, None
             await runner.cleanup()
@@ -645,26 +664,19 @@ class Balancer:
     # -- handlers ------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        snap = self.pool.snapshot()
-        usable = [b for b in snap.backends if b.healthy and not b.ejected]
-
-        async def fetch(name: str) -> list[dict[str, Any]]:
-            session = self.connections.sessions[name]
-            url = self.pool[name].spec.url + "/v1/models"
-            async with asyncio.timeout(MODELS_TIMEOUT_S), session.get(url) as resp:
-                if resp.status != 200:
-                    return []
-                data = (await resp.json(content_type=None)).get("data", [])
-                return [m for m in data if isinstance(m, dict) and "id" in m]
-
-        results = await asyncio.gather(*(fetch(b.name) for b in usable), return_exceptions=True)
-        models: dict[str, dict[str, Any]] = {}
-        for b, result in zip(usable, results, strict=True):
-            if isinstance(result, BaseException):
-                result = [{"id": m, "object": "model", "owned_by": "director"} for m in b.models]
-            for m in result:
-                models.setdefault(m["id"], m)
-        return web.json_response({"object": "list", "data": list(models.values())})
+        """The models of the usable backends (``model_catalog``: cached, never a read of
+        every backend per request); with tenants, only for an identified tenant and only
+        the models it may use."""
+        who = None
+        if self.tenancy.enabled:
+            checked = await self.tenancy.check(request)
+            if isinstance(checked, web.Response):
+                return checked
+            who = caller(checked)
+        models = await self.catalog.models()
+        if who is not None and who.tenant.models:
+            models = [m for m in models if m["id"] in who.tenant.models]
+        return web.json_response({"object": "list", "data": models})
 
     async def _healthz(self, request: web.Request) -> web.Response:
         snap = self.pool.snapshot()
@@ -677,75 +689,10 @@ class Balancer:
         }
         return web.json_response(body, status=200 if usable else 503)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-    async def _admin_body(self, request: web.Request) -> dict[str, Any]:
-        if not _is_loopback(request.remote):
-            raise RequestRejected(403, "admin endpoints are loopback only")
-        try:
-            body = json.loads(await request.read() or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestRejected(400, "admin: body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise RequestRejected(400, "admin: expected a JSON object")
-        return body
-
-    async def _set_drain(self, request: web.Request, draining: bool) -> web.Response:
-        try:
-            body = await self._admin_body(request)
-            name = body.get("backend") or request.query.get("backend")
-            if not isinstance(name, str):
-                raise RequestRejected(400, "admin: backend: required")
-            self.pool.set_draining(name, draining, ADMIN)
-        except RequestRejected as exc:
-            return error_response(exc.status, exc.message, "invalid_request_error")
-        except BalancerConfigError as exc:
-            return error_response(404, str(exc), "not_found")
-        b = self.pool[name]
-        return web.json_response(
-            {
-                "backend": name,
-                "draining": b.draining,
-                "drained_by": sorted(b.drains),
-                "in_flight": b.in_flight,
-            }
-        )
-
-    async def _drain(self, request: web.Request) -> web.Response:
-        return await self._set_drain(request, True)
-
-    async def _undrain(self, request: web.Request) -> web.Response:
-        return await self._set_drain(request, False)
-
-    async def _explain(self, request: web.Request) -> web.Response:
-        try:
-            body = await self._admin_body(request)
-            return web.json_response(
-                self.explain(
-                    str(body.get("path", Endpoint.COMPLETIONS.value)),
-                    body.get("body"),
-                    body.get("headers") or {},
-                )
-            )
-        except RequestRejected as exc:
-            return error_response(exc.status, exc.message, "invalid_request_error")
-        except ValueError as exc:
-            return error_response(400, str(exc), "invalid_request_error")
-
-    async def _state(self, request: web.Request) -> web.Response:
-        if not _is_loopback(request.remote):
-            return error_response(403, "admin endpoints are loopback only", "forbidden")
-        return web.json_response(self.state())
 
 
-def _is_loopback(remote: str | None) -> bool:
-    if not remote:
-        return False
-    try:
-        return ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def describe_capacity(capacity: Capacity, in_flight: int) -> str:
@@ -782,6 +729,7 @@ def build_balancer(
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
     policy: Policy | None = None,
+    admin: AdminListen | None = None,
 ) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
     ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
@@ -791,7 +739,8 @@ def build_balancer(
     ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
     ``follow_policy`` applies the stored policy's GPU servers live (each version through
     its ``load``, the policy gate); ``policy``: whose ``identity`` and ``tenants`` the
-    balancer enforces (``tenancy``)."""
+    balancer enforces (``tenancy``); ``admin``: where ``/metrics`` and ``/_admin/*`` listen
+    (default: 127.0.0.1, any free port; see ``admin``)."""
     return Balancer(
         region_name,
         backends,
@@ -805,6 +754,7 @@ def build_balancer(
         overflow=overflow,
         follow_policy=follow_policy,
         policy=policy,
+        admin=admin,
     )
 
 
@@ -822,6 +772,7 @@ async def serve(
     overflow: OverflowConfig | None = None,
     follow_policy: FollowPolicy | None = None,
     policy: Policy | None = None,
+    admin: AdminListen | None = None,
 ) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
     balancer = build_balancer(
@@ -836,6 +787,7 @@ async def serve(
         overflow=overflow,
         follow_policy=follow_policy,
         policy=policy,
+        admin=admin,
     )
     async with balancer:
         if ready is not None:

@@ -4,10 +4,12 @@ DNS location is best effort (a resolver far from its client, truncated or absent
 each balancer checks the client itself before proxying, with the matcher the DNS engine
 uses (``policies.matching.coverage``).
 
-**Who the client is.** The TCP peer, or, when the peer is one of the operator's trusted
-edge networks, what the edge says in ``X-Director-Client-IP`` (an address, located with
-GeoIP) and ``X-Director-Client-Country`` (an ISO 3166-1 alpha-2 code; a two-character code
-nobody knows, such as an edge's ``XX`` or ``T1``, places the client nowhere). Given both,
+**Who the client is.** The TCP peer, or, when the peer is in one of the networks the
+operator names as trusted edges (none by default: ``--trusted-network``, repeatable), what
+the edge says in ``X-Director-Client-IP`` (an address, located with GeoIP) and
+``X-Director-Client-Country`` (an ISO 3166-1 alpha-2 code; a two-character code nobody
+knows, such as an edge's ``XX`` or ``T1``, places the client nowhere). From any other peer
+both headers are ignored: the client is where its own address is. Given both,
 the client may be at either place. A header given twice, or a value that is neither, is
 refused with 400 (``ClientHeaderError``): an edge must overwrite both headers, never pass a
 client's own copies through (``docs/security.md``).
@@ -38,7 +40,8 @@ Locate = Callable[[IPAddress], Place]  # where GeoIP places an address
 
 CLIENT_IP_HEADER = "X-Director-Client-IP"
 CLIENT_COUNTRY_HEADER = "X-Director-Client-Country"
-DEFAULT_TRUSTED = ("127.0.0.0/8", "::1/128")
+# the machine itself as the edge: what ``director up`` trusts, where every client is local
+LOOPBACK_EDGE = ("127.0.0.0/8", "::1/128")
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class ResidencyCheck:
     """Decides whether this region may serve a request's client."""
 
     def __init__(self, policy: Policy, region: str, locate: Locate,
-                 trusted_networks: Iterable[str] = DEFAULT_TRUSTED):
+                 trusted_networks: Iterable[str] = ()):
         self.policy = policy
         self.region = region
         self.locate = locate

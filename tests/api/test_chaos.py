@@ -26,7 +26,8 @@ async def test_gpu_fault_is_forwarded_and_reverted_after_ttl(tmp_path, valkey, p
     async with Fleet([spec], time_scale=50) as fleet:
         gpu_url = fleet["euw1-a100-a"].url
         document = with_gpu_url(example_document(), POLICY_URL, gpu_url)
-        async with running_api(tmp_path, valkey.url, prefix, document=document) as api:
+        async with running_api(tmp_path, valkey.url, prefix, document=document,
+                               enable_chaos=True) as api:
             assert await health(api, gpu_url) == 200
             status, body = await api.post("/api/v1/chaos/gpus/eu-west/euw1-a100-a/fault",
                                           json_body={"mode": "fail", "ttl": 0.6})
@@ -67,7 +68,8 @@ async def test_gpu_fault_to_an_unreachable_server_is_502(tmp_path, valkey, prefi
         gpu_url = fleet["euw1-a100-a"].url
         await fleet["euw1-a100-a"].stop()
         document = with_gpu_url(example_document(), POLICY_URL, gpu_url)
-        async with running_api(tmp_path, valkey.url, prefix, document=document) as api:
+        async with running_api(tmp_path, valkey.url, prefix, document=document,
+                               enable_chaos=True) as api:
             status, body = await api.post("/api/v1/chaos/gpus/eu-west/euw1-a100-a/fault",
                                           json_body={"mode": "fail"})
             assert status == 502 and f"GPU server {gpu_url} unreachable" in body["error"]
@@ -78,7 +80,7 @@ async def test_gpu_fault_to_an_unreachable_server_is_502(tmp_path, valkey, prefi
 
 
 async def test_process_routes_are_503_without_control(tmp_path, valkey, prefix):
-    async with running_api(tmp_path, valkey.url, prefix) as api:
+    async with running_api(tmp_path, valkey.url, prefix, enable_chaos=True) as api:
         status, body = await api.get("/api/v1/processes")
         assert status == 503 and "--control" in body["error"]
         status, body = await api.post("/api/v1/chaos/processes",
@@ -86,6 +88,24 @@ async def test_process_routes_are_503_without_control(tmp_path, valkey, prefix):
         assert status == 503
         status, body = await api.get("/api/v1/processes", token="read")
         assert status == 403
+
+
+async def test_chaos_routes_are_not_mounted_without_enable_chaos(tmp_path, valkey, prefix):
+    """Without --enable-chaos nothing can break the system on purpose: the chaos routes do
+    not exist (404, even with an admin token), and nothing is audited; reads stay."""
+    sock = tmp_path / "control.sock"
+    async with supervisor(sock) as received, \
+            running_api(tmp_path, valkey.url, prefix, control_socket=sock) as api:
+        status, body = await api.post("/api/v1/chaos/processes", json_body={
+            "action": "kill", "names": ["balancer/*"], "ttl": 30})
+        assert status == 404, body
+        assert "--enable-chaos" in body["error"]
+        status, body = await api.post("/api/v1/chaos/gpus/eu-west/euw1-a100-a/fault",
+                                      json_body={"mode": "fail"})
+        assert status == 404, body
+        assert received == [] and api.audit_lines() == []
+        status, body = await api.get("/api/v1/processes")
+        assert status == 200 and body["processes"]
 
 
 @contextlib.asynccontextmanager
@@ -131,7 +151,8 @@ async def supervisor(path: Path) -> AsyncIterator[list[dict]]:
 async def test_process_drills_go_through_the_control_socket(tmp_path, valkey, prefix):
     sock = tmp_path / "control.sock"
     async with supervisor(sock) as received, \
-            running_api(tmp_path, valkey.url, prefix, control_socket=sock) as api:
+            running_api(tmp_path, valkey.url, prefix, control_socket=sock,
+                        enable_chaos=True) as api:
         status, body = await api.get("/api/v1/processes")
         assert status == 200
         assert [p["name"] for p in body["processes"]] == ["dns", "balancer/eu-west"]

@@ -90,6 +90,12 @@ async def stack(
             yield fleet, balancer, client
 
 
+def admin_client(balancer: Balancer, token: str | None = None) -> aiohttp.ClientSession:
+    """A client of ``balancer``'s admin listener (``/metrics``, ``/_admin/*``)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return aiohttp.ClientSession(base_url=balancer.admin_url, headers=headers)
+
+
 async def stream_completion(
     client: aiohttp.ClientSession, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[int, str, bytes]:

@@ -19,7 +19,7 @@ from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balanc
 from regions.balancer.capacity import UNBOUNDED, CapacityConfig
 from regions.simulator import Fleet, ServerSpec
 from regions.simulator.config import EngineConfig
-from tests.balancer.helpers import MODEL, completion, eventually
+from tests.balancer.helpers import MODEL, admin_client, completion, eventually
 
 LEARN_WITHIN_S = 10.0
 
@@ -109,7 +109,7 @@ async def test_a_burst_before_the_capacity_is_known_waits_in_the_region_queue() 
         try:
             await eventually(lambda: backend.cap_now.provisional, timeout=LEARN_WITHIN_S)
             assert (backend.cap_now.slots, backend.cap_now.limit) == (None, 10)
-            async with client.get("/_admin/state") as resp:
+            async with admin_client(balancer) as adm, adm.get("/_admin/state") as resp:
                 shown = (await resp.json())["backends"][0]["capacity"]
             assert shown == {"slots": None, "source": "unknown", "limit": 10,
                              "provisional": True}
@@ -209,14 +209,14 @@ service chat.infer.example.com {{ all-down answer-nothing }}
             await eventually(lambda: fleet["gpu"].engine.state().running == 24)
             await asyncio.sleep(0.2)
             assert fleet["gpu"].engine.state().running == 24  # the pin, not the server's 64
-            async with client.get("/_admin/state") as resp:
+            async with admin_client(balancer) as adm, adm.get("/_admin/state") as resp:
                 (state,) = (await resp.json())["backends"]
             assert state["capacity"] == {"slots": 24, "source": "pinned", "limit": 24,
                                          "provisional": False}
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 text = await resp.text()
             assert 'director_balancer_capacity{backend="gpu",source="pinned"} 24.0' in text
-            async with client.post("/_admin/explain", json={
+            async with admin_client(balancer) as adm, adm.post("/_admin/explain", json={
                     "path": "/v1/completions", "body": completion(10)}) as resp:
                 explained = await resp.json()
             assert "capacity 24 (pinned)" in str(explained)

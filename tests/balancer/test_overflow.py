@@ -23,7 +23,7 @@ from regions.balancer.overflow import (
     OverflowMode,
     siblings,
 )
-from regions.balancer.residency_check import CheckedClient, ResidencyCheck
+from regions.balancer.residency_check import LOOPBACK_EDGE, CheckedClient, ResidencyCheck
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, eventually
 
@@ -65,7 +65,7 @@ def placed(policy: Any, headers: Mapping[str, str]) -> CheckedClient:
 
 
 def check(policy: Any, region: str) -> ResidencyCheck:
-    return ResidencyCheck(policy, region, nowhere)
+    return ResidencyCheck(policy, region, nowhere, LOOPBACK_EDGE)
 
 
 @asynccontextmanager
@@ -131,7 +131,8 @@ async def test_redirect_sends_a_307_to_the_sibling_which_serves_it(policy) -> No
         assert status == 200 and headers["x-director-region"] == "eu-central"
         assert body.endswith(b"data: [DONE]\n\n")
         assert a.overflow is not None and a.overflow.counts == {"redirect:eu-central": 1}
-        async with aiohttp.ClientSession() as session, session.get(f"{a.url}/metrics") as resp:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"{a.admin_url}/metrics") as resp:
             metrics = await resp.text()
         assert ('director_balancer_overflow_total{outcome="redirect",sibling="eu-central"} 1.0'
                 in metrics)

@@ -188,8 +188,9 @@ async def region_serve_follows(tmp_path: Path, valkey: EmbeddedValkey, prefix: s
     async with Fleet([ServerSpec("a"), ServerSpec("b")], time_scale=20) as fleet:
         path = tmp_path / "p.dp"
         path.write_text(policy_text({"a": fleet["a"].url}))
-        port = free_port()
-        options = UpOptions(path, tmp_path, valkey.url, balancer_port=port)
+        port, admin_port = free_port(), free_port()
+        options = UpOptions(path, tmp_path, valkey.url, balancer_port=port,
+                            balancer_admin_port=admin_port)
         argv = [
             *balancer_child(path, "eu-west", "127.0.0.1", options).argv,
             "--state-prefix",
@@ -201,13 +202,14 @@ async def region_serve_follows(tmp_path: Path, valkey: EmbeddedValkey, prefix: s
         )
         store = StateStore.from_url(valkey.url, prefix=prefix)
         try:
-            async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as client:
+            async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as client, \
+                    aiohttp.ClientSession(base_url=f"http://127.0.0.1:{admin_port}") as admin:
                 await wait_serving(client)
                 assert await served_by(client, 2) == {"a"}
                 store.set_policy(policy_text({"b": fleet["b"].url}))
 
                 async def only_b() -> bool:
-                    async with client.get("/_admin/state") as resp:
+                    async with admin.get("/_admin/state") as resp:
                         backends = (await resp.json())["backends"]
                     return [b["name"] for b in backends] == ["b"]
 

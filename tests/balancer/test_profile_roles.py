@@ -12,7 +12,7 @@ from regions.balancer.registry import Registry, build_profile, register_builtin_
 from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.scorers.session_affinity import SessionAffinityScorer
 from regions.balancer.scorers.size_aware import SizeAwareScorer
-from tests.balancer.helpers import completion, stack, stream_completion
+from tests.balancer.helpers import admin_client, completion, stack, stream_completion
 
 
 def build(scorers: tuple[tuple[str, float], ...], **kwargs: object):
@@ -47,11 +47,11 @@ def test_parameters_are_clamped_at_load_and_the_clamp_is_said() -> None:
 
 async def test_the_balancer_exports_its_plugins_run_times() -> None:
     config = BalancerConfig(scorers=(("queue-depth", 1.0), ("least-requests", 1.0)))
-    async with stack((1.0, 1.0), config=config) as (_, _balancer, client):
+    async with stack((1.0, 1.0), config=config) as (_, balancer, client):
         for _ in range(20):
             status, _, _ = await stream_completion(client, completion(2))
             assert status == 200
-        async with client.get("/metrics") as resp:
+        async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
             text = await resp.text()
     # one decision in 16 is timed: 20 requests time two
     for stage, plugin in [("filter", "model"), ("filter", "capacity"),

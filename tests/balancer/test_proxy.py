@@ -21,9 +21,15 @@ from regions.balancer import (
     OutlierConfig,
     build_balancer,
 )
-from regions.balancer.app import _is_loopback
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
-from tests.balancer.helpers import MODEL, completion, eventually, stack, stream_completion
+from tests.balancer.helpers import (
+    MODEL,
+    admin_client,
+    completion,
+    eventually,
+    stack,
+    stream_completion,
+)
 
 
 def sim_running(fleet) -> int:
@@ -56,10 +62,10 @@ async def test_a_streams_prompt_counts_as_waiting_to_prefill_until_its_first_byt
         hung = asyncio.create_task(client.post("/v1/completions", json=completion(50)))
         await eventually(lambda: gpu.in_flight == 1)
         assert gpu.prefill_tokens > 0  # sent, no first byte yet
-        async with client.get("/_admin/state") as resp:
+        async with admin_client(balancer) as adm, adm.get("/_admin/state") as resp:
             (state,) = (await resp.json())["backends"]
             assert state["prefill_tokens"] == pytest.approx(gpu.prefill_tokens, abs=1e-3)
-        async with client.get("/metrics") as resp:
+        async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
             line = f'director_balancer_prefill_tokens{{backend="gpu0"}} {gpu.prefill_tokens}'
             assert line in await resp.text()
         hung.cancel()
@@ -75,7 +81,7 @@ async def test_a_streams_prompt_counts_as_waiting_to_prefill_until_its_first_byt
 
 
 async def test_non_streaming_chat_embeddings_and_models() -> None:
-    async with stack() as (_, _balancer, client):
+    async with stack() as (_, balancer, client):
         async with client.post("/v1/completions", json=completion(5, stream=False)) as resp:
             assert resp.status == 200
             assert (await resp.json())["usage"]["completion_tokens"] == 5
@@ -88,7 +94,7 @@ async def test_non_streaming_chat_embeddings_and_models() -> None:
             assert [m["id"] for m in (await resp.json())["data"]] == [MODEL]
         async with client.get("/healthz") as resp:
             assert resp.status == 200 and (await resp.json())["usable_backends"] == 2
-        async with client.get("/metrics") as resp:
+        async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
             assert "director_balancer_decisions_total" in await resp.text()
 
 
@@ -180,19 +186,19 @@ async def test_drain_lets_streams_finish_and_sends_new_work_elsewhere() -> None:
         resp = await client.post("/v1/completions", json=completion(60))
         drained = resp.headers["x-director-backend"]
         await resp.content.readany()
-        async with client.post("/_admin/drain", json={"backend": drained}) as admin:
-            assert admin.status == 200 and (await admin.json())["in_flight"] == 1
+        async with admin_client(balancer) as adm, \
+                adm.post("/_admin/drain", json={"backend": drained}) as answer:
+            assert answer.status == 200 and (await answer.json())["in_flight"] == 1
         results = [await stream_completion(client, completion(2)) for _ in range(5)]
         assert {backend for _, backend, _ in results} == {"gpu0", "gpu1"} - {drained}
         rest = await resp.read()  # the in-flight stream on the drained backend finishes
         assert rest.endswith(b"data: [DONE]\n\n")
         await balancer.wait_drained(drained, timeout=2)
-        async with client.post("/_admin/undrain", json={"backend": drained}) as admin:
-            assert admin.status == 200
-        async with client.post("/_admin/drain", json={"backend": "nope"}) as admin:
-            assert admin.status == 404
-    assert _is_loopback("127.0.0.1") and _is_loopback("::1")
-    assert not _is_loopback("10.0.0.1") and not _is_loopback(None)
+        async with admin_client(balancer) as adm:
+            async with adm.post("/_admin/undrain", json={"backend": drained}) as answer:
+                assert answer.status == 200
+            async with adm.post("/_admin/drain", json={"backend": "nope"}) as answer:
+                assert answer.status == 404
 
 
 async def test_full_queue_is_shed_with_retry_after() -> None:
@@ -280,7 +286,7 @@ async def test_speeds_are_learned_from_streamed_tokens() -> None:
         assert fast.rate.value > 1.5 * slow.rate.value  # speed ratio 2.5, less batching effects
         explained = balancer.explain("/v1/completions", completion(30))
         assert explained["chosen"] == "gpu1"
-        async with client.post(
+        async with admin_client(balancer) as adm, adm.post(
             "/_admin/explain", json={"path": "/v1/completions", "body": completion(30)}
         ) as resp:
             assert (await resp.json())["steps"][-1]["plugin"] == "max-score"
@@ -314,7 +320,7 @@ async def test_clients_that_close_after_done_are_counted_never_logged_as_errors(
     balancer = build_balancer("test-region", [BackendSpec("gpu0", f"http://{host}:{port}",
                                                           (MODEL,), 16)])
     try:
-        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+        async with balancer:
             front_host, front_port = balancer.url.removeprefix("http://").split(":")
             body = json.dumps(completion(8)).encode()
             for _ in range(3):
@@ -326,7 +332,7 @@ async def test_clients_that_close_after_done_are_counted_never_logged_as_errors(
                 await reader.readuntil(b"data: [DONE]\n\n")
                 writer.close()
             await eventually(lambda: balancer.pool.in_flight() == 0)
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 text = await resp.text()
     finally:
         await runner.cleanup()

@@ -42,9 +42,11 @@ async def run(tmp_path: Path, valkey: EmbeddedValkey, prefix: str) -> None:
         policy = tmp_path / "p.dp"
         policy.write_text(POLICY.format(a=fleet["euw1-a"].url, b=fleet["euw1-b"].url))
         url = f"http://127.0.0.1:{free_port()}"
+        admin = f"127.0.0.1:{free_port()}"
         process = subprocess.Popen(
             [sys.executable, "-m", "director", "region", "serve", "--policy", str(policy),
              "--region", "eu-west", "--listen", url.removeprefix("http://"),
+             "--admin-listen", admin,
              "--redis", valkey.url, "--state-prefix", prefix],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         store = AsyncStateStore.from_url(valkey.url, prefix=prefix)
@@ -55,7 +57,7 @@ async def run(tmp_path: Path, valkey: EmbeddedValkey, prefix: str) -> None:
             await store.set_drain("eu-west", "euw1-a")
 
             async def drained() -> bool:
-                async with http.get(f"{url}/_admin/state") as resp:
+                async with http.get(f"http://{admin}/_admin/state") as resp:
                     backends = (await resp.json())["backends"]
                 return backends[0]["drained_by"] == ["state"]
 

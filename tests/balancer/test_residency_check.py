@@ -11,7 +11,7 @@ import pytest
 from director.geo import GeoLocator
 from policies import load_policy_text
 from regions.balancer import BackendSpec, build_balancer
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
 POLICY = """
@@ -65,7 +65,7 @@ def locate(maxmind_test_locator: GeoLocator):
         "country-header", "eu-peer", "untrusted-peer-header-ignored", "unlocated-peer",
         "laxer-service-same-gpus", "unknown-host-eu", "unknown-host-us"])
 def test_verdicts(policy, locate, region, peer, host, headers, allowed):
-    check = ResidencyCheck(policy, region, locate)
+    check = ResidencyCheck(policy, region, locate, LOOPBACK_EDGE)
     verdict = check.check(peer, host, headers)
     assert verdict.allowed is allowed, verdict
 
@@ -103,8 +103,41 @@ def test_a_refusal_of_a_request_addressed_by_ip_says_to_use_the_name(policy, loc
     assert "by IP" not in by_name
 
 
-async def test_refused_request_never_reaches_a_gpu(policy, locate):
+@pytest.mark.parametrize("headers", [
+    {"X-Director-Client-IP": US},
+    {"X-Director-Client-Country": "US"},
+    {"X-Director-Client-IP": US, "X-Director-Client-Country": "US"},
+], ids=["ip", "country", "both"])
+def test_no_edge_is_trusted_by_default(policy, locate, headers):
+    """Without --trusted-network, not even loopback may say who the client is: a header
+    naming a US client is ignored, and the peer itself (placed nowhere) is what is checked."""
     check = ResidencyCheck(policy, "us-east", locate)
+    verdict = check.check("127.0.0.1", "chat.infer.example.com", headers)
+    assert not verdict.allowed
+    assert verdict.client.startswith("127.0.0.1") and "header" not in verdict.client
+
+
+async def test_a_header_from_an_untrusted_peer_is_ignored_over_http(policy, locate):
+    """A real balancer with the default trust: a client on loopback claiming to be in the
+    US is located by its own address, so the US region refuses it (unknown location)."""
+    check = ResidencyCheck(policy, "us-east", locate)
+    async with Fleet([ServerSpec("gpu0")], time_scale=20) as fleet:
+        spec = BackendSpec("gpu0", fleet["gpu0"].url, ("sim-model",))
+        balancer = build_balancer("us-east", [spec], residency=check)
+        async with balancer, aiohttp.ClientSession() as session:
+            body = {"model": "sim-model", "prompt": "hi", "max_tokens": 4}
+            headers = {"Host": "chat.infer.example.com", "X-Director-Client-IP": US,
+                       "X-Director-Client-Country": "US"}
+            async with session.post(f"{balancer.url}/v1/completions", json=body,
+                                    headers=headers) as response:
+                assert response.status == 451
+                message = (await response.json())["error"]["message"]
+            assert "client 127.0.0.1 (" in message and "header" not in message
+            assert fleet["gpu0"].engine.state().running == 0
+
+
+async def test_refused_request_never_reaches_a_gpu(policy, locate):
+    check = ResidencyCheck(policy, "us-east", locate, LOOPBACK_EDGE)
     async with Fleet([ServerSpec("gpu0")], time_scale=20) as fleet:
         spec = BackendSpec("gpu0", fleet["gpu0"].url, ("sim-model",))
         balancer = build_balancer("us-east", [spec], residency=check)
@@ -123,7 +156,7 @@ async def test_refused_request_never_reaches_a_gpu(policy, locate):
                 assert response.status == 200
             async with session.get(f"{fleet['gpu0'].url}/metrics") as response:
                 text = await response.text()
-            metrics = await (await session.get(f"{balancer.url}/metrics")).text()
+            metrics = await (await session.get(f"{balancer.admin_url}/metrics")).text()
     served = [line for line in text.splitlines()
               if line.startswith("vllm:e2e_request_latency_seconds_count")]
     assert served and float(served[0].split()[-1]) == 1.0  # only the US request got through

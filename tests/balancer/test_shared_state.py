@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from regions.balancer import SharedStateConfig
 from state import AsyncStateStore, EmbeddedValkey, RegionLoad, StateUnavailable
-from tests.balancer.helpers import completion, eventually, stack, stream_completion
+from tests.balancer.helpers import admin_client, completion, eventually, stack, stream_completion
 
 REGION = "test-region"
 
@@ -88,10 +88,11 @@ async def test_state_drain_and_admin_drain_are_held_apart(
 ) -> None:
     async with state(valkey.url, prefix) as store, stack(
         shared_state=shared(valkey.url, prefix)
-    ) as (_, balancer, client):
+    ) as (_, balancer, _client):
         await store.set_drain(REGION, "gpu0")
         await eventually(lambda: balancer.pool["gpu0"].draining)
-        async with client.post("/_admin/undrain", json={"backend": "gpu0"}) as resp:
+        async with admin_client(balancer) as adm, \
+                adm.post("/_admin/undrain", json={"backend": "gpu0"}) as resp:
             assert (await resp.json())["drained_by"] == ["state"]  # the state's drain holds
         balancer.drain("gpu1")
         await store.set_drain(REGION, "gpu0", draining=False)
@@ -169,11 +170,11 @@ async def test_serving_goes_on_when_valkey_dies_and_resumes_when_it_returns(
             for _ in range(8):  # served, and the last known drain still holds
                 status, backend, _ = await stream_completion(client, completion(3))
                 assert (status, backend) == (200, "gpu1")
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 text = await resp.text()
             assert "director_balancer_state_reachable 0.0" in text
             assert 'director_balancer_state_errors_total{op=' in text
-            async with client.get("/_admin/state") as resp:
+            async with admin_client(balancer) as adm, adm.get("/_admin/state") as resp:
                 assert (await resp.json())["shared_state"]["reachable"] is False
 
             server.start()  # same port and password, empty: nothing drained any more
@@ -192,7 +193,7 @@ async def test_balancer_starts_and_serves_with_valkey_unreachable(prefix: str) -
         status, _, body = await stream_completion(client, completion(3))
         assert status == 200 and body.endswith(b"data: [DONE]\n\n")
         assert balancer.link.reachable is False
-        async with client.get("/_admin/state") as resp:
+        async with admin_client(balancer) as adm, adm.get("/_admin/state") as resp:
             data = await resp.json()
         assert data["shared_state"] == {"reachable": False, "published": None}
         assert json.dumps(data)  # plain JSON all the way down

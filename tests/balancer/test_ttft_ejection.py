@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from regions.balancer import BalancerConfig, OutlierConfig
 from regions.simulator import Fault, FaultMode
-from tests.balancer.helpers import completion, eventually, stack, stream_completion
+from tests.balancer.helpers import admin_client, completion, eventually, stack, stream_completion
 
 # 2,000 prompt tokens at time scale 5: about 30 ms to the first token, 0.3 s when 10x slower
 BODY = completion(2, x_prompt_tokens=2000)
@@ -42,7 +42,7 @@ async def test_a_slowed_server_is_ejected_and_returns_after_the_fault_clears() -
         assert balancer.pool.snapshot().backends[0].ejected
         served = [await stream_completion(client, BODY) for _ in range(9)]
         assert {(status, backend != "gpu0") for status, backend, _ in served} == {(200, True)}
-        async with client.get("/metrics") as resp:
+        async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
             assert 'director_balancer_ejections_total{backend="gpu0"} 1.0' in await resp.text()
 
         fleet["gpu0"].set_fault(Fault())

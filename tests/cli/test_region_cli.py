@@ -47,7 +47,8 @@ async def stream_through(tmp_path: Path) -> list[str]:
         port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "director", "region", "serve", "--policy", str(policy),
-             "--region", "eu-west", "--listen", f"127.0.0.1:{port}"],
+             "--region", "eu-west", "--listen", f"127.0.0.1:{port}",
+             "--admin-listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             url = f"http://127.0.0.1:{port}"

@@ -46,6 +46,23 @@ def test_usage_errors(args: list[str], message: str) -> None:
     assert status == 2 and message in text, text
 
 
+def test_admin_listener_off_loopback_without_a_token_refuses_to_start() -> None:
+    status, text = invoke("--listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:9180")
+    assert status == 2, text
+    assert "0.0.0.0 is not a loopback address" in text and "--admin-token-file" in text
+
+
+def test_admin_token_file_must_hold_a_token(tmp_path: Path) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    status, text = invoke("--listen", "127.0.0.1:0", "--admin-listen", "10.0.0.5:9180",
+                          "--admin-token-file", str(empty))
+    assert status == 2 and "the file is empty" in text, text
+    status, text = invoke("--listen", "127.0.0.1:0", "--admin-token-file",
+                          str(tmp_path / "missing"))
+    assert status == 2 and "--admin-token-file" in text, text
+
+
 def test_known_scorers_are_listed() -> None:
     _, text = invoke("--scorer", "nope=1")
     for name in ("prefix-affinity", "session-affinity", "outstanding-work"):

@@ -139,6 +139,19 @@ def test_shipped_dns_servers_enforce_rate_limiting_with_slip_2(site):
     assert site.option("--rrl-slip") == "2", f"{site.where}: --rrl-slip"
 
 
+BALANCER_SITES = sites_of(DEPLOY_SITES, "region", "serve")
+
+
+@pytest.mark.parametrize("site", BALANCER_SITES, ids=ids(BALANCER_SITES))
+def test_balancers_trust_only_named_edges(site):
+    """A deployed balancer believes X-Director-Client-* only from the edge it names: no
+    whole private network (a cluster's 10.0.0.0/8, a compose subnet), at most one small
+    block of edge proxies."""
+    for text in site.options("--trusted-network"):
+        network = ipaddress.ip_network(text)
+        assert network.num_addresses <= 16, f"{site.where}: --trusted-network {text}"
+
+
 def test_one_beat_per_deployment():
     for where in ("compose", "k8s"):
         workers = sites_of([s for s in DEPLOY_SITES if s.where.startswith(where + ":")],

@@ -34,10 +34,18 @@ def test_prometheus_compose_targets_match_the_compose_file(defaults):
     assert [t for t, _ in static_targets(jobs["director-dns"])] == \
         [f"dns:{port_of(dns.option('--metrics'))}"]
     assert [t for t, _ in static_targets(jobs["director-api"])] == [f"api:{defaults['api']}"]
-    balancers = {s.where.removeprefix("compose:"): s.option("--region")
+    balancers = {s.where.removeprefix("compose:"): s
                  for s in sites_of(compose_commands(), "region", "serve")}
+    # the balancers' metrics are on their admin listener, with its token, never port 8080
     assert {t: labels["region"] for t, labels in static_targets(jobs["director-balancer"])} == \
-        {f"{name}:{defaults['balancer']}": region for name, region in balancers.items()}
+        {f"{name}:{port_of(s.option('--admin-listen'))}": s.option("--region")
+         for name, s in balancers.items()}
+    assert all(port_of(s.option("--admin-listen")) != defaults["balancer"]
+               for s in balancers.values())
+    token = jobs["director-balancer"]["authorization"]["credentials_file"]
+    for name in balancers:
+        mounts = [v.split(":")[1] for v in services[name]["volumes"]]
+        assert any(token.startswith(m + "/") for m in mounts), (name, token)
     sims = simulators_by_gpu(compose_commands())
     targets = {t: labels for t, labels in static_targets(jobs["director-gpu"])}
     assert set(targets) == {f"{s.where.removeprefix('compose:')}:{defaults['simulator']}"
@@ -67,6 +75,8 @@ def test_prometheus_kubernetes_jobs_scrape_named_ports():
         targets = {r.get("target_label") for r in job["relabel_configs"]}
         if job["job_name"] in ("director-balancer", "director-gpu"):
             assert "region" in targets
+        if job["job_name"] == "director-balancer":
+            assert port == "admin" and job["authorization"]["credentials_file"]
 
 
 # -- Grafana and metric names -------------------------------------------------------------

@@ -155,7 +155,8 @@ def test_two_dns_instances_on_one_redis_see_one_instances_probes(
         for region, host in (("eu-west", EU_ADDRESS), ("us-east", US_ADDRESS)):
             procs.start(f"balancer-{region}", director(
                 "region", "serve", "--policy", str(policy), "--region", region,
-                "--listen", f"{host}:8080", "--redis", redis_server))
+                "--listen", f"{host}:8080", "--admin-listen", f"{host}:0", "--redis",
+                redis_server))
         procs.start("workers-a", director("workers", "--policy", str(policy), "--redis",
                                           redis_server, "--loglevel", "WARNING"),
                     env={"DIRECTOR_BALANCER_PORT": "8080"})
@@ -174,7 +175,8 @@ def test_two_dns_instances_on_one_redis_see_one_instances_probes(
 
         procs.start("balancer-us-east", director(
             "region", "serve", "--policy", str(policy), "--region", "us-east",
-            "--listen", f"{US_ADDRESS}:8080", "--redis", redis_server))
+            "--listen", f"{US_ADDRESS}:8080", "--admin-listen", f"{US_ADDRESS}:0", "--redis",
+            redis_server))
         assert wait_for(lambda: all(answer(p) == [US_ADDRESS] for p in both), 30), (
             procs.log("workers-a"))
     finally:

@@ -17,7 +17,7 @@ from director.geo import GeoLocator
 from drills.topology import GpuInfo, RegionInfo, Topology
 from policies.model import Policy
 from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
 MODEL = "llama-3.1-8b-instruct"
@@ -63,8 +63,9 @@ async def running_stack(policy: Policy, geo: GeoLocator,
                        for i in range(gpus_per_region)]
             fleet = await stack.enter_async_context(Fleet(servers, time_scale=time_scale))
             backends = [BackendSpec(s.spec.name, s.url, (MODEL,), cap) for s in fleet]
-            check = ResidencyCheck(balancer_policy or policy, name, locate) \
-                if residency else None
+            # the drill client is the edge: it names its clients in X-Director-Client-IP
+            check = ResidencyCheck(balancer_policy or policy, name, locate,
+                                   LOOPBACK_EDGE) if residency else None
             balancer = build_balancer(name, backends, (host, 0), spec.jurisdiction,
                                       residency=check, config=config)
             await stack.enter_async_context(balancer)

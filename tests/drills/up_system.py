@@ -61,7 +61,8 @@ def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[
     command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
                "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{free_port()}",
                "--api", f"127.0.0.1:{api}", "--dns-metrics", f"127.0.0.1:{free_port()}",
-               "--balancer-port", str(free_port()), *extra]
+               "--balancer-port", str(free_port()), "--balancer-admin-port", str(free_port()),
+               *extra]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     system = UpSystem(process, run_dir, f"http://127.0.0.1:{api}")

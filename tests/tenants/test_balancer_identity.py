@@ -21,7 +21,7 @@ from policies.model import Identity, JwtIdentity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
-from tests.balancer.helpers import MODEL, completion, eventually, stack
+from tests.balancer.helpers import MODEL, admin_client, completion, eventually, stack
 
 SIGNER = rsa_signer()
 
@@ -237,7 +237,7 @@ async def test_a_tenant_is_served_only_in_its_regions(example_policy: Policy,
                     assert resp.status == 200, await resp.text()
             assert len(seen) == 2
             assert balancer.metrics.auth_refused.labels("region")._value.get() == 1
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 metrics = await resp.text()
             assert 'director_balancer_auth_refused_total{reason="region"} 1.0' in metrics
 
@@ -279,3 +279,28 @@ async def test_jwts_wait_for_a_first_key_set_with_503_never_401(example_policy: 
             async with asyncio.timeout(10):
                 while not await served():
                     await asyncio.sleep(0.05)
+
+
+async def test_models_need_a_tenant_and_list_only_its_models(example_policy: Policy,
+                                                             shared: SharedStateConfig) -> None:
+    """With API keys on, ``/v1/models`` is a route like the others: 401 without a valid
+    key, and a tenant limited to some models sees only those."""
+    policy = tenant_policy(example_policy)
+    keys = {name: new_key(name) for name in ("acme", "narrow")}
+    admin = AsyncStateStore.from_url(shared.url, prefix=shared.prefix)
+    for made in keys.values():
+        await store_key(admin, made.stored)
+    await admin.close()
+    async with stack(time_scale=20.0, shared_state=shared, policy=policy) as (
+            _fleet, _balancer, client):
+        for headers in ({}, {"Authorization": "Bearer dk_0123456789ab_" + "x" * 43}):
+            async with client.get("/v1/models", headers=headers) as resp:
+                assert resp.status == 401
+                assert (await resp.json())["error"]["code"] == "invalid_api_key"
+        seen = {}
+        for name, made in keys.items():
+            headers = {"Authorization": f"Bearer {made.token}"}
+            async with client.get("/v1/models", headers=headers) as resp:
+                assert resp.status == 200
+                seen[name] = [m["id"] for m in (await resp.json())["data"]]
+        assert seen == {"acme": [MODEL], "narrow": []}  # narrow may use another-model only

@@ -18,7 +18,7 @@ from policies.model import Identity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
-from tests.balancer.helpers import MODEL, completion, eventually
+from tests.balancer.helpers import MODEL, admin_client, completion, eventually
 
 SLOTS = 8
 
@@ -68,7 +68,7 @@ async def test_a_reserve_keeps_its_unheld_slots_free_of_another_tenants_flood(
             await eventually(lambda: seen["flood"] == 4 and balancer.dispatcher.queued == 6)
             await asyncio.sleep(0.1)
             assert seen["flood"] == 4
-            async with client.get("/metrics") as resp:
+            async with admin_client(balancer) as adm, adm.get("/metrics") as resp:
                 exported = await resp.text()
             assert 'director_balancer_tenant_in_flight{tenant="flood"} 4.0' in exported
             assert 'director_balancer_tenant_in_flight{tenant="steady"} 1.0' in exported

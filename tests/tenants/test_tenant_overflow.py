@@ -28,7 +28,7 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.overflow import OVERFLOW_PARAM, Overflow, OverflowConfig, OverflowMode
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import NewKey, new_key, store_key
 from tests.balancer.helpers import MODEL, completion, eventually
@@ -75,7 +75,8 @@ async def region(stack: AsyncExitStack, policy: Policy, name: str, shared: Share
     gpu = Gpu()
     url = await stack.enter_async_context(serving(recording_gpu(gpu.record)))
     balancer = build_balancer(name, [BackendSpec(f"{name}-gpu", url, (MODEL,), 1)],
-                              config=SATURABLE, residency=ResidencyCheck(policy, name, nowhere),
+                              config=SATURABLE,
+                              residency=ResidencyCheck(policy, name, nowhere, LOOPBACK_EDGE),
                               overflow=overflow, shared_state=shared, policy=policy)
     yield gpu, await stack.enter_async_context(balancer)
 

@@ -65,6 +65,7 @@ class Up:
     api: str
     balancer_port: int
     policy: Path  # the policy file it runs
+    admin_port: int
 
     def token(self, kind: str = "admin") -> str:
         return (self.run_dir / f"{kind}.token").read_text().strip()
@@ -96,16 +97,16 @@ class Up:
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     run_dir = tmp_path_factory.mktemp("up")
     dns_port, api_port = free_port(), free_port()
-    metrics_port, balancer_port = free_port(), free_port()
+    metrics_port, balancer_port, admin_port = free_port(), free_port(), free_port()
     policy = on_free_ports(POLICY, tmp_path_factory.mktemp("policy"))
     process = subprocess.Popen(
         [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
          "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",
          "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{metrics_port}",
-         "--balancer-port", str(balancer_port)],
+         "--balancer-port", str(balancer_port), "--balancer-admin-port", str(admin_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     system = Up(process, run_dir, dns_port, f"http://127.0.0.1:{api_port}", balancer_port,
-                policy)
+                policy, admin_port)
     try:
         ready = wait_for(lambda: (run_dir / "up.json").exists(), 120)
         assert ready, process.stdout.read() if process.poll() is not None else system.log()
@@ -198,9 +199,11 @@ def test_a_dead_child_is_restarted(up: Up) -> None:
     assert wait_for(restarted, 30)
 
 
-def balancer_get(up: Up, region_ip: str, path: str) -> str:
-    with urllib.request.urlopen(f"http://{region_ip}:{up.balancer_port}{path}",
-                                timeout=10) as response:
+def balancer_get(up: Up, region_ip: str, path: str, *, admin: bool = True) -> str:
+    """GET ``path`` of a balancer: on its admin listener (``/metrics``, ``/_admin/*``), or
+    on its public port."""
+    port = up.admin_port if admin else up.balancer_port
+    with urllib.request.urlopen(f"http://{region_ip}:{port}{path}", timeout=10) as response:
         return response.read().decode()
 
 
@@ -223,13 +226,17 @@ def test_balancers_learn_what_the_engines_publish(up: Up) -> None:
     metrics = balancer_get(up, "127.0.1.1", "/metrics")
     assert 'director_balancer_capacity{backend="use1-a100-b",source="engine"} 256.0' in metrics
     request = urllib.request.Request(
-        f"http://127.0.1.1:{up.balancer_port}/_admin/explain", method="POST",
+        f"http://127.0.1.1:{up.admin_port}/_admin/explain", method="POST",
         data=json.dumps({"path": "/v1/chat/completions", "body": {
             "model": "llama-3.1-8b-instruct", "messages": [{"role": "user", "content": "hi"}]}
         }).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         explained = json.loads(response.read())
     assert explained["capacity"]["use1-a100-b"].startswith("capacity 256 (engine)")
+    for path in ("/metrics", "/_admin/state"):  # never on the public port
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            balancer_get(up, "127.0.1.1", path, admin=False)
+        assert refused.value.code == 404
 
 
 def test_the_state_refuses_strangers_and_each_process_has_its_roles_user(up: Up) -> None:
@@ -379,7 +386,7 @@ def test_a_taken_dns_port_stops_up_before_anything_starts(tmp_path: Path) -> Non
             [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
              "--run-dir", str(tmp_path), "--dns", f"127.0.0.1:{port}",
              "--api", f"127.0.0.1:{free_port()}", "--dns-metrics", f"127.0.0.1:{free_port()}",
-             "--balancer-port", str(free_port())],
+             "--balancer-port", str(free_port()), "--balancer-admin-port", str(free_port())],
             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"dns: UDP 127.0.0.1:{port} (Address already in use)" in result.stderr

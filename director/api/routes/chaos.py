@@ -1,5 +1,7 @@
-"""Admin-scope chaos routes: the supervisor's processes, and GPU server faults. Each drill
-is written to the audit log."""
+"""Admin-scope routes of the supervisor's processes (``router``, always mounted) and the chaos
+routes that break things on purpose (``chaos_router``: kill, freeze or restore processes,
+GPU server faults), mounted only when the API runs with ``--enable-chaos`` (``director up``
+turns it on); without it they answer 404. Each drill is written to the audit log."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from director.api.control import ControlClient
 from director.api.deps import Admin, Runtime
 from director.api.errors import ApiError, Unavailable
 
-router = APIRouter(prefix="/api/v1", tags=["chaos"])
+router = APIRouter(prefix="/api/v1", tags=["processes"])
+chaos_router = APIRouter(prefix="/api/v1", tags=["chaos"])
 
 
 def _control(runtime: Runtime) -> ControlClient:
@@ -30,7 +33,7 @@ async def get_processes(runtime: Runtime, _who: Admin) -> JSONResponse:
     return JSONResponse(data, status_code=status)
 
 
-@router.post("/chaos/processes", summary="Kill, freeze or restore supervised processes")
+@chaos_router.post("/chaos/processes", summary="Kill, freeze or restore supervised processes")
 async def chaos_processes(runtime: Runtime, who: Admin,
                           body: dict[str, Any] = Body(examples=[{  # noqa: B008
                               "action": "kill", "names": ["balancer/eu-west"], "ttl": 30}]),
@@ -53,7 +56,7 @@ async def chaos_processes(runtime: Runtime, who: Admin,
     return JSONResponse(data, status_code=status)
 
 
-@router.post("/chaos/gpus/{region}/{gpu}/fault", summary="Set a simulated GPU server's fault")
+@chaos_router.post("/chaos/gpus/{region}/{gpu}/fault", summary="Set a simulated GPU server's fault")
 async def gpu_fault(region: str, gpu: str, runtime: Runtime, who: Admin,
                     body: dict[str, Any] = Body(examples=[{  # noqa: B008
                         "mode": "fail", "ttl": 60}])) -> dict[str, Any]:
@@ -63,3 +66,14 @@ async def gpu_fault(region: str, gpu: str, runtime: Runtime, who: Admin,
     ends even if the API does not outlive it). 502 when the server cannot be reached."""
     return await audited(runtime, who, "chaos.gpu_fault", f"gpu {region}/{gpu}", body,
                          runtime.chaos.fault(runtime.active.policy, region, gpu, body))
+
+
+disabled_router = APIRouter(prefix="/api/v1", include_in_schema=False)
+
+
+@disabled_router.api_route("/chaos/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
+async def chaos_disabled(rest: str) -> JSONResponse:
+    """What every chaos path answers when the routes are not mounted: 404, saying why."""
+    return JSONResponse({"error": "chaos routes are off: start the API with --enable-chaos "
+                                  "(director up does) to run drills that break things"},
+                        status_code=404)

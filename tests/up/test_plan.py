@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What ``director up`` asks of each balancer: its own loopback edge named as trusted, and
+an admin listener of its own on loopback; the API with its chaos routes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from director.up.plan import UpOptions, plan_children
+from policies import load_policy
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
+
+
+def option_values(argv: tuple[str, ...], name: str) -> list[str]:
+    return [argv[i + 1] for i, token in enumerate(argv[:-1]) if token == name]
+
+
+def test_balancers_trust_loopback_and_get_one_admin_listener_each(tmp_path: Path) -> None:
+    policy = load_policy(str(EXAMPLE))
+    options = UpOptions(EXAMPLE, tmp_path, "redis://127.0.0.1:1/0", balancer_admin_port=9999)
+    balancers = [c for c in plan_children(policy, options) if c.role == "balancer"]
+    assert len(balancers) == len(policy.regions)
+    admins = []
+    for child in balancers:
+        assert option_values(child.argv, "--trusted-network") == ["127.0.0.0/8", "::1/128"]
+        (listen,) = option_values(child.argv, "--listen")
+        (admin,) = option_values(child.argv, "--admin-listen")
+        host = listen.rsplit(":", 1)[0]
+        assert admin == f"{host}:9999" and host.startswith("127.")
+        assert ("tcp", host, 9999) in {(b.protocol, b.host, b.port) for b in child.binds}
+        admins.append(admin)
+    assert len(set(admins)) == len(admins)
+    (api,) = [c for c in plan_children(policy, options) if c.role == "api"]
+    assert "--enable-chaos" in api.argv  # the drills of an embedded run break things
