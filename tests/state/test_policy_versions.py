@@ -2,12 +2,11 @@
 step as the write, names an epoch per record, and a follower refuses what a store that lost
 its data holds (a lower version, or another policy under the number it serves).
 
-The reset is real: a Valkey of the test's own, FLUSHALLed (the session's server is shared)."""
+The reset is real: a Valkey of the test's own (``own_valkey``), FLUSHALLed."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,6 @@ from state.policy_follower import PolicyFollower
 from state.policy_identity import Order, PolicyIdentity, compare, policy_digest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
-
-
-@pytest.fixture
-def own_valkey() -> Iterator[EmbeddedValkey]:
-    """A Valkey of this test's own, so it may FLUSHALL."""
-    with EmbeddedValkey() as server:
-        yield server
 
 
 def test_the_digest_names_the_sources_not_where_they_live() -> None:
