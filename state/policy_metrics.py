@@ -20,8 +20,6 @@ from prometheus_client.registry import Collector
 
 from state.policy_identity import PolicyIdentity
 
-INFO = "director_policy_info"
-REFUSED = "director_policy_refused"
 DIGEST_LABEL_LENGTH = 16
 
 
@@ -33,16 +31,17 @@ def info_labels(identity: PolicyIdentity) -> tuple[str, str, str]:
 def policy_families(component: str, served: Iterable[PolicyIdentity | None],
                     refused: int) -> Iterator[Metric]:
     """The families for ``component`` serving ``served`` (one per process; None: unknown)."""
-    info = GaugeMetricFamily(INFO, "Policy served: version (0: a local file), digest of its "
-                             "sources, store epoch; value: processes serving it",
-                             labels=("component", "version", "digest", "epoch"))
+    info = GaugeMetricFamily(
+        "director_policy_info", "Policy served: version (0: a local file), digest of its "
+        "sources, store epoch; value: processes serving it",
+        labels=("component", "version", "digest", "epoch"))
     counts = Counter(info_labels(identity) for identity in served if identity is not None)
     for labels, count in sorted(counts.items()):
         info.add_metric([component, *labels], count)
     yield info
-    refusals = CounterMetricFamily(REFUSED, "Stored policy versions refused as older than the "
-                                   "one served (a store that lost its data)",
-                                   labels=("component",))
+    refusals = CounterMetricFamily(
+        "director_policy_refused", "Stored policy versions refused as older than the one "
+        "served (a store that lost its data)", labels=("component",))
     refusals.add_metric([component], refused)
     yield refusals
 
