@@ -43,6 +43,7 @@ from policies.loader import (
     sources_of,
 )
 from policies.model import Capacity, Failover, Service, Soa, Zone
+from state.policy_identity import PolicyIdentity, policy_digest
 from state.records import PolicyRecord
 
 MAX_REPORTED_VIOLATIONS = 20
@@ -105,6 +106,12 @@ class Acceptance:
     def sources(self) -> PolicySources:
         """The texts that were accepted: the main file and its includes."""
         return sources_of(self.path, self.result)
+
+    def identity(self) -> PolicyIdentity:
+        """The accepted file as a policy never stored (version None) with its digest, the
+        same as its stored record's (``state.policy_identity``)."""
+        sources = self.sources()
+        return PolicyIdentity(None, policy_digest(sources.name, sources.text, sources.files))
 
 
 def accept(path: str, *, reader: SourceReader = read_file, strict: bool = False,

@@ -8,7 +8,8 @@ can share one server)::
     {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
     {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
-    {p}:policy                        hash  text, version, timestamp of the active policy
+    {p}:policy                        hash  text, version, epoch, digest, timestamp of the
+                                      active policy (state.policy_identity)
     {p}:drain                         hash  field "{region}" or "{region}/{gpu}" -> set-at
                                       timestamp, or "{set-at} until {end}" for a ttl
     {p}:tenant-keys                   hash  field key id -> JSON of the tenant API key

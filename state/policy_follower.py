@@ -1,12 +1,17 @@
 """Follow the active policy stored in Redis: every instance answers from the same version.
 
-``PolicyFollower`` reads the policy record's version when the change channel says the
-policy was written (``StateStore.set_policy`` publishes it), and once a second in any case
-(messages are lost while disconnected); when it changes it loads the new text with ``load``
-(the policy gate, ``director.policy_gate.load_record``, which the composition point passes
-in), off the event loop, and hands the policy to ``on_policy``. A version that fails to
-load is logged and remembered, so it is not retried, and the last good policy keeps
-serving; so does an unreachable Redis.
+``PolicyFollower`` reads the policy record's version and digest when the change channel
+says the policy was written (``StateStore.set_policy`` publishes it), and once a second in
+any case (messages are lost while disconnected); when a newer version is stored it loads the
+new text with ``load`` (the policy gate, ``director.policy_gate.load_record``, which the
+composition point passes in), off the event loop, and hands the policy to ``on_policy``. A
+version that fails to load is logged and remembered, so it is not retried, and the last good
+policy keeps serving; so does an unreachable Redis.
+
+Followers only move forward (``state.policy_identity.compare``): a stored version lower than
+the one served, or the same number with other sources, is what a store that lost its data
+holds; it is refused (logged once, counted in ``refused``) and the served one stays, until
+the admin API stores the newest version again or a newer one is stored.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import StateError
 from state.guard import describe, redis_errors
+from state.policy_identity import Order, PolicyIdentity, compare, parse_version
 from state.records import PolicyRecord
 from state.tasks import cancel_and_wait
 
@@ -36,32 +42,69 @@ RecordLoader = Callable[[PolicyRecord], Policy]  # raises PolicyError when it do
 
 
 class StoredVersions:
-    """Which stored policy version is in use and which one was refused, so that each stored
-    version is loaded at most once (with ``load``, the policy gate)."""
+    """Which stored policy is in use and which were refused, so that each stored version is
+    loaded at most once (with ``load``, the policy gate) and none older is ever taken.
 
-    def __init__(self, load: RecordLoader, version: int | None = None) -> None:
+    ``served`` starts as ``initial`` (the local file, version None), or None."""
+
+    def __init__(self, load: RecordLoader, initial: PolicyIdentity | None = None) -> None:
         self.load = load
-        self.version = version  # the version now serving (None: the local file)
+        self.served: PolicyIdentity | None = initial
         self.rejected: int | None = None  # the last version that failed to load
+        self._rejected_digest: str | None = None
+        self.refused = 0  # stored versions refused as older than the one served
+        self._refused_seen: tuple[int, str | None] | None = None
 
-    def wanted(self, version: int | None) -> bool:
-        return version is not None and version not in (self.version, self.rejected)
+    @property
+    def version(self) -> int | None:
+        """The stored version now serving (None: the local file)."""
+        return None if self.served is None else self.served.version
+
+    def wanted(self, version: int | None, digest: str | None = None) -> bool:
+        """Whether the stored ``version`` (with ``digest``, when known) is worth loading:
+        newer than the one served and not already refused. Logs an older one, once."""
+        if version is None:
+            return False
+        if (version, digest) == (self.rejected, self._rejected_digest) or (
+                digest is None and version == self.rejected):
+            return False
+        order = compare(self.served, version, digest)
+        if order in (Order.OLDER, Order.CONFLICT):
+            self._refuse(order, version, digest)
+        return order is Order.NEWER
+
+    def _refuse(self, order: Order, version: int, digest: str | None) -> None:
+        if self._refused_seen == (version, digest):
+            return
+        self._refused_seen = (version, digest)
+        self.refused += 1
+        stored = f"version {version}" + (f" ({digest[:12]})" if digest else "")
+        why = ("is older than" if order is Order.OLDER
+               else "holds other sources under the number of")
+        log.error("stored policy %s %s the %s served here: refused, never rolled back (the "
+                  "store lost its data or was restored from a backup; the admin API stores "
+                  "its newest version again)", stored, why, self._describe_served())
 
     def adopt(self, record: PolicyRecord) -> Policy | None:
-        """The record's policy when its version is new and loads; else None (a failure is
+        """The record's policy when its version is newer and loads; else None (a failure is
         logged and remembered)."""
-        if not self.wanted(record.version):
+        identity = record.identity
+        if not self.wanted(record.version, identity.digest):
             return None
         try:
             policy = self.load(record)
         except PolicyError as exc:
-            self.rejected = record.version
-            log.error("stored policy version %d rejected, keeping version %s:\n%s",
-                      record.version, self.version, exc.render())
+            self.rejected, self._rejected_digest = record.version, identity.digest
+            log.error("stored policy version %d rejected, keeping %s:\n%s",
+                      record.version, self._describe_served(), exc.render())
             return None
-        self.version = record.version
-        log.info("stored policy version %d now active", record.version)
+        self.served = identity
+        log.info("stored policy version %d (%s, epoch %s) now active", record.version,
+                 identity.digest[:12], identity.epoch or "-")
         return policy
+
+    def _describe_served(self) -> str:
+        return "the local file" if self.served is None else self.served.describe()
 
 
 class PolicyFollower:
@@ -73,13 +116,13 @@ class PolicyFollower:
         on_policy: Callable[[Policy, int], object],
         *,
         load: RecordLoader,
-        version: int | None = None,
+        initial: PolicyIdentity | None = None,
         interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.store = store
         self.on_policy = on_policy
         self.interval = interval
-        self.versions = StoredVersions(load, version)
+        self.versions = StoredVersions(load, initial)
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
 
@@ -91,10 +134,20 @@ class PolicyFollower:
     def rejected(self) -> int | None:
         return self.versions.rejected
 
+    @property
+    def served(self) -> PolicyIdentity | None:
+        """The policy served: a stored version, or the local file given as ``initial``."""
+        return self.versions.served
+
+    @property
+    def refused(self) -> int:
+        """How many stored versions were refused as older than the one served."""
+        return self.versions.refused
+
     async def check(self) -> int | None:
         """Look once; returns the version swapped in, or None when nothing changed."""
         try:
-            if not self.versions.wanted(await self._stored_version()):
+            if not self.versions.wanted(*await self._stored_version()):
                 return None
             record = await self.store.policy()
         except StateError as exc:
@@ -108,10 +161,14 @@ class PolicyFollower:
         self.on_policy(policy, record.version)
         return record.version
 
-    async def _stored_version(self) -> int | None:
+    async def _stored_version(self) -> tuple[int | None, str | None]:
+        """The stored version and digest (None: not stored), two fields of the record."""
         with redis_errors(describe(self.store.client)):
-            raw = await self.store.client.hget(self.store.keys.policy, "version")
-        return int(raw) if raw is not None else None
+            version, digest = await self.store.client.hmget(self.store.keys.policy,
+                                                            ["version", "digest"])
+        if isinstance(digest, bytes):
+            digest = digest.decode()
+        return parse_version(version), digest or None
 
     async def _run(self) -> None:
         while True:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from state.errors import RecordError
+from state.policy_identity import PolicyIdentity, policy_digest
 
 RawHash = Mapping[bytes, bytes] | Mapping[str, str]
 
@@ -194,12 +195,16 @@ class LatencySample:
 
 @dataclass(frozen=True)
 class PolicyRecord:
-    """The active policy's source text; ``version`` increases by one with every change.
+    """The active policy's source text; ``version`` increases with every change and never
+    goes back (see :mod:`state.policy_identity`).
 
     ``name`` is the main file's name and ``files`` the files it includes, by the path its
     ``include`` directives use, so a reader can ``load_policy_text(text, name, files)``.
     ``proofs``: digests of the engine proofs the writer ran (``director.proof_digest``); a
-    malformed list reads as none, so a reader runs the proofs itself.
+    malformed list reads as none, so a reader runs the proofs itself. ``epoch``: the name
+    the record got when it was created (a store that lost its data starts a new one);
+    ``digest``: of the sources, computed from them (the stored field only lets a poller
+    compare without reading the text).
     """
 
     text: str
@@ -208,6 +213,15 @@ class PolicyRecord:
     name: str = "policy.dp"
     files: Mapping[str, str] = field(default_factory=dict)
     proofs: tuple[str, ...] = ()
+    epoch: str = ""
+
+    @property
+    def digest(self) -> str:
+        return policy_digest(self.name, self.text, self.files)
+
+    @property
+    def identity(self) -> PolicyIdentity:
+        return PolicyIdentity(self.version, self.digest, self.epoch)
 
     @classmethod
     def from_fields(cls, raw: RawHash) -> PolicyRecord:
@@ -227,13 +241,14 @@ class PolicyRecord:
             name=fields.get("name") or "policy.dp",
             files=files,
             proofs=_proofs(fields.get("proofs")),
+            epoch=fields.get("epoch", ""),
         )
 
     def fields(self) -> dict[str, str]:
-        """The hash fields to store (``version`` is incremented by the writer)."""
+        """The hash fields to store (``version`` and ``epoch`` are the writer's script's)."""
         return {"text": self.text, "timestamp": repr(self.timestamp), "name": self.name,
                 "files": json.dumps(dict(self.files), sort_keys=True),
-                "proofs": json.dumps(list(self.proofs))}
+                "proofs": json.dumps(list(self.proofs)), "digest": self.digest}
 
 
 def _proofs(value: str | None) -> tuple[str, ...]:

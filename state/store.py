@@ -11,15 +11,18 @@ unreachable and :class:`~state.errors.StateError` for other server errors.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 
 import redis
 
 from state.credentials import client_options
+from state.errors import PolicyVersionMismatch
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
 from state.keys import Keys, latency_field
+from state.policy_write import SCRIPT as POLICY_SCRIPT
 from state.records import (
     DrainFlags,
     GpuLoad,
@@ -41,6 +44,7 @@ class StateStore:
         self.keys = keys or Keys()
         self._where = describe(client)
         self._hysteresis = client.register_script(SCRIPT)
+        self._store_policy = client.register_script(POLICY_SCRIPT)
 
     @classmethod
     def from_url(
@@ -139,18 +143,35 @@ class StateStore:
     # policy and drains -------------------------------------------------------------------
 
     def set_policy(self, text: str, now: float | None = None, *, name: str = "policy.dp",
-                   files: Mapping[str, str] | None = None, proofs: Sequence[str] = ()) -> int:
+                   files: Mapping[str, str] | None = None, proofs: Sequence[str] = (),
+                   at_least: int = 0) -> int:
         """Store the active policy's text (and its included ``files``, and the digests of
-        the engine ``proofs`` that passed); returns its new version (1, 2, ...)."""
+        the engine ``proofs`` that passed); returns its new version (see ``write_policy``)."""
+        version, _epoch = self.write_policy(text, now, name=name, files=files, proofs=proofs,
+                                            at_least=at_least)
+        return version
+
+    def write_policy(self, text: str, now: float | None = None, *, name: str = "policy.dp",
+                     files: Mapping[str, str] | None = None, proofs: Sequence[str] = (),
+                     at_least: int = 0, expect: int | None = None,
+                     expect_digest: str = "") -> tuple[int, str]:
+        """Store a policy (``set_policy``); returns its version and the record's epoch. The
+        version is the stored one plus one, and at least ``at_least`` (a writer that knows
+        newer versions than a store that lost its data). With ``expect``, only when the
+        stored version is that one (0: none) and its digest starts with ``expect_digest``,
+        else raises ``PolicyVersionMismatch`` (``state.policy_write``)."""
         record = PolicyRecord(text, 0, time.time() if now is None else now, name, files or {},
                               tuple(proofs))
+        args: list[str] = ["" if expect is None else str(expect), expect_digest,
+                           str(at_least), secrets.token_hex(8), self.keys.changes]
+        for item in record.fields().items():
+            args.extend(item)
         with redis_errors(self._where):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hincrby(self.keys.policy, "version", 1)
-            pipe.hset(self.keys.policy, mapping=record.fields())
-            pipe.publish(self.keys.changes, self.keys.policy)
-            version, _, _ = pipe.execute()
-        return int(version)
+            stored, version, other = self._store_policy(keys=[self.keys.policy], args=args)
+        other = other.decode() if isinstance(other, bytes) else str(other)
+        if not stored:  # the script refuses only when an expectation failed
+            raise PolicyVersionMismatch(expect or 0, int(version), other)
+        return int(version), other
 
     def policy(self) -> PolicyRecord | None:
         with redis_errors(self._where):

@@ -36,6 +36,13 @@ def valkey() -> Iterator[EmbeddedValkey]:
 
 
 @pytest.fixture
+def own_valkey() -> Iterator[EmbeddedValkey]:
+    """A real Valkey of the test's own, for a test that must FLUSHALL or stop it."""
+    with EmbeddedValkey() as server:
+        yield server
+
+
+@pytest.fixture
 def prefix() -> str:
     """A key prefix of its own for each test, so tests share one server safely."""
     return f"test-{uuid.uuid4().hex[:12]}"

@@ -58,6 +58,21 @@ def make_policy(
     healthchecks: bool = True,
 ) -> Policy:
     """A policy with ``regions`` and one service over all of them."""
+    return load_policy_text(make_policy_text(
+        regions, gpu_interval=gpu_interval, balancer_interval=balancer_interval,
+        failover=failover, stale_after=stale_after, healthchecks=healthchecks))
+
+
+def make_policy_text(
+    regions: tuple[RegionText, ...],
+    *,
+    gpu_interval: float = 2.0,
+    balancer_interval: float = 1.0,
+    failover: Failover | None = None,
+    stale_after: float = 30.0,
+    healthchecks: bool = True,
+) -> str:
+    """The text of ``make_policy``."""
     failover = failover or Failover(fall=3, rise=2, interval=1.0, timeout=0.5)
     parts = [
         "zone infer.example.com {",
@@ -87,7 +102,7 @@ def make_policy(
         "    all-down answer-nothing",
         "}",
     ]
-    return load_policy_text("\n".join(parts) + "\n")
+    return "\n".join(parts) + "\n"
 
 
 def fleet_policy(regions: dict[str, list[str]], *, stale_after: float = 30.0) -> Policy:

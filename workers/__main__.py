@@ -1,4 +1,5 @@
-"""``python -m workers POLICY [--redis URL] [--queues q1,q2] [--concurrency N]``."""
+"""``python -m workers POLICY [--redis URL] [--queues q1,q2] [--concurrency N]``: beat follows
+the policy stored in Redis once there is one (``--no-follow-policy``: the file only)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool", default=DEFAULT_POOL)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--no-beat", action="store_true", help="probe only; beat runs elsewhere")
+    parser.add_argument("--no-follow-policy", action="store_true",
+                        help="beat follows the policy file only, not the one stored in Redis")
     parser.add_argument("--loglevel", default="INFO")
     args = parser.parse_args(argv)
     from policies import PolicyError
@@ -32,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
             concurrency=args.concurrency,
             loglevel=args.loglevel,
             beat=not args.no_beat,
+            follow_policy=not args.no_follow_policy,
         )
     except PolicyError as exc:
         sys.exit(exc.render())

@@ -7,7 +7,9 @@ entry goes with its last server), new regions get balancer and latency entries, 
 that remain keep their last run time.
 
 The policy source is ``app.conf.director_policy_source`` when set (in-process use), else the
-file named by ``DIRECTOR_POLICY``.
+file named by ``DIRECTOR_POLICY``, followed by the version stored in the state server once
+there is one (``workers.policy_source.StoredPolicy``; ``DIRECTOR_FOLLOW_POLICY=0``: the file
+only).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from celery.beat import Scheduler
 
 from workers.config import WorkerSettings
 from workers.errors import PolicySourceError
-from workers.policy_source import PolicyFile, PolicySource
+from workers.policy_source import PolicyFile, PolicySource, policy_source
 from workers.schedule import build_schedule
 
 log = logging.getLogger(__name__)
@@ -84,7 +86,8 @@ class PolicyScheduler(Scheduler):
         self._heap_generation = self._generation
 
     def _file_source(self) -> PolicySource:
-        path = self.settings.policy_path
+        settings = self.settings
+        path = settings.policy_path
         if not path:
             raise PolicySourceError("no policy for the probe schedule: set DIRECTOR_POLICY")
-        return PolicyFile(path)
+        return policy_source(PolicyFile(path), settings)

@@ -12,6 +12,8 @@ variable                   meaning                                     default
                            endpoint addresses
 ``DIRECTOR_BALANCER_URLS`` per-region balancer base URLs,              (none)
                            ``eu-west=http://127.0.0.1:8081,...``
+``DIRECTOR_FOLLOW_POLICY`` beat follows the policy stored in the       1 (``0``: the file
+                           state server (``PUT /api/v1/policy``)       only, for tests)
 =========================  ==========================================  =====================
 """
 
@@ -32,6 +34,7 @@ class WorkerSettings:
     vantage: str = ""  # empty: this worker stands for no client network
     balancer_port: int = 80
     balancer_urls: Mapping[str, str] = field(default_factory=dict)
+    follow_policy: bool = True  # the stored policy wins over the file once there is one
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -43,6 +46,8 @@ class WorkerSettings:
             vantage=env.get("DIRECTOR_VANTAGE") or "",
             balancer_port=int(env.get("DIRECTOR_BALANCER_PORT") or 80),
             balancer_urls=parse_balancer_urls(env.get("DIRECTOR_BALANCER_URLS", "")),
+            follow_policy=parse_switch(env.get("DIRECTOR_FOLLOW_POLICY", ""), True,
+                                       "DIRECTOR_FOLLOW_POLICY"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -53,6 +58,7 @@ class WorkerSettings:
             "DIRECTOR_VANTAGE": self.vantage,
             "DIRECTOR_BALANCER_PORT": str(self.balancer_port),
             "DIRECTOR_BALANCER_URLS": ",".join(f"{k}={v}" for k, v in self.balancer_urls.items()),
+            "DIRECTOR_FOLLOW_POLICY": "1" if self.follow_policy else "0",
         }
         if self.policy_path:
             env["DIRECTOR_POLICY"] = self.policy_path
@@ -68,3 +74,16 @@ def parse_balancer_urls(text: str) -> dict[str, str]:
             raise ValueError(f"DIRECTOR_BALANCER_URLS: expected region=url, got {item!r}")
         urls[region.strip()] = url.strip()
     return urls
+
+
+def parse_switch(text: str, default: bool, name: str) -> bool:
+    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any case); empty:
+    ``default``; anything else raises ValueError naming the variable."""
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}: expected 1 or 0, got {text!r}")

@@ -18,6 +18,7 @@ from policies.model import Policy
 from state.errors import StateError
 from state.policy_follower import RecordLoader, StoredVersions
 from state.store import StateStore
+from workers.config import WorkerSettings
 from workers.errors import PolicySourceError
 
 log = logging.getLogger(__name__)
@@ -143,3 +144,12 @@ class StoredPolicy:
             return first
         policy = self.versions.adopt(record) if record is not None else None
         return policy if policy is not None else first
+
+
+def policy_source(initial: PolicySource, settings: WorkerSettings) -> PolicySource:
+    """What beat follows: ``initial``, then the version stored in the state server once
+    there is one (unless ``settings.follow_policy`` is off)."""
+    if not settings.follow_policy:
+        return initial
+    store = StateStore.from_url(settings.redis_url, prefix=settings.state_prefix)
+    return StoredPolicy(store, initial)

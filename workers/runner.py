@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from policies.model import Policy
-from state.store import StateStore
 from workers.app import create_app
 from workers.config import WorkerSettings
-from workers.policy_source import PolicyFile, PolicySource, StaticPolicy, StoredPolicy
+from workers.policy_source import PolicyFile, PolicySource, StaticPolicy, policy_source
 from workers.schedule import queues as policy_queues
 from workers.schedule import region_queue
 
@@ -62,15 +61,16 @@ def run_worker(
     concurrency: int = DEFAULT_CONCURRENCY,
     loglevel: str = "INFO",
     beat: bool = True,
-    follow_policy: bool = False,
+    follow_policy: bool = True,
 ) -> None:
     """Run a Celery worker (and beat) probing ``policy_path`` (or ``policy``); blocks until
     the worker shuts down (SIGTERM/SIGINT: warm shutdown), then returns.
 
     The policy file is loaded before the worker starts: a missing or invalid file raises
     :class:`policies.PolicyError` (``render()`` gives the diagnostics); beat then reloads it
-    when it changes (with ``follow_policy``, the version stored in Redis wins once there is
-    one: see :class:`workers.policy_source.StoredPolicy`). The worker serves the
+    when it changes, and the version stored in Redis wins once there is one (unless
+    ``follow_policy`` is off: see :class:`workers.policy_source.StoredPolicy`). The worker
+    serves the
     ``probes.<region>`` queue of every region in the policy unless ``queues`` narrows it
     (see :func:`resolve_queues`; an unknown queue or a call with neither path nor policy
     raises ValueError). Other settings (state prefix,
@@ -83,6 +83,7 @@ def run_worker(
         base,
         redis_url=redis_url,
         policy_path=str(policy_path) if policy_path is not None else base.policy_path,
+        follow_policy=follow_policy,
     )
     source: PolicySource
     if policy is None:
@@ -93,9 +94,7 @@ def run_worker(
         policy = source.policy
     else:
         source = StaticPolicy(policy)
-    if follow_policy:
-        source = StoredPolicy(StateStore.from_url(redis_url, prefix=settings.state_prefix),
-                              source)
+    source = policy_source(source, settings)
     serve = resolve_queues(policy, queues)
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 (got {concurrency})")

@@ -1,8 +1,9 @@
 """Follow the policy record in Redis: another API instance (or ``director up``) may change it.
 
-Polls the record every ``interval`` seconds (the version is one hash field; a miss costs one
-round trip). Redis holding no policy yet (a fresh or restarted server) gets ours, so DNS
-servers and other instances that follow Redis see the same policy.
+Polls the record every ``interval`` seconds. Redis holding no policy yet (a fresh or
+restarted server) gets ours, so DNS servers and other instances that follow Redis see the
+same policy; so does Redis holding an older version than ours (it lost its data, or was
+restored from an old backup): ours is stored again above it (``PolicyHolder.sync``).
 """
 
 from __future__ import annotations

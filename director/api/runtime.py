@@ -24,6 +24,7 @@ from director.api.drains import Drains
 from director.api.metrics import ApiMetrics
 from director.api.policy_disk import PolicyDisk
 from director.api.policy_follow import follow, sync_once
+from director.api.policy_start import starting_policy
 from director.api.policy_store import ActivePolicy, PolicyHolder
 from director.api.samples import sample_decisions
 from director.api.status import StatusInputs, build_status, read_gpu_facts
@@ -32,6 +33,7 @@ from director.geo import GeoLocator
 from director.refresh import SnapshotRefresher
 from director.refresh.metrics import RefresherMetrics
 from state import AsyncStateStore, StateError, StateStore
+from state.policy_metrics import PolicyCollector
 from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -48,19 +50,19 @@ class ApiRuntime:
                                               timeout=config.state_timeout)
         self.sync_store = StateStore.from_url(config.redis_url, prefix=config.prefix,
                                               timeout=config.state_timeout)
-        acceptance = config.policy.accept()
-        if acceptance.policy is None:
-            raise acceptance.error()
-        policy = acceptance.policy
         disk = PolicyDisk(config.policy_store) if config.policy_store else None
-        self.holder = PolicyHolder(config.policy, policy, self.sync_store, disk,
-                                   proofs=acceptance.proofs,
+        start = starting_policy(config.policy, disk)  # the newest accepted on disk, or the file
+        policy = start.policy
+        self.holder = PolicyHolder(start.document, policy, self.sync_store, disk,
+                                   proofs=start.proofs, version=start.version,
                                    deadline_s=config.policy_deadline)
         self.refresher = SnapshotRefresher(
             self.store, policy, metrics=RefresherMetrics(self.metrics.registry))
         self.holder.on_swap(lambda active: self.refresher.set_policy(active.policy))
         self.metrics.policy_version.set_function(lambda: self.holder.current.version)
         self.metrics.policy_reload_failures.set_function(lambda: self.holder.reload_failures)
+        self.metrics.registry.register(
+            PolicyCollector("api", lambda: self.holder.current.identity))
         self.drain_timers = Deadman()
         self.fault_timers = Deadman()
         self.drains = Drains(self.store, self.drain_timers, self.audit)
@@ -82,7 +84,8 @@ class ApiRuntime:
         return self._chaos
 
     async def start(self) -> None:
-        """Read the state once, take the policy Redis holds, then follow both."""
+        """Read the state once, take the policy Redis holds (or store ours, when Redis
+        holds none or an older one), then follow both."""
         self._http = aiohttp.ClientSession()
         self._chaos = GpuChaos(self._http, self.fault_timers)
         with contextlib.suppress(StateError):

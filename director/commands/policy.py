@@ -1,4 +1,5 @@
-"""``director policy check|fmt|explain``: the policy tooling operators run by hand and in CI."""
+"""``director policy check|fmt|explain|push``: the policy tooling operators run by hand and in
+CI."""
 
 from __future__ import annotations
 
@@ -146,6 +147,42 @@ def explain(
         print(json.dumps(decision.as_dict(), indent=2))
         return
     _print_decision(decision, policy, ecs or client or "")
+
+
+@app.command()
+def push(
+    file: Annotated[Path, typer.Argument(help="Policy file (its includes go with it).")],
+    api: Annotated[str, typer.Option("--api", help="Admin API base URL, e.g. "
+                                     "http://127.0.0.1:8080.")],
+    token: Annotated[str, typer.Option("--token", envvar="DIRECTOR_API_TOKEN",
+                                       help="Admin token (or DIRECTOR_API_TOKEN).")],
+    if_match: Annotated[str | None, typer.Option(
+        "--if-match", help="Replace only this version: an ETag or version number (default: "
+        "the ETag in FILE.etag, written by the last push of FILE).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace whatever version is "
+                                        "stored (no If-Match).")] = False,
+) -> None:
+    """Check FILE, then make it the active policy (PUT /api/v1/policy). Sends If-Match when
+    it knows the version FILE was edited from, so a change stored meanwhile by someone else
+    is not overwritten (exit 1, nothing changed): pull it in, then push again."""
+    from director.commands.policy_push import PushError, push_policy
+
+    acceptance = accept(str(file))
+    if acceptance.policy is None:
+        err.print(acceptance.error().render(), markup=False)
+        raise typer.Exit(1)
+    if force and if_match:
+        _fail("--force and --if-match contradict each other")
+    try:
+        pushed = push_policy(api, token, file, acceptance.sources(), if_match=if_match,
+                             force=force)
+    except PushError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    out.print(f"{file}: active as version {pushed.version} (ETag {pushed.etag}"
+              f"{', replacing ' + pushed.sent if pushed.sent else ''})", markup=False)
+    for warning in pushed.warnings:
+        err.print(warning, markup=False)
 
 
 def _snapshot(regions: tuple[str, ...], down: list[str], load: list[str]) -> Snapshot:

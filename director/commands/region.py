@@ -140,7 +140,15 @@ def serve(
         typer.Option(
             "--follow-policy",
             help="Follow the policy stored in Redis (set by `director up` or "
-            "PUT /api/v1/policy): the region's GPU servers change live. Needs --redis.",
+            "PUT /api/v1/policy): the region's GPU servers, residency rules and tenants "
+            "change live. The default with --redis.",
+        ),
+    ] = False,
+    no_follow_policy: Annotated[
+        bool,
+        typer.Option(
+            "--no-follow-policy",
+            help="Serve the policy file only, even with --redis (tests, special cases).",
         ),
     ] = False,
     overflow: Annotated[
@@ -215,8 +223,11 @@ def serve(
     from regions.balancer.overflow import OverflowConfig, OverflowMode
     from regions.balancer.policy_follow import FollowPolicy
 
+    if follow_policy and no_follow_policy:
+        _usage("--follow-policy and --no-follow-policy contradict each other")
     if follow_policy and not redis_url:
         _usage("--follow-policy needs --redis")
+    following = bool(redis_url) and not no_follow_policy
     try:
         mode = OverflowMode(overflow)
     except ValueError:
@@ -246,7 +257,7 @@ def serve(
 
     def ready(balancer: Balancer) -> None:
         state = f", shared state {redacted(redis_url)}" if redis_url else ""
-        if follow_policy:
+        if following:
             state += ", following the stored policy"
         if balancer.overflow is not None:
             names = ", ".join(s.region for s in balancer.overflow.siblings) or "none"
@@ -275,8 +286,8 @@ def serve(
                 capacity_rps=spec.capacity.rps,
                 config=config,
                 overflow=overflow_config,
-                follow_policy=FollowPolicy(shared, policy_gate.load_record)
-                if follow_policy and shared is not None else None,
+                follow_policy=FollowPolicy(shared if following else None,
+                                           policy_gate.load_record, acceptance.identity()),
                 policy=accepted,
                 admin=admin,
             )

@@ -22,9 +22,12 @@ def workers(
     concurrency: Annotated[int, typer.Option(help="Worker threads.")] = 16,
     beat: Annotated[bool, typer.Option(help="Also run the beat schedule in this process.")] = True,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
-    follow_policy: Annotated[bool, typer.Option(help="Probe what the policy stored in Redis "
-                                                "names (set by `director up` or PUT "
-                                                "/api/v1/policy) once there is one.")] = False,
+    follow_policy: Annotated[bool, typer.Option(
+        "--follow-policy", help="Probe what the policy stored in Redis names (set by "
+        "`director up` or PUT /api/v1/policy) once there is one: the default.")] = False,
+    no_follow_policy: Annotated[bool, typer.Option(
+        "--no-follow-policy", help="Probe what the policy file names only (tests, special "
+        "cases).")] = False,
 ) -> None:
     """Run a probe worker (and beat) for POLICY; the same as `celery -A workers.app worker
     --beat` with DIRECTOR_POLICY and DIRECTOR_REDIS_URL set."""
@@ -34,6 +37,10 @@ def workers(
     from state.errors import StateError
     from workers.runner import run_worker
 
+    if follow_policy and no_follow_policy:
+        err.print("error: --follow-policy and --no-follow-policy contradict each other",
+                  markup=False)
+        raise typer.Exit(2)
     with contextlib.ExitStack() as stack:
         if redis_url is None:
             try:
@@ -45,7 +52,7 @@ def workers(
             err.print(f"embedded Valkey at {redacted(redis_url)}", markup=False)
         try:
             run_worker(str(policy), redis_url, queues=queues or None, concurrency=concurrency,
-                       beat=beat, loglevel=loglevel, follow_policy=follow_policy)
+                       beat=beat, loglevel=loglevel, follow_policy=not no_follow_policy)
         except PolicyError as exc:
             err.print(exc.render(), markup=False)
             raise typer.Exit(1) from None

@@ -32,6 +32,7 @@ from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.policy_identity import PolicyIdentity
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,10 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     the rate (every miss crosses to the event loop), so off by default.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
-    policy = policy_gate.load(policy_path)
+    acceptance = policy_gate.accept(policy_path)
+    if acceptance.policy is None:
+        raise acceptance.error()
+    policy, identity = acceptance.policy, acceptance.identity()
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
     addresses = parse_listen(listen)
     mode = RrlMode(rrl_mode) if rrl_mode else default_mode(host for host, _ in addresses)
@@ -98,7 +102,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
             return loop.run_until_complete(
                 _run(make_app, factory(policy), config, sockets, report,
                      metrics_listen if sockets is None else None, follow_policy,
-                     lambda: policy_gate.load(policy_path)))
+                     lambda: policy_gate.load(policy_path), identity))
         finally:
             loop.close()
 
@@ -111,7 +115,8 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
                config: ServerConfig, sockets: list[BoundSockets] | None,
                report: Callable[[DnsStats], Awaitable[None]] | None,
                metrics_listen: str | None, follow_policy: str | None = None,
-               reload_policy: Callable[[], Policy] | None = None) -> int:
+               reload_policy: Callable[[], Policy] | None = None,
+               identity: PolicyIdentity | None = None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -125,9 +130,12 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
         app = make_app(source)
         app.stats.state_registry = getattr(getattr(source, "metrics", None), "registry", None)
         swap = _swapper(app, source, control)
+        app.stats.policy_served = lambda: identity  # the file's, until a stored version
         if follow_policy:
-            await stack.enter_async_context(policy_follower_thread(
-                follow_policy, swap, loop, load=policy_gate.load_record))
+            follower = await stack.enter_async_context(policy_follower_thread(
+                follow_policy, swap, loop, load=policy_gate.load_record, initial=identity))
+            app.stats.policy_served = lambda: follower.served
+            app.stats.policy_refused = lambda: follower.refused
         reloads: set[asyncio.Task[None]] = set()
         if reload_policy is not None:
             def on_hangup() -> None:

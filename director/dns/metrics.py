@@ -18,21 +18,29 @@ time in one decision in ``ENGINE_TIMINGS_EVERY``, recorded by the engine's profi
 state, the state refresher's families (``director_state_reachable``,
 ``director_state_snapshot_version``, ``director_state_region_stale{region}``, ...) are
 exported too, labelled by ``worker``.
+``director_policy_info{component="dns",version,digest,epoch}`` counts the workers serving
+each policy (``state.policy_metrics``); ``/healthz`` on the same listener names it.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
+import socket
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from routing import PluginTimings
+from state.policy_identity import PolicyIdentity
+from state.policy_metrics import policy_families
 
 DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 # One engine decision in this many is timed plugin by plugin: a timed decision reads the
@@ -71,6 +79,8 @@ class DnsStats:
         self.plugin_timings = PluginTimings(every=ENGINE_TIMINGS_EVERY)  # the engine's
         self.state_registry: CollectorRegistry | None = None  # the state refresher's metrics
         self.readers: list[ReaderCounters] = []  # bumped by UDP reader threads, one each
+        self.policy_served: Callable[[], PolicyIdentity | None] = lambda: None
+        self.policy_refused: Callable[[], int] = lambda: 0
 
     def new_reader(self) -> ReaderCounters:
         """Counters for one UDP reader thread to bump alone
@@ -111,7 +121,9 @@ class DnsStats:
                 "decision_sum": self.decision_sum,
                 "plugin_seconds": plugin_histograms(self.plugin_timings),
                 "state": {"0": generate_latest(self.state_registry).decode()}
-                if self.state_registry is not None else {}}
+                if self.state_registry is not None else {},
+                "policy": [served.as_dict()] if (served := self.policy_served()) else [],
+                "policy_refused": self.policy_refused()}
 
 
 def merge(snapshots: Iterable[dict]) -> dict:
@@ -125,7 +137,9 @@ def merge(snapshots: Iterable[dict]) -> dict:
         for counts in ("rrl", "tcp_refused"):
             for key, value in snap.get(counts, {}).items():
                 total[counts][key] = total[counts].get(key, 0) + value
-        for name in ("cache_misses", "uncached", "invalidated", "dropped", "decision_sum"):
+        total["policy"] += snap.get("policy", [])
+        for name in ("cache_misses", "uncached", "invalidated", "dropped", "decision_sum",
+                     "policy_refused"):
             total[name] += snap.get(name, 0)
         total["decision_counts"] = [a + b for a, b in
                                     zip(total["decision_counts"], snap["decision_counts"],
@@ -218,6 +232,9 @@ class DnsCollector(Collector):
             plugins.add_metric([stage, plugin], buckets, seconds)
         yield plugins
         yield from _state_families(snap.get("state", {}))
+        yield from policy_families("dns", [PolicyIdentity(**served)
+                                           for served in snap.get("policy", [])],
+                                   snap.get("policy_refused", 0))
 
 
 def _state_families(texts: dict[str, str]) -> Iterator[Metric]:
@@ -254,13 +271,42 @@ class StatsHub:
 
 def serve_metrics(listen: str, read: Callable[[], dict]) -> tuple[str, int]:
     """Serve the DNS metrics over HTTP at ``listen`` ('ADDR:PORT', port 0 allowed) in a
-    daemon thread; returns the bound address."""
+    daemon thread, and ``/healthz`` (``health``); returns the bound address."""
     host, port = split_host_port(listen)
     registry = CollectorRegistry()
     registry.register(DnsCollector(read))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/healthz":
+            return metrics(environ, start_response)
+        body = json.dumps(health(read())).encode()
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body)))])
+        return [body]
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="dns-metrics", daemon=True).start()
     bound = server.server_address
     return str(bound[0]), int(bound[1])
+
+
+def health(snapshot: dict) -> dict:
+    """``/healthz``: the policy the workers serve (``policy``: the one most of them serve;
+    ``policies``: each one with its number of workers, more than one while a new version
+    spreads or when a worker cannot load it)."""
+    counts = Counter(json.dumps(served, sort_keys=True) for served in snapshot.get("policy", []))
+    policies = [{**json.loads(key), "workers": n} for key, n in counts.most_common()]
+    policy = {k: v for k, v in policies[0].items() if k != "workers"} if policies else None
+    return {"ok": True, "policy": policy, "policies": policies}
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Scrapes are not logged."""
 
 
 def split_host_port(listen: str) -> tuple[str, int]:

@@ -15,13 +15,16 @@ from director.dns.control_thread import ControlThread
 from policies.model import Policy
 from state.aio import AsyncStateStore
 from state.policy_follower import PolicyFollower, RecordLoader
+from state.policy_identity import PolicyIdentity
 
 
 def policy_follower_thread(url: str, on_policy: Callable[[Policy], object],
-                           loop: asyncio.AbstractEventLoop, *,
-                           load: RecordLoader) -> ControlThread[PolicyFollower]:
-    """Follow the policy stored at ``url`` on a thread of its own; ``on_policy(policy)``
-    runs on ``loop`` for each new version that loads."""
+                           loop: asyncio.AbstractEventLoop, *, load: RecordLoader,
+                           initial: PolicyIdentity | None = None
+                           ) -> ControlThread[PolicyFollower]:
+    """Follow the policy stored at ``url`` on a thread of its own, starting from the local
+    file ``initial``; ``on_policy(policy)`` runs on ``loop`` for each newer version that
+    loads."""
 
     def hand_over(policy: Policy, _version: int) -> None:
         loop.call_soon_threadsafe(on_policy, policy)
@@ -30,7 +33,8 @@ def policy_follower_thread(url: str, on_policy: Callable[[Policy], object],
     async def following() -> AsyncIterator[PolicyFollower]:
         store = AsyncStateStore.from_url(url)
         try:
-            async with PolicyFollower(store, hand_over, load=load) as follower:
+            async with PolicyFollower(store, hand_over, load=load,
+                                      initial=initial) as follower:
                 yield follower
         finally:
             await store.close()

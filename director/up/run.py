@@ -14,6 +14,7 @@ from pathlib import Path
 import redis
 from rich.console import Console
 
+from director.api.policy_disk import PolicyDisk
 from director.up import rundir
 from director.up.console import print_ready, tail
 from director.up.credentials import CREDENTIALS_DIR, embedded_logins, external_logins
@@ -33,13 +34,17 @@ class UpError(Exception):
 
 
 def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ...] = (),
-                   credentials: redis.CredentialProvider | None = None) -> int:
+                   credentials: redis.CredentialProvider | None = None,
+                   history: Path | None = None) -> int:
     """Make the accepted policy the active one in Redis, as every instance follows it there,
-    with the digests of the engine ``proofs`` it passed (the children do not run them again)."""
+    with the digests of the engine ``proofs`` it passed (the children do not run them again),
+    numbered above every version in the API's ``history`` directory (the API starts from
+    the newest there, and versions never go back)."""
+    at_least = PolicyDisk(history).highest() + 1 if history is not None else 0
     store = StateStore.from_url(redis_url, credentials=credentials)
     try:
         return store.set_policy(sources.text, name=sources.name, files=sources.files,
-                                proofs=proofs)
+                                proofs=proofs, at_least=at_least)
     finally:
         store.close()
 
@@ -139,7 +144,8 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
 async def _publish_and_control(supervisor: Supervisor, options: UpOptions,
                                sources: PolicySources, proofs: tuple[str, ...]) -> None:
     await asyncio.to_thread(publish_policy, options.redis_url, sources, proofs,
-                            options.logins.provider("api"))
+                            options.logins.provider("api"),
+                            history=options.run_dir / "policy")
     await supervisor.serve_control()
 
 

@@ -20,6 +20,7 @@ region's load about once a second and follows the GPU drain flags and probe heal
 shared state (``shared_state.StateLink``); state errors never stop serving.
 
 ``follow_policy`` applies each stored policy version's GPU servers live (``policy_follow``);
+``/healthz`` and ``director_policy_info`` say which policy is in force (version, digest);
 ``overflow`` sends what the region would shed to an allowed sibling region (``overflow``).
 
 ::
@@ -97,6 +98,7 @@ from regions.balancer.types import Endpoint, RequestInfo
 from regions.balancer.usage_reconcile import UsageReconciler
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
+from state.policy_metrics import PolicyCollector
 from state.records import RegionLoad
 from tenants.throttles import ThrottleLedger
 from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
@@ -245,6 +247,8 @@ class Balancer:
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, follow_policy)
+        self.metrics.registry.register(PolicyCollector(
+            "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
@@ -686,6 +690,7 @@ class Balancer:
             "usable_backends": usable,
             "in_flight": self.pool.in_flight(),
             "queued": self.dispatcher.queued,
+            "policy": self.policy_follow.describe(),
         }
         return web.json_response(body, status=200 if usable else 503)
 

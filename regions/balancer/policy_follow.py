@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A balancer following the policy stored in Redis: its region's GPU servers, live.
 
-``PolicyFollow(balancer, state)`` runs a ``state.policy_follower.PolicyFollower``
+``PolicyFollow(balancer, follow)`` runs a ``state.policy_follower.PolicyFollower``
 (one small read a ``read_every_s``; a version that fails to load is logged once and the
-last good one keeps serving) and applies each new version with ``apply``:
+last good one keeps serving; an older one than it serves is refused, so a store that lost
+its data never rolls the balancer back) and applies each new version with ``apply``:
 
 - the region's GPU servers go through ``pool_update.apply_specs``: new ones join in slow
   start, removed ones drain (their streams finish) and leave once idle, changed URLs are
@@ -15,6 +16,9 @@ last good one keeps serving) and applies each new version with ``apply``:
 
 A background task takes retired backends out of the pool once their last stream ended
 (checked every ``RETIRE_POLL_S`` while any retire) and closes their connection pools.
+
+``served`` is the policy in force (a stored version, or the local file it started from),
+which ``/healthz`` and ``director_policy_info`` report.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from regions.balancer.shared_state import SharedStateConfig
 from regions.balancer.tenancy import Tenancy
 from state.aio import AsyncStateStore
 from state.policy_follower import PolicyFollower, RecordLoader
+from state.policy_identity import PolicyIdentity
 from state.tasks import cancel_and_wait
 
 
@@ -77,11 +82,13 @@ RETIRE_POLL_S = 0.05
 
 @dataclass(frozen=True)
 class FollowPolicy:
-    """Where the stored policy is, and the gate each version passes before it is applied
-    (``director.policy_gate.load_record``, passed in by the composition point)."""
+    """Where the stored policy is (None: nowhere, the balancer serves its file), the gate
+    each version passes before it is applied (``director.policy_gate.load_record``, passed
+    in by the composition point) and the local file's identity (``initial``)."""
 
-    state: SharedStateConfig
+    state: SharedStateConfig | None
     load: RecordLoader
+    initial: PolicyIdentity | None = None
 
 
 class PolicyFollow:
@@ -94,16 +101,34 @@ class PolicyFollow:
         self.follow = follow
         self.follower: PolicyFollower | None = None
         self.version: int | None = None
+        self.served: PolicyIdentity | None = follow.initial if follow is not None else None
         self._tasks: set[asyncio.Task[None]] = set()
         self._retire_task: asyncio.Task[None] | None = None
 
+    @property
+    def following(self) -> bool:
+        return self.follow is not None and self.follow.state is not None
+
+    @property
+    def refused(self) -> int:
+        """Stored versions refused as older than the one served."""
+        return self.follower.refused if self.follower is not None else 0
+
+    def describe(self) -> dict[str, object]:
+        """The policy in force, for ``/healthz``."""
+        served = self.served
+        return {"version": served.version if served else None,
+                "digest": served.digest if served else None,
+                "epoch": served.epoch if served else None,
+                "following": self.following, "refused": self.refused}
+
     async def start(self) -> None:
-        if self.follow is None or self.follower is not None:
+        if self.follow is None or self.follow.state is None or self.follower is not None:
             return
         cfg = self.follow.state
         store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
-        self.follower = PolicyFollower(store, self.apply, load=self.follow.load,
-                                       interval=cfg.read_every_s)
+        self.follower = PolicyFollower(store, self._apply_stored, load=self.follow.load,
+                                       initial=self.follow.initial, interval=cfg.read_every_s)
         await self.follower.__aenter__()
 
     async def stop(self) -> None:
@@ -116,6 +141,10 @@ class PolicyFollow:
         await cancel_and_wait(tasks)
 
     # -- applying ------------------------------------------------------------------------
+
+    def _apply_stored(self, policy: Policy, version: int) -> None:
+        if self.apply(policy, version) is not None and self.follower is not None:
+            self.served = self.follower.served
 
     def apply(self, policy: Policy, version: int | None = None) -> PoolChange | None:
         """Serve ``policy``'s GPU servers for this region; None when it cannot (logged).

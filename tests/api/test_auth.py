@@ -41,7 +41,8 @@ async def test_routes_need_a_token_with_the_right_scope(tmp_path, valkey, prefix
 
 async def test_public_routes_need_no_token(tmp_path, valkey, prefix):
     async with running_api(tmp_path, valkey.url, prefix) as api:
-        assert await api.get("/healthz", token=None) == (200, {"ok": True})
+        status, health = await api.get("/healthz", token=None)
+        assert status == 200 and health["ok"] is True and health["policy"]["version"] == 1
         status, text = await api.get("/metrics", token=None)
         assert status == 200 and "director_api_requests_total" in text
         assert "director_state_reachable 1.0" in text

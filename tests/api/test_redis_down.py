@@ -39,7 +39,9 @@ async def test_api_keeps_serving_while_redis_is_down(tmp_path, prefix):
             assert await api.get("/api/v1/policy") == (200, policy)
             assert not (tmp_path / "policy" / "2.dp").exists()
 
-            assert await api.get("/healthz", token=None) == (200, {"ok": True})
+            status, health = await api.get("/healthz", token=None)
+            assert status == 200 and health["ok"] is True
+            assert health["policy"]["version"] == policy["version"]  # the one it serves
             status, body = await api.get("/api/v1/explain?ecs=2.163.20.0/24&name=chat")
             assert status == 200 and body["regions"] == ["eu-central"]
             status, metrics = await api.get("/metrics", token=None)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import dns.edns
@@ -109,6 +111,48 @@ def test_follow_policy_swaps_a_new_version_and_keeps_serving_on_a_broken_one():
             store.close()
             process.terminate()
             process.wait(timeout=10)
+
+
+def test_healthz_and_metrics_name_the_policy_served():
+    """The metrics listener's /healthz and director_policy_info: the file's digest (version
+    null) until a stored version is served, then that version, digest and epoch."""
+    from director import policy_gate
+    from policies import read_sources
+    from state.policy_identity import policy_digest
+
+    sources = read_sources(str(POLICY))
+    with EmbeddedValkey() as valkey:
+        store = StateStore.from_url(valkey.url)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
+             "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--redis", valkey.url,
+             "--follow-policy"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert process.stdout is not None
+            metrics = next(line for line in process.stdout if line.startswith("metrics "))
+            url = f"http://{metrics.split()[1]}"
+            accepted = policy_gate.accept(str(POLICY)).sources()
+            file_digest = policy_digest(accepted.name, accepted.text, accepted.files)
+            health = read_json(f"{url}/healthz")
+            assert health["policy"] == {"version": None, "digest": file_digest, "epoch": ""}
+            moved = sources.text.replace("endpoints 127.0.3.1", "endpoints 127.0.3.9")
+            version, epoch = store.write_policy(moved, name=sources.name, files=sources.files)
+            digest = policy_digest(sources.name, moved, sources.files)
+            assert wait_for(lambda: read_json(f"{url}/healthz")["policy"] == {
+                "version": version, "digest": digest, "epoch": epoch}, 30)
+            with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+            assert (f'director_policy_info{{component="dns",digest="{digest[:16]}",'
+                    f'epoch="{epoch}",version="{version}"}} 1.0') in text
+        finally:
+            store.close()
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def read_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)
 
 
 def test_a_taken_port_is_a_clear_error_naming_the_address_and_protocol():

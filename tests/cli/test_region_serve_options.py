@@ -26,6 +26,8 @@ def invoke(*args: str) -> tuple[int, str]:
     ("args", "message"),
     [
         (["--follow-policy"], "--follow-policy needs --redis"),
+        (["--redis", "redis://127.0.0.1:1/0", "--follow-policy", "--no-follow-policy"],
+         "--follow-policy and --no-follow-policy contradict each other"),
         (["--overflow", "sideways"], "expected off, redirect or proxy, got 'sideways'"),
         (["--sibling", "eu-central"], "expected REGION=URL, got 'eu-central'"),
         (["--scorer", "nope=1"], "unknown scorer 'nope'"),
@@ -34,6 +36,7 @@ def invoke(*args: str) -> tuple[int, str]:
     ],
     ids=[
         "follow-needs-redis",
+        "follow-contradiction",
         "overflow-mode",
         "sibling-pair",
         "scorer-name",

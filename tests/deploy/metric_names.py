@@ -1,11 +1,12 @@
 """The Prometheus metric names the code really defines, read from its sources.
 
 Every ``Counter``/``Gauge``/``Histogram``/``Summary`` (prometheus_client's metric classes) and
-``*MetricFamily`` (custom collectors) call under director/, regions/ and workers/ whose name is
-a string literal, or a loop variable over a literal tuple of names, names one family; so does
-every name in the simulator's per-engine table (``regions.simulator.metrics.ENGINE_METRICS``).
-The sample names a scrape shows follow from the type: counters ``_total`` (and
-``_created``), histograms ``_bucket``/``_sum``/``_count``, etc.
+``*MetricFamily`` (custom collectors) call under director/, regions/, workers/ and state/
+whose name is a string literal, or a loop variable over a literal tuple of names, names one
+family; so does every name in the simulator's per-engine table
+(``regions.simulator.metrics.ENGINE_METRICS``). The sample names a scrape shows follow from
+the type: counters ``_total`` (and ``_created``), histograms ``_bucket``/``_sum``/``_count``,
+etc.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from regions.simulator.metrics import ENGINE_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("director", "regions", "workers")
+PACKAGES = ("director", "regions", "workers", "state")
 TYPES = {
     "Counter": "counter", "CounterMetricFamily": "counter",
     "Gauge": "gauge", "GaugeMetricFamily": "gauge",

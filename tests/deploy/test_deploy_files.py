@@ -152,6 +152,20 @@ def test_balancers_trust_only_named_edges(site):
         assert network.num_addresses <= 16, f"{site.where}: --trusted-network {text}"
 
 
+FOLLOWERS = [site for path in (("dns", "serve"), ("region", "serve"), ("workers",))
+             for site in sites_of(DEPLOY_SITES, *path)]
+
+
+@pytest.mark.parametrize("site", FOLLOWERS, ids=ids(FOLLOWERS))
+def test_every_follower_follows_the_stored_policy(site):
+    """After a PUT, DNS, balancers and workers serve the new version: each has the shared
+    state and says --follow-policy (the default with --redis for balancers and workers;
+    DNS needs it), never --no-follow-policy."""
+    assert site.option("--redis"), f"{site.where}: no --redis, nothing to follow"
+    assert "--follow-policy" in site.argv, f"{site.where}: without --follow-policy"
+    assert "--no-follow-policy" not in site.argv, f"{site.where}: --no-follow-policy"
+
+
 def test_one_beat_per_deployment():
     for where in ("compose", "k8s"):
         workers = sites_of([s for s in DEPLOY_SITES if s.where.startswith(where + ":")],

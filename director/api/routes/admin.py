@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from director.api.changes import audited
 from director.api.config import PolicyDocument
 from director.api.deps import Admin, Runtime
 from director.api.errors import ApiError, PolicyRejected
+from director.api.policy_etag import etag, parse_if_match
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 
@@ -32,22 +33,30 @@ _POLICY_BODY = {
 
 
 @router.put("/policy", summary="Replace the active policy", openapi_extra=_POLICY_BODY)
-async def put_policy(request: Request, runtime: Runtime, who: Admin) -> dict[str, Any]:
+async def put_policy(request: Request, response: Response, runtime: Runtime,
+                     who: Admin) -> dict[str, Any]:
     """Validate, prove residency, store in Redis and the policy store, then swap in.
 
     A plain-text body is the main file (its includes resolve against the current policy's
-    files); a JSON body is ``{"text", "name"?, "files"?}``. On any error: 422 with the
-    positioned message and diagnostics, and the old policy stays active.
+    files); a JSON body is ``{"text", "name"?, "files"?}``. Send ``If-Match`` with the
+    ``ETag`` of the ``GET`` you edited (or its version number): when another version was
+    stored since, 412 with the stored version and its ETag, and nothing changes. Without
+    ``If-Match`` (or with ``*``) the policy replaces whatever is stored. On any error: 422
+    with the positioned message and diagnostics, and the old policy stays active.
     """
+    expect = parse_if_match(request.headers.get("if-match"))
     current = runtime.active.document
     document = _document(await request.body(), request.headers.get("content-type", ""),
                          current)
     detail = {"name": document.name, "bytes": len(document.text.encode()),
-              "files": sorted(document.files)}
+              "files": sorted(document.files),
+              "if_match": None if expect is None else request.headers.get("if-match")}
     active = await audited(runtime, who, "policy.put", "policy", detail,
-                           runtime.holder.replace(document))
+                           runtime.holder.replace(document, expect))
     sources = {active.document.name: active.document.text, **active.document.files}
+    response.headers["ETag"] = etag(active.identity)
     return {"version": active.version, "name": active.document.name,
+            "digest": active.digest, "epoch": active.epoch, "etag": etag(active.identity),
             "warnings": [{**w.as_dict(), "text": w.render(sources)} for w in active.warnings]}
 
 

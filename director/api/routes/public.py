@@ -8,6 +8,7 @@ The page carries no data of its own: its script reads a token from the URL fragm
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, Response
@@ -27,9 +28,11 @@ PAGE_HEADERS = {
 }
 
 
-@router.get("/healthz", tags=["public"], summary="Liveness")
-async def healthz() -> dict[str, bool]:
-    return {"ok": True}
+@router.get("/healthz", tags=["public"], summary="Liveness, and the policy version served")
+async def healthz(runtime: Runtime) -> dict[str, Any]:
+    active = runtime.active
+    return {"ok": True, "policy": {"version": active.version, "digest": active.digest,
+                                   "epoch": active.epoch}}
 
 
 @router.get("/metrics", tags=["public"], summary="Prometheus metrics",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from director.api.deps import Reader, Runtime
 from director.api.explain import explain, make_client
+from director.api.policy_etag import etag
 from director.api.services import describe_services
 from director.api.tenant_status import tenant_status
 
@@ -46,8 +47,12 @@ async def get_explain(
 
 
 @router.get("/policy", summary="The active policy's source and version")
-async def get_policy(runtime: Runtime, _who: Reader) -> dict[str, Any]:
+async def get_policy(runtime: Runtime, _who: Reader, response: Response) -> dict[str, Any]:
+    """The source, version, digest and epoch of the policy this instance serves; the
+    ``ETag`` header is what a ``PUT`` sends back as ``If-Match``."""
     active = runtime.active
     document = active.document
+    response.headers["ETag"] = etag(active.identity)
     return {"version": active.version, "name": document.name, "text": document.text,
-            "files": dict(document.files)}
+            "files": dict(document.files), "digest": active.digest, "epoch": active.epoch,
+            "etag": etag(active.identity)}
