@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,11 +76,3 @@ def parse_listen(text: str) -> tuple[str, int]:
         raise ValueError(f"listen: {exc}") from None
 
 
-def is_loopback(host: str) -> bool:
-    """True for loopback addresses (127.0.0.0/8, ::1) and the name ``localhost``."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

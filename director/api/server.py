@@ -9,8 +9,8 @@ import sys
 import uvicorn
 from fastapi import FastAPI
 
-from director.api.config import is_loopback, parse_listen
-from state.ports import hostport
+from director.api.config import parse_listen
+from state.ports import hostport, is_loopback
 
 
 class RemoteListenRefused(ValueError):

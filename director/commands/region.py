@@ -335,8 +335,9 @@ def admin_listener(listen: str | None, token_file: Path | None, public_host: str
     """Where the admin listener binds and its token; off loopback without a token is a
     usage error (the balancer does not start). Without ``listen``: ``public_host`` when it
     is loopback (balancers on 127.0.1.1, 127.0.2.1 ... each get their own), else 127.0.0.1."""
-    from regions.balancer.admin_listen import AdminListen, is_loopback, read_token_file
+    from regions.balancer.admin_listen import AdminListen, read_token_file
     from regions.balancer.errors import BalancerConfigError
+    from state.ports import is_loopback
 
     if listen is None:
         listen = hostport((public_host if is_loopback(public_host) else "127.0.0.1",

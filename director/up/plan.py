@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +9,7 @@ from urllib.parse import urlsplit
 
 from director.up.credentials import StateLogins
 from policies.model import GpuServer, Policy
-from state.ports import hostport
+from state.ports import hostport, is_loopback
 
 BALANCER_PORT = 8080
 BALANCER_STATE_DIR_ENV = "DIRECTOR_BALANCER_STATE_DIR"  # `region serve --state-dir`
@@ -121,7 +120,7 @@ def admin_address(host: str, options: UpOptions, taken: set[tuple[str, int]]
                   ) -> tuple[str, int]:
     """Where a balancer on ``host`` has its admin listener: that host when it is loopback,
     else 127.0.0.1 (off loopback it would need a token); the next port when taken."""
-    admin_host = host if _is_loopback(host) else "127.0.0.1"
+    admin_host = host if is_loopback(host) else "127.0.0.1"
     port = options.balancer_admin_port
     while (admin_host, port) in taken:
         port += 1
@@ -129,11 +128,6 @@ def admin_address(host: str, options: UpOptions, taken: set[tuple[str, int]]
     return admin_host, port
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def edge_args() -> tuple[str, ...]:

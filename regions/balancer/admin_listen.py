@@ -10,11 +10,11 @@ command line reads the defaults cheaply.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
 from regions.balancer.errors import BalancerConfigError
+from state.ports import is_loopback
 
 DEFAULT_ADMIN_PORT = 9180  # the command line's default; in code the default is port 0
 
@@ -49,11 +49,3 @@ def read_token_file(path: str | Path) -> str:
     return token
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and ``localhost``."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -119,7 +119,8 @@ def test_documented_simulator_commands_exist():
 @pytest.mark.parametrize("site", sites_of(DEPLOY_SITES, "api", "serve"),
                          ids=ids(sites_of(DEPLOY_SITES, "api", "serve")))
 def test_api_on_a_remote_address_says_so(site):
-    from director.api.config import is_loopback, parse_listen
+    from director.api.config import parse_listen
+    from state.ports import is_loopback
 
     host, _ = parse_listen(site.option("--listen") or option_default(("api", "serve"),
                                                                       "--listen"))
