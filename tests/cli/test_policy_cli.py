@@ -21,7 +21,7 @@ def director(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 def test_check_examples_ok():
     result = director("policy", "check", str(EXAMPLES / "global.dp"), str(EXAMPLES / "minimal.dp"))
     assert result.returncode == 0, result.stderr
-    assert "global.dp: ok (4 regions, 3 services, residency proved on 22 paths" in result.stdout
+    assert "global.dp: ok (4 regions, 3 services, residency proved on 26 paths" in result.stdout
     assert "minimal.dp: ok (2 regions, 1 service, no residency rules)" in result.stdout
 
 
@@ -144,6 +144,7 @@ region eu-west { location 53.3 -6.2; jurisdiction EU; endpoints 127.0.2.1; capac
 service chat.infer.example.com {
     residency eu { clients jurisdiction EU; allow eu-west us-east; all-down answer-allowed }
     unknown-location refuse
+    partial-location intersect
     all-down answer-nothing
 }
 """
