@@ -40,6 +40,10 @@ def up(
                                               "second.")] = 1.0,
     geoip: Annotated[Path | None, typer.Option(help="MaxMind database (default: GeoLite2 "
                                                "City 2018).")] = None,
+    dns_precompile: Annotated[bool, typer.Option(help="Let the DNS server merge the GeoIP "
+                                                 "database's address space ahead of time "
+                                                 "(a core busy for a while after start).")]
+    = True,
     unsafe_skip_residency_proof: Annotated[bool, typer.Option(
         "--unsafe-skip-residency-proof", hidden=True,
         help="TEST ONLY: load the policy without the residency proof, so drills can show "
@@ -66,7 +70,7 @@ def up(
         redis_url=redis_url or "", simulate=simulate, dns=parse_listen(dns, 5353),
         api=parse_listen(api, 8080), dns_metrics=parse_listen(dns_metrics, 9153),
         balancer_port=balancer_port, balancer_admin_port=balancer_admin_port,
-        time_scale=time_scale,
+        time_scale=time_scale, dns_precompile=dns_precompile,
         geoip=geoip.resolve() if geoip else None)
     try:
         status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,

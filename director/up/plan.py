@@ -62,6 +62,7 @@ class UpOptions:
     balancer_admin_port: int = BALANCER_ADMIN_PORT
     time_scale: float = 1.0
     geoip: Path | None = None
+    dns_precompile: bool = True
     logins: StateLogins = field(default_factory=StateLogins)  # each role's state user
 
 
@@ -166,7 +167,8 @@ def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None =
         "dns", "dns",
         director_command("dns", "serve", "--policy", str(policy_path), "--listen",
                          hostport(options.dns), "--redis", options.redis_url, "--follow-policy",
-                         "--metrics", hostport(options.dns_metrics), *geoip_args(options)),
+                         "--metrics", hostport(options.dns_metrics), *geoip_args(options),
+                         *(() if options.dns_precompile else ("--no-precompile",))),
         env=options.logins.env("dns"),
         address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns,
         binds=(Bind("udp", *options.dns), Bind("tcp", *options.dns),

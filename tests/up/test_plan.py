@@ -33,3 +33,15 @@ def test_balancers_trust_loopback_and_get_one_admin_listener_each(tmp_path: Path
     assert len(set(admins)) == len(admins)
     (api,) = [c for c in plan_children(policy, options) if c.role == "api"]
     assert "--enable-chaos" in api.argv  # the drills of an embedded run break things
+
+
+def test_the_dns_server_precompiles_unless_told_not_to(tmp_path: Path) -> None:
+    policy = load_policy(str(EXAMPLE))
+    url = "redis://127.0.0.1:1/0"
+    (dns,) = [c for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, url))
+              if c.role == "dns"]
+    assert "--no-precompile" not in dns.argv
+    (dns,) = [c for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, url,
+                                                         dns_precompile=False))
+              if c.role == "dns"]
+    assert "--no-precompile" in dns.argv
