@@ -28,6 +28,7 @@ region eu-west { location 53.3 -6.2; jurisdiction EU; endpoints 127.0.2.1; capac
 service chat.infer.example.com {
     residency eu { clients jurisdiction EU; allow eu-west us-east; all-down answer-allowed }
     unknown-location refuse
+    partial-location intersect
     all-down answer-nothing
 }
 """
