@@ -37,11 +37,12 @@ def test_balancers_trust_loopback_and_get_one_admin_listener_each(tmp_path: Path
 
 def test_the_dns_server_precompiles_unless_told_not_to(tmp_path: Path) -> None:
     policy = load_policy(str(EXAMPLE))
-    url = "redis://127.0.0.1:1/0"
-    (dns,) = [c for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, url))
-              if c.role == "dns"]
-    assert "--no-precompile" not in dns.argv
-    (dns,) = [c for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, url,
-                                                         dns_precompile=False))
-              if c.role == "dns"]
-    assert "--no-precompile" in dns.argv
+
+    def dns_argv(**options: bool) -> tuple[str, ...]:
+        plan = plan_children(policy, UpOptions(EXAMPLE, tmp_path, "redis://127.0.0.1:1/0",
+                                               **options))
+        (dns,) = [c for c in plan if c.role == "dns"]
+        return dns.argv
+
+    assert "--no-precompile" not in dns_argv()
+    assert "--no-precompile" in dns_argv(dns_precompile=False)
