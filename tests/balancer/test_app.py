@@ -57,7 +57,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(ops=OPS, caps=st.lists(st.integers(1, 3), min_size=1, max_size=3))
 def test_accounting_returns_to_zero_under_any_interleaving(ops, caps) -> None:
     """Acquire, release and cancel (queued or just bound) in any order: nothing leaks."""

@@ -196,7 +196,7 @@ def test_headroom(headroom: float) -> None:
 PROBE_EVERY = 10  # scrapes, a second apart: CapacityConfig.probe_every_s
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(capacities=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=12),
        demand=st.integers(min_value=0, max_value=1000),
        steps=st.integers(min_value=1, max_value=25))

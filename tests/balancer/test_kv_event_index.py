@@ -41,7 +41,7 @@ def through_the_wire(index: KvEventIndex, backend: str, s: Scheduler) -> None:
     index.apply(backend, decode_batch(payload).events)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(prompts=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40), st.integers(1, 9)),
                         min_size=1, max_size=40))
 def test_the_index_holds_what_the_servers_cache_holds(prompts) -> None:

@@ -113,7 +113,7 @@ def test_the_default_profile_is_least_requests_and_prefix_affinity_behind_the_fi
     assert decision.chosen is not None and decision.chosen.name == "b"  # fewest, not freest
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(loads=st.lists(st.integers(0, 40), min_size=1, max_size=8),
        prefix=st.lists(st.integers(), max_size=6), seed=st.integers(0, 1000))
 def test_without_a_shared_prefix_the_default_orders_as_least_requests_alone(

@@ -196,7 +196,7 @@ async def test_prompts_are_hashed_only_when_a_prefix_scorer_reads_them() -> None
             assert status == 200
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     loads=st.lists(st.tuples(st.integers(0, 300), st.integers(1, 256)), min_size=1,
                    max_size=8),

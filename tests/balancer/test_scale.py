@@ -25,7 +25,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["lease", "release", "rate", "drain", "
                          st.integers(0, 7), st.floats(1.0, 500.0)), max_size=80)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(ops=OPS)
 def test_incremental_snapshot_equals_a_full_rebuild(ops) -> None:
     p = pool(8)

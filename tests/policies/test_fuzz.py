@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import check_policy
 from policies.errors import PolicyError
 from policies.formatter import format_text
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150)
 
 # Words of the language, near misses and odd characters, glued together at random.
 WORDS = [

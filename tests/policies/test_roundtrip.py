@@ -15,7 +15,7 @@ from policies import load_policy, load_policy_text
 from policies.formatter import format_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
-ROUNDS = settings(max_examples=75, deadline=None,
+ROUNDS = settings(max_examples=75,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -138,7 +138,7 @@ def test_preempted_sequences_find_their_own_prompt_cached() -> None:
     assert a.generated == b.generated == 200
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(ops=st.lists(st.tuples(st.sampled_from(["submit", "step", "abort", "reset"]),
                               st.integers(0, 5), st.integers(1, 12)), max_size=60),
        chunked=st.booleans())
