@@ -38,9 +38,9 @@ def test_balancers_trust_loopback_and_get_one_admin_listener_each(tmp_path: Path
 def test_the_dns_server_precompiles_unless_told_not_to(tmp_path: Path) -> None:
     policy = load_policy(str(EXAMPLE))
 
-    def dns_argv(**options: bool) -> tuple[str, ...]:
+    def dns_argv(dns_precompile: bool = True) -> tuple[str, ...]:
         plan = plan_children(policy, UpOptions(EXAMPLE, tmp_path, "redis://127.0.0.1:1/0",
-                                               **options))
+                                               dns_precompile=dns_precompile))
         (dns,) = [c for c in plan if c.role == "dns"]
         return dns.argv
 
