@@ -51,27 +51,33 @@ def ask_wire(address: tuple[str, int], data: bytes, timeout: float = 2.0) -> byt
 
 
 def bulk_udp(address: tuple[str, int], queries: list[bytes], window: int = 500,
-             timeout: float = 5.0) -> dict[int, bytes]:
-    """Send queries (distinct IDs) with up to ``window`` outstanding; replies by ID."""
+             quiet_s: float = 2.0, limit_s: float = 120.0) -> dict[int, bytes]:
+    """Send queries (distinct IDs) with up to ``window`` outstanding; replies by ID.
+
+    A query counts as lost only once the server has said nothing for ``quiet_s`` (a busy
+    server answering slowly loses nothing; a machine that deschedules a process for
+    hundreds of milliseconds is not a drop); the whole exchange is bounded by ``limit_s``."""
     replies: dict[int, bytes] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 21)
         sock.setblocking(False)
         pending = list(reversed(queries))
-        outstanding: dict[int, float] = {}
-        deadline = time.monotonic() + timeout * max(1, len(queries) // 2000)
+        outstanding: set[int] = set()
+        heard = time.monotonic()  # the last reply, or the last send into a silent server
+        deadline = heard + limit_s
         while (pending or outstanding) and time.monotonic() < deadline:
+            if not outstanding:
+                heard = time.monotonic()
             while pending and len(outstanding) < window:
                 data = pending.pop()
-                qid = int.from_bytes(data[:2], "big")
                 sock.sendto(data, address)
-                outstanding[qid] = time.monotonic()
-            ready, _, _ = select.select([sock], [], [], 0.5)
+                outstanding.add(int.from_bytes(data[:2], "big"))
+            ready, _, _ = select.select([sock], [], [], 0.2)
             if not ready:
-                stale = [q for q, t in outstanding.items() if time.monotonic() - t > 1.0]
-                for q in stale:  # lost: give up on it
-                    del outstanding[q]
+                if time.monotonic() - heard > quiet_s:
+                    outstanding.clear()  # the server went quiet: what is left was lost
                 continue
+            heard = time.monotonic()
             while True:
                 try:
                     data = sock.recv(65535)
@@ -79,7 +85,7 @@ def bulk_udp(address: tuple[str, int], queries: list[bytes], window: int = 500,
                     break
                 qid = int.from_bytes(data[:2], "big")
                 replies[qid] = data
-                outstanding.pop(qid, None)
+                outstanding.discard(qid)
     return replies
 
 
