@@ -34,7 +34,14 @@ def slow_gpu() -> Iterator[FakeGpu]:
     server.stop()
 
 
-def _gpu(name: str, url: str, *, rise: int = 2, fall: int = 2, timeout: float = 0.3) -> GpuTarget:
+# a healthy target's bound, generous: this machine can stall a process for ~0.5 s, and
+# these tests are about rise/fall and batching, not about how fast a healthy GPU answers
+HEALTHY_TIMEOUT_S = 5.0
+SLOW_TIMEOUT_S = 0.3  # against slow_gpu's 0.6 s
+
+
+def _gpu(name: str, url: str, *, rise: int = 2, fall: int = 2,
+         timeout: float = HEALTHY_TIMEOUT_S) -> GpuTarget:
     return GpuTarget("eu", name, url, "vllm", "/health", 200, "/metrics", 1.0, timeout, rise, fall)
 
 
@@ -46,7 +53,7 @@ def test_health_batch_applies_each_targets_rise_fall(
         _gpu("g1", fake_gpu.url),
         _gpu("g2", fake_gpu.url, fall=1),
         _gpu("dead", dead, fall=1),
-        _gpu("slow", slow_gpu.url, fall=1),
+        _gpu("slow", slow_gpu.url, fall=1, timeout=SLOW_TIMEOUT_S),
     ]
     outcomes = probe_gpu_health_batch(store, targets, probe_id="p1", session=session)
     assert outcomes == [CHANGED, CHANGED, CHANGED, CHANGED]  # unknown -> up / down
@@ -75,14 +82,16 @@ def test_health_batch_applies_each_targets_rise_fall(
 def test_slow_targets_cost_their_timeout_once_not_each(
     store: StateStore, fake_gpu: FakeGpu, slow_gpu: FakeGpu, session: ProbeSession
 ) -> None:
-    targets = [_gpu(f"s{i}", slow_gpu.url, fall=1, timeout=0.3) for i in range(20)]
+    targets = [_gpu(f"s{i}", slow_gpu.url, fall=1, timeout=SLOW_TIMEOUT_S) for i in range(40)]
     targets += [_gpu(f"f{i}", fake_gpu.url) for i in range(4)]  # FakeGpu's listen backlog: 5
     started = time.perf_counter()
     outcomes = probe_gpu_health_batch(store, targets, probe_id="x", session=session)
     elapsed = time.perf_counter() - started
-    assert elapsed < 2.0  # 20 timeouts of 0.3 s one after another would take 6 s
-    assert outcomes == [CHANGED] * 24
-    assert [store.gpu_health("eu", t.name).up for t in targets] == [False] * 20 + [True] * 4  # type: ignore[union-attr]
+    # 40 timeouts one after another take 12 s; four at a time 3 s: more than four overlap
+    # (the bound leaves a stalled machine 2.7 s beyond one timeout)
+    assert elapsed < 10 * SLOW_TIMEOUT_S, elapsed
+    assert outcomes == [CHANGED] * 44
+    assert [store.gpu_health("eu", t.name).up for t in targets] == [False] * 40 + [True] * 4  # type: ignore[union-attr]
 
 
 def test_each_probe_has_its_own_start_time(fake_gpu: FakeGpu, session: ProbeSession) -> None:
@@ -112,11 +121,12 @@ def test_metrics_batch_stores_what_it_can_read(
 ) -> None:
     fake_gpu.metrics = (FIXTURES / "vllm.prom").read_text()
     good = _gpu("good", fake_gpu.url)
-    missing = GpuTarget("eu", "missing", fake_gpu.url, "vllm", "/health", 200, "/nope", 1.0, 0.5,
-                        2, 3)  # fmt: skip
-    wrong = GpuTarget("eu", "wrong", fake_gpu.url, "tgi", "/health", 200, "/metrics", 1.0, 0.5,
-                      2, 3)  # fmt: skip
-    none = GpuTarget("eu", "none", fake_gpu.url, "vllm", "/health", 200, None, 1.0, 0.5, 2, 3)
+    missing = GpuTarget("eu", "missing", fake_gpu.url, "vllm", "/health", 200, "/nope", 1.0,
+                        HEALTHY_TIMEOUT_S, 2, 3)  # fmt: skip
+    wrong = GpuTarget("eu", "wrong", fake_gpu.url, "tgi", "/health", 200, "/metrics", 1.0,
+                      HEALTHY_TIMEOUT_S, 2, 3)  # fmt: skip
+    none = GpuTarget("eu", "none", fake_gpu.url, "vllm", "/health", 200, None, 1.0,
+                     HEALTHY_TIMEOUT_S, 2, 3)  # fmt: skip
     outcomes = scrape_gpu_metrics_batch(store, [good, missing, wrong, none], session=session)
     assert set(outcomes) == {"eu/good", "eu/missing", "eu/wrong"}
     load = outcomes["eu/good"]
