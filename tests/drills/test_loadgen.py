@@ -95,20 +95,24 @@ async def test_cohorts_are_answered_and_served_by_their_regions(example_policy,
 
 async def test_traffic_moves_when_a_region_goes_down(example_policy, geolite2) -> None:
     """Mark eu-west down in the DNS snapshot (as the probes would) 1 s in: Irish clients
-    move to eu-central, and the measured failover time says so."""
+    move to eu-central, and the measured failover time says so. The fault's time is read
+    off the generator's clock when it is applied (a stalled machine applies it late)."""
     ireland = (Cohort("ie", 1.0, countries=("IE",), residency=EU),)
+    applied: list[float] = []
 
-    async def fail_over(_gen: LoadGenerator) -> None:
+    async def fail_over(gen: LoadGenerator) -> None:
         await asyncio.sleep(1.0)
+        applied.append(gen.clock())
         stack.set_down("eu-west")
 
     async with running_stack(example_policy, geolite2) as stack:
         records = await run(stack, load_spec(ireland), schedule(["ie"], 60, 0.05),
                             geolite2, fail_over)
-    before = {r.first.region for r in records if r.t_issue < 0.9}
-    after = {r.first.region for r in records if r.t_issue > 1.2}
-    assert before == {"eu-west"} and after == {"eu-central"}
-    result = failover_time(records, ["ie"], 1.0, 3.0, frozenset({"eu-central"}),
+    (fault_at,) = applied
+    before = {r.first.region for r in records if r.t_issue < fault_at - 0.1}
+    after = {r.first.region for r in records if r.t_issue > fault_at + 0.2}
+    assert before == {"eu-west"} and after == {"eu-central"}, (fault_at, before, after)
+    result = failover_time(records, ["ie"], fault_at, 3.0, frozenset({"eu-central"}),
                            window=1.0, min_requests=5)
     assert result.seconds is not None and result.seconds < 0.5
 
