@@ -163,7 +163,8 @@ def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
 def start_ours(workers: int, pin: bool, port: int = OURS_PORT,
                redis_url: str | None = None) -> subprocess.Popen:
     cmd = (["taskset", "-c", "0"] if pin else []) + [
-        PYTHON, "-m", "director.dns", "--policy", str(ROOT / "policies/examples/global.dp"),
+        PYTHON, "-m", "director", "dns", "serve",
+        "--policy", str(ROOT / "policies/examples/global.dp"),
         "--listen", f"127.0.0.1:{port}", "--workers", str(workers)]
     if redis_url:
         cmd += ["--redis", redis_url]

@@ -168,7 +168,7 @@ def flood_answered(flood: subprocess.Popen) -> str:
 def start_ours(rrl: str) -> subprocess.Popen:
     handle, log = tempfile.mkstemp(prefix="dns-flood-ours-", suffix=".log")
     proc = subprocess.Popen(
-        ["taskset", "-c", "0", PYTHON, "-m", "director.dns", "--policy",
+        ["taskset", "-c", "0", PYTHON, "-m", "director", "dns", "serve", "--policy",
          str(ROOT / "policies/examples/global.dp"), "--listen", f"127.0.0.1:{OURS_PORT}",
          "--rrl", rrl], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle)
     wait_udp(OURS_PORT)

@@ -118,7 +118,7 @@ def wait_change(sock: socket.socket, wire: bytes, changed, started: float,
 def start_server(url: str) -> subprocess.Popen:
     handle, log = tempfile.mkstemp(prefix="dns-visibility-", suffix=".log")
     proc = subprocess.Popen(
-        ["taskset", "-c", "0", PYTHON, "-m", "director.dns", "--policy", str(POLICY),
+        ["taskset", "-c", "0", PYTHON, "-m", "director", "dns", "serve", "--policy", str(POLICY),
          "--listen", f"127.0.0.1:{OURS_PORT}", "--redis", url, "--follow-policy"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -63,6 +65,8 @@ def serve(
     if follow_policy and not redis_url:
         err.print("error: --follow-policy needs --redis", markup=False)
         raise typer.Exit(2)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     factory = redis_snapshots(redis_url) if redis_url else None
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,

@@ -1,8 +1,8 @@
 """``director dns serve``: run the authoritative DNS server until SIGINT or SIGTERM.
 
 ``serve(policy_path, listen, geoip, workers, metrics_listen, rrl_mode)`` is what the
-``director`` CLI wires; ``python -m director.dns`` runs it directly. On start it prints
-``listening <addr>:<port> ...`` on stdout (useful with port 0).
+``director`` CLI wires (``director.commands.dns``, the one command line). On start it
+prints ``listening <addr>:<port> ...`` on stdout (useful with port 0).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import cast
@@ -189,60 +188,6 @@ async def _reload(reload_policy: Callable[[], Policy], swap: Callable[[Policy], 
 def _announce(addresses: list[tuple[str, int]]) -> None:
     shown = " ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in addresses)
     print(f"listening {shown}", flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m director.dns --policy FILE [--listen ...] [--geoip ...] [--workers N]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m director.dns",
-                                     description="authoritative GeoDNS server of the director")
-    parser.add_argument("--policy", required=True)
-    parser.add_argument("--listen", default="127.0.0.1:5353")
-    parser.add_argument("--geoip", default=None)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--metrics", default=None, metavar="ADDR:PORT")
-    parser.add_argument("--rrl", default=None, choices=[m.value for m in RrlMode],
-                        help="default: log-only when every --listen address is loopback, "
-                             "else enforce")
-    parser.add_argument("--rrl-rate", type=float, default=20.0,
-                        help="responses per second per client /24 or /56")
-    parser.add_argument("--rrl-slip", type=int, default=2,
-                        help="every Nth limited query gets a truncated reply (0: none)")
-    parser.add_argument("--tcp-idle-timeout", type=float, default=10.0,
-                        help="close a TCP connection that completes no query this long")
-    parser.add_argument("--tcp-max-connections", type=int, default=1024,
-                        help="TCP connections open at once (per worker)")
-    parser.add_argument("--tcp-max-per-network", type=int, default=16,
-                        help="TCP connections open at once from one client /24 or /56 "
-                             "(per worker)")
-    parser.add_argument("--redis", default=None, metavar="URL",
-                        help="follow the shared state in this Redis")
-    parser.add_argument("--follow-policy", action="store_true",
-                        help="answer from the policy stored in the --redis state (new "
-                             "versions swap in as they are written)")
-    parser.add_argument("--udp-reader-threads", action="store_true",
-                        help="read UDP on a thread per socket: faster cache hits, half the "
-                             "rate on never-seen client subnets")
-    parser.add_argument("--no-precompile", action="store_true",
-                        help="do not merge the GeoIP database's IPv4 space ahead of time "
-                             "(about 10 s of a low-priority thread per worker at start)")
-    args = parser.parse_args(argv)
-    if args.follow_policy and not args.redis:
-        parser.error("--follow-policy needs --redis")
-    if args.tcp_max_connections < 1 or args.tcp_max_per_network < 1:
-        parser.error("--tcp-max-connections and --tcp-max-per-network must be at least 1")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return serve(args.policy, args.listen, args.geoip, args.workers, args.metrics, args.rrl,
-                 rrl_rate=args.rrl_rate, rrl_slip=args.rrl_slip,
-                 tcp_idle_timeout=args.tcp_idle_timeout,
-                 tcp_max_connections=args.tcp_max_connections,
-                 tcp_max_per_network=args.tcp_max_per_network,
-                 snapshot_factory=redis_snapshots(args.redis) if args.redis else None,
-                 follow_policy=args.redis if args.follow_policy else None,
-                 precompile=not args.no_precompile,
-                 udp_reader_threads=args.udp_reader_threads)
 
 
 def redis_snapshots(redis_url: str) -> SnapshotFactory:

@@ -7,6 +7,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def ecs_option(response: dns.message.Message) -> dns.edns.ECSOption | None:
 
 
 class ServerProcess:
-    """``python -m director.dns`` in a subprocess on a free port."""
+    """``director dns serve`` in a subprocess on a free port; what it logged is ``log``."""
 
     def __init__(self, *args: str, policy: Path | None = None) -> None:
         self.args = ["--policy", str(policy or ROOT / "policies/examples/global.dp"),
@@ -116,13 +117,22 @@ class ServerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.address: tuple[str, int] = ("127.0.0.1", 0)
         self.metrics: tuple[str, int] | None = None
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by __exit__)
+        self._logged = ""
+
+    def logged(self) -> str:
+        """What the server wrote to stderr so far."""
+        if self.log.closed:
+            return self._logged
+        self.log.seek(0)
+        return self.log.read()
 
     def __enter__(self) -> ServerProcess:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, PYTHONPATH=path)
-        self.proc = subprocess.Popen([sys.executable, "-m", "director.dns", *self.args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "director", "dns", "serve", *self.args],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=ROOT)
         deadline = time.monotonic() + 30
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
@@ -149,3 +159,5 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._logged = self.logged()
+        self.log.close()

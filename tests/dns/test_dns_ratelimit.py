@@ -114,6 +114,9 @@ def test_enforced_over_the_wire_with_tcp_capped_per_network():
             text = response.read().decode()
         assert 'director_dns_tcp_refused_total{reason="per-network"} 1.0' in text
         assert 'director_dns_rrl_total{action="slipped"}' in text
+    # the one command line logs what it decided
+    assert "response rate limiting: enforce (5 responses/s per network, slip 2)" in \
+        server.logged()
 
 
 def test_two_workers_limit_a_network_once_not_once_each():
