@@ -50,7 +50,9 @@ def test_bronze_is_throttled_and_the_others_do_not_notice(system: UpSystem,
                                                           tmp_path: Path) -> None:
     started = time.monotonic()
     result = system.drill(DRILL, tmp_path)
-    assert time.monotonic() - started < 60
+    # it ends within the drill's own max_duration (2m): 32 s of phases and up to 10 s of
+    # drain, plus a CLI's start, take 40-70 s on a slow machine
+    assert time.monotonic() - started < 120
     data, text = journal(tmp_path)
     checks = {c["name"]: c for c in data["checks"]}
     assert result.returncode == 0, result.stdout + result.stderr + system.log()
