@@ -182,6 +182,12 @@ class QuotaGate:
         self._tenants = self._settler.tenants
 
     @property
+    def bound_s(self) -> float:
+        """How long the next call to Redis may take before this gate decides by its local
+        limits (learned from round trips, within the gate's floor and ceiling)."""
+        return self._link.timeout_s
+
+    @property
     def reachable(self) -> bool:
         """Whether the last call to Redis succeeded."""
         return self._link.reachable

@@ -117,6 +117,18 @@ def serve(
             "503 to API keys until the state is back.",
         ),
     ] = None,
+    quota_wait: Annotated[
+        float,
+        typer.Option(
+            "--quota-wait",
+            min=0.01,
+            envvar="DIRECTOR_QUOTA_WAIT",
+            help="Seconds a request waits at least for the shared quota in Redis before the "
+            "balancer decides it by its local limits (each balancer the whole quota); the "
+            "wait grows with measured round trips, up to 2 s or this. Raise it where Redis "
+            "answers slowly now and then, to keep a tenant within its quota.",
+        ),
+    ] = 0.25,
     admin_listen: Annotated[
         str | None,
         typer.Option(
@@ -219,6 +231,7 @@ def serve(
     import uvloop
 
     from director import policy_gate
+    from regions.balancer import SharedStateConfig
     from regions.balancer import serve as serve_balancer
     from regions.balancer.overflow import OverflowConfig, OverflowMode
     from regions.balancer.policy_follow import FollowPolicy
@@ -250,7 +263,7 @@ def serve(
     address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
     admin = admin_listener(admin_listen, admin_token_file, address[0])
     residency = residency_check(accepted, region, geoip, trusted)
-    shared = shared_state(redis_url, state_prefix, accepted.stale_after, state_dir)
+    shared = shared_state(redis_url, state_prefix, accepted.stale_after, state_dir, quota_wait)
     overflow_config = None
     if mode is not OverflowMode.OFF:
         overflow_config = OverflowConfig(mode, balancer_port or address[1] or None, siblings)
@@ -259,6 +272,8 @@ def serve(
         state = f", shared state {redacted(redis_url)}" if redis_url else ""
         if following:
             state += ", following the stored policy"
+        if shared is not None and shared.quota_wait_s != SharedStateConfig.quota_wait_s:
+            state += f", waiting {shared.quota_wait_s:g} s or more for shared quotas"
         if balancer.overflow is not None:
             names = ", ".join(s.region for s in balancer.overflow.siblings) or "none"
             state += f", overflow {mode.value} to {names}"
@@ -373,7 +388,8 @@ def residency_check(
 
 
 def shared_state(
-    redis_url: str | None, prefix: str, stale_after: float, state_dir: Path | None = None
+    redis_url: str | None, prefix: str, stale_after: float, state_dir: Path | None = None,
+    quota_wait_s: float = 0.25,
 ) -> SharedStateConfig | None:
     """Where the shared state is (None: the balancer runs without one), and where the
     balancer keeps its copy of the tenant key table (``state_dir``)."""
@@ -386,7 +402,7 @@ def shared_state(
         _usage(f"--redis: expected redis://HOST:PORT/DB, got '{redacted(redis_url)}'")
     key_table = state_dir / KEY_TABLE_FILE if state_dir is not None else None
     return SharedStateConfig(redis_url, prefix=prefix, stale_after_s=stale_after,
-                             key_table_file=key_table)
+                             key_table_file=key_table, quota_wait_s=quota_wait_s)
 
 
 def _usage(message: str) -> NoReturn:

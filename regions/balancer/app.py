@@ -105,6 +105,7 @@ from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
 TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
+_NO_STATE = SharedStateConfig("")  # the defaults of a shared state attached by a test
 
 log = logging.getLogger(__name__)
 
@@ -458,13 +459,14 @@ class Balancer:
             return
         if self.shared_state is not None and self.link is None:
             cfg = self.shared_state
-            store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix, timeout=cfg.timeout_s)
+            store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix,
+                                             timeout=max(cfg.timeout_s, cfg.quota_wait_s))
             self.link = self._new_link(store)
             await self.link.start()
         if self.link is not None:
             self.tenancy.attach(self.link.store, self.shared_state.key_table_file
                                 if self.shared_state is not None else None)
-            self.quotas.attach(self.link.store)
+            self.quotas.attach(self.link.store, (self.shared_state or _NO_STATE).quota_wait_s)
             self.usage = UsageLedger(self.link.store)
             await self.usage.__aenter__()
             self.throttles = ThrottleLedger(self.link.store)

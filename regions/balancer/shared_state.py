@@ -70,6 +70,9 @@ class SharedStateConfig:
     follow_load: bool = True
     load_stale_after_s: float = 5.0
     key_table_file: Path | None = None  # the tenant key table's local copy (api_keys)
+    # the least a request waits for the shared quota before the balancer decides it by its
+    # local limits; the wait adapts to measured round trips, up to QUOTA_MAX_WAIT_S
+    quota_wait_s: float = 0.25
 
 
 class StateLink:

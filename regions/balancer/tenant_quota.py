@@ -35,6 +35,7 @@ from regions.balancer.types import RequestInfo
 from state.aio import AsyncStateStore
 from tenants.identify import Identified
 from tenants.quota import Admission, QuotaGate
+from tenants.quota_link import DEFAULT_MAX_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,11 @@ class TenantQuotas:
         self._ticker: asyncio.Task[None] | None = None
         self._ids = RequestIds()
 
-    def attach(self, store: AsyncStateStore) -> None:
-        self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share)
+    def attach(self, store: AsyncStateStore, wait_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Check quotas in ``store``, waiting at least ``wait_s`` for each of its answers."""
+        self.gate = QuotaGate(store.client, store.keys.prefix, local_share=self.local_share,
+                              timeout_s=wait_s,
+                              max_timeout_s=max(wait_s, DEFAULT_MAX_TIMEOUT_S))
 
     async def close(self) -> None:
         """Give the budget slices the gate holds back to the shared state."""

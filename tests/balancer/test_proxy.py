@@ -24,6 +24,7 @@ from regions.balancer import (
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import (
     MODEL,
+    RunClock,
     admin_client,
     completion,
     eventually,
@@ -275,10 +276,13 @@ async def test_late_binding_never_exceeds_a_pinned_capacity() -> None:
 
 
 async def test_speeds_are_learned_from_streamed_tokens() -> None:
+    """The servers and the balancer keep time on a ``RunClock``: a stretch in which this
+    process was off the CPU is no server's slowness (on the wall clock it stretched
+    whichever streams it fell in, the fast server's as much as the slow one's)."""
     # a profile that reads speeds (the default, least-requests, ties idle backends)
     config = BalancerConfig(scorers=(("outstanding-work", 2.0), ("least-requests", 1.0)))
-    async with stack(speeds=(0.4, 1.0), time_scale=2.0, config=config) as (_, balancer,
-                                                                           client):
+    async with RunClock() as clock, stack(speeds=(0.4, 1.0), time_scale=2.0, config=config,
+                                          clock=clock) as (_, balancer, client):
         for _ in range(3):
             await asyncio.gather(*(stream_completion(client, completion(30)) for _ in range(8)))
         slow, fast = balancer.pool["gpu0"], balancer.pool["gpu1"]

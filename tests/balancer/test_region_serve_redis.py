@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -48,7 +49,8 @@ async def run(tmp_path: Path, valkey: EmbeddedValkey, prefix: str) -> None:
              "--region", "eu-west", "--listen", url.removeprefix("http://"),
              "--admin-listen", admin,
              "--redis", valkey.url, "--state-prefix", prefix],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "DIRECTOR_QUOTA_WAIT": "1.5"})
         store = AsyncStateStore.from_url(valkey.url, prefix=prefix)
         try:
             load = await eventually(lambda: store.region_load("eu-west"))
@@ -77,6 +79,7 @@ async def run(tmp_path: Path, valkey: EmbeddedValkey, prefix: str) -> None:
                 process.stderr.close()
     assert "shared state redis://" in stderr
     assert "GPU eu-west/euw1-a drained" in stderr
+    assert "waiting 1.5 s or more for shared quotas" in stderr  # from the environment
 
 
 def test_region_serve_follows_the_shared_state(tmp_path, valkey, prefix) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,10 @@ def _healthy(system: UpSystem) -> bool:
 
 
 @contextlib.contextmanager
-def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[UpSystem]:
+def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str,
+                env: Mapping[str, str] | None = None) -> Iterator[UpSystem]:
+    """``director up --simulate`` of ``policy``, healthy; ``env``: more environment for it
+    and its children."""
     api = free_port()
     policy = on_free_ports(policy, run_dir / "policy")  # beside a running `director up` too
     command = [sys.executable, "-m", "director", "up", "--simulate", "--policy", str(policy),
@@ -65,7 +69,8 @@ def director_up(run_dir: Path, policy: Path = EXAMPLE, *extra: str) -> Iterator[
                "--no-dns-precompile",  # the drills ask known subnets; spare the 2-core box
                *extra]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True,
+                               env=None if env is None else {**os.environ, **env})
     system = UpSystem(process, run_dir, f"http://127.0.0.1:{api}")
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

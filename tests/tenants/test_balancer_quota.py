@@ -185,3 +185,22 @@ async def test_concurrency_slots_come_back_when_streams_end(example_policy: Poli
                                    headers=acme) as resp:
             assert resp.status == 200
             await resp.read()
+
+
+async def test_the_quota_wait_of_the_shared_state_bounds_the_gate(
+        example_policy: Policy, shared: SharedStateConfig) -> None:
+    """``SharedStateConfig.quota_wait_s`` (``region serve --quota-wait``) is the least the
+    gate waits for Redis, and the state client's own timeout does not cut it shorter."""
+    policy = with_tenants(example_policy, Tenant("acme", quota=TenantQuota(concurrent=2)))
+    patient = dataclasses.replace(shared, quota_wait_s=1.5)
+    for config, bound in ((shared, 0.25), (patient, 1.5)):
+        balancer = build_balancer("r0", [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,), 4)],
+                                  shared_state=config, policy=policy,
+                                  config=BalancerConfig(scrape_every_s=0))
+        async with balancer:
+            gate = balancer.quotas.gate
+            assert gate is not None and gate.bound_s == bound
+            assert balancer.link is not None
+            timeout = balancer.link.store.client.connection_pool.connection_kwargs[
+                "socket_timeout"]
+            assert timeout >= bound
