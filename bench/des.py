@@ -4,7 +4,7 @@ model of HAProxy's ``leastconn``, to the real simulator ``Engine`` of each GPU, 
 asyncio loop whose clock jumps to the next timer whenever nothing is ready.
 
 Ours is the real ``Balancer`` (pool, pipeline, region queue, learned speeds, answer lengths
-and capacities), fed as ``regions.balancer.proxy`` feeds it and scraped once a model second
+and capacities), fed as ``regions.balancer.http.proxy`` feeds it and scraped once a model second
 as ``engine_scrape`` scrapes (the engines' running and waiting counts; vLLM publishes no
 slot count, so capacities are learned from those). The peer is ``leastconn`` as the live
 bench configures HAProxy: no queue in the proxy, the fewest active requests, ties in turn.
@@ -27,9 +27,9 @@ from routing_trace import Arrival
 
 from regions.balancer import BackendSpec, BalancerConfig
 from regions.balancer.app import Balancer
-from regions.balancer.backends import ScrapedLoad
 from regions.balancer.errors import ShedError
-from regions.balancer.request_info import parse_request
+from regions.balancer.http.request_info import parse_request
+from regions.balancer.scheduling.backends import ScrapedLoad
 from regions.balancer.types import Endpoint
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SequenceAborted

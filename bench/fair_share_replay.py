@@ -4,7 +4,7 @@ the other tenants wait when one tenant floods, for many arrival sequences in sec
 
 A discrete-event model of one region: ``--slots`` request slots, each request holding one
 for its prefill plus its output tokens at a fixed time per token (no engine, no network),
-and the real ``regions.balancer.fair_share.FairShare`` choosing the next queued request.
+and the real ``regions.balancer.scheduling.fair_share.FairShare`` choosing the next queued request.
 Tenants a, b and c of equal weight send Poisson arrivals at ``load`` of capacity each; in
 the flood a sends at ``mult`` times that through a quota of a third of capacity with a
 minute's burst (as ``bench/tenant_fleet.py``). Reported per order and condition: b and c's
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from regions.balancer.fair_share import FairShare, FairShareConfig
+from regions.balancer.scheduling.fair_share import FairShare, FairShareConfig
 from regions.balancer.types import Endpoint, RequestInfo
 
 PROMPT_TOKENS = 200

@@ -46,7 +46,7 @@ from matrix import CONTEXT, Cell, parse_cells
 from routing_trace import arrivals_at_load, load_named
 
 from regions.balancer import BalancerConfig
-from regions.balancer.registry import DEFAULT_SCORERS
+from regions.balancer.scheduling.registry import DEFAULT_SCORERS
 from regions.simulator.config import EngineConfig
 
 WARMUP_S = 20.0

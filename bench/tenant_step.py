@@ -3,7 +3,7 @@
 
 A region with tenants holds requests in its region queue at each GPU server's capacity.
 Before a server has been seen saturated its capacity is unknown; the balancer then allows
-it a provisional limit (``regions.balancer.capacity``: 1.25 times the most it was seen
+it a provisional limit (``regions.balancer.scheduling.capacity``: 1.25 times the most it was seen
 running, doubling while it runs all it is given, scraped every 0.1 s meanwhile). That keeps
 a flood out of the engines' own queues, but a legitimate step in load is held at the
 provisional limit for the scrapes it takes to grow.

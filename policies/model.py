@@ -260,7 +260,7 @@ class Tenant:
     (higher first, with aging); ``services``/``models``: what it may use (empty: all);
     ``regions``: a residency override that may only narrow what the service allows (empty:
     none); ``reserve``: the share of a region's slots kept free for it while it has
-    requests in flight (``regions/balancer/fair_share.py``).
+    requests in flight (``regions/balancer/scheduling/fair_share.py``).
     """
 
     name: str

@@ -22,7 +22,7 @@ reply was lost is sent again (``tenants.time_buckets``, ``tenants.flush_script``
   costs the balancer; ``read_log`` returns the object.
   An entry's ``kind`` is ``request`` (one answered request) or ``reconcile``: output tokens
   the engine generated for cancelled requests after the balancer stopped reading them,
-  learned later from the engine's own counter (``regions.balancer.usage_reconcile``); such
+  learned later from the engine's own counter (``regions.balancer.signals.usage_reconcile``); such
   an entry adds tokens to its key and counts no request.
 
 While the state is unreachable the ledger keeps what it has not flushed (bounded by

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from director.console import plain_console
-from regions.balancer.admin_listen import DEFAULT_ADMIN_PORT
-from regions.balancer.capacity import CapacityConfig
-from regions.balancer.registry import DEFAULT_PICKER, DEFAULT_SCORERS
+from regions.balancer.http.admin_listen import DEFAULT_ADMIN_PORT
+from regions.balancer.scheduling.capacity import CapacityConfig
+from regions.balancer.scheduling.registry import DEFAULT_PICKER, DEFAULT_SCORERS
 from state.credentials import redacted
 from state.ports import hostport, parse_hostport
 
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from policies.matching import Place
     from policies.model import Policy
     from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
-    from regions.balancer.admin_listen import AdminListen
-    from regions.balancer.residency_check import ResidencyCheck
+    from regions.balancer.http.admin_listen import AdminListen
+    from regions.balancer.tenancy.residency_check import ResidencyCheck
 
 DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
 
@@ -233,8 +233,8 @@ def serve(
     from director import policy_gate
     from regions.balancer import SharedStateConfig
     from regions.balancer import serve as serve_balancer
-    from regions.balancer.overflow import OverflowConfig, OverflowMode
-    from regions.balancer.policy_follow import FollowPolicy
+    from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
+    from regions.balancer.signals.policy_follow import FollowPolicy
 
     if follow_policy and no_follow_policy:
         _usage("--follow-policy and --no-follow-policy contradict each other")
@@ -315,7 +315,7 @@ def balancer_config(
 ) -> BalancerConfig:
     """The balancer's configuration from the command line's routing options."""
     from regions.balancer import BalancerConfig
-    from regions.balancer.registry import Registry, register_builtin_plugins
+    from regions.balancer.scheduling.registry import Registry, register_builtin_plugins
     from routing import Kind
 
     registry = register_builtin_plugins(Registry())
@@ -350,8 +350,8 @@ def admin_listener(listen: str | None, token_file: Path | None, public_host: str
     """Where the admin listener binds and its token; off loopback without a token is a
     usage error (the balancer does not start). Without ``listen``: ``public_host`` when it
     is loopback (balancers on 127.0.1.1, 127.0.2.1 ... each get their own), else 127.0.0.1."""
-    from regions.balancer.admin_listen import AdminListen, read_token_file
     from regions.balancer.errors import BalancerConfigError
+    from regions.balancer.http.admin_listen import AdminListen, read_token_file
     from state.ports import is_loopback
 
     if listen is None:
@@ -371,7 +371,7 @@ def residency_check(
     """The region's residency re-check: client location from the GeoIP database, or from
     the headers of an edge in ``trusted`` (none by default)."""
     from director.geo import GeoDatabaseError, GeoLocator
-    from regions.balancer.residency_check import ResidencyCheck
+    from regions.balancer.tenancy.residency_check import ResidencyCheck
 
     try:
         locator = GeoLocator(str(geoip) if geoip else None)

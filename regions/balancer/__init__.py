@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The regional balancer: a GPU-aware asyncio reverse proxy for OpenAI-compatible servers.
 
-``app`` builds and runs it; ``proxy`` is the data path; ``admission`` binds requests to
-backends (late binding through a priority queue, shedding with Retry-After);
-``backends`` holds the pool, in-flight accounting, ejection and slow start; ``pipeline``
-runs the ``filters``, ``scorers`` and ``pickers`` over a frozen snapshot.
+``app`` builds and runs it; a request goes through the stages of ``request_chain`` over
+one ``http.exchange.Exchange``. Four wings, each importing only those before it:
+``scheduling`` (the pool, the routing profile, admission), ``http`` (parsing, the proxy,
+upstream connections, metrics, the admin listener), ``tenancy`` (identity, quotas, usage,
+the residency re-check) and ``signals`` (engine scrapes, KV events, the shared state,
+overflow). ``docs/architecture.md`` walks a request through them.
 
 The names below load on first use, so that reading one plugin module (the CLI's help reads
 the default profile from ``registry``) does not load the HTTP stack.
@@ -16,7 +18,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from regions.balancer.admission import AdmissionConfig
     from regions.balancer.app import (
         Balancer,
         BalancerConfig,
@@ -24,16 +25,17 @@ if TYPE_CHECKING:
         build_balancer,
         serve,
     )
-    from regions.balancer.backends import BackendSpec, OutlierConfig
-    from regions.balancer.shared_state import SharedStateConfig
+    from regions.balancer.scheduling.admission import AdmissionConfig
+    from regions.balancer.scheduling.backends import BackendSpec, OutlierConfig
+    from regions.balancer.signals.shared_state import SharedStateConfig
 
 _HOMES = {
-    "AdmissionConfig": "regions.balancer.admission",
-    "BackendSpec": "regions.balancer.backends",
+    "AdmissionConfig": "regions.balancer.scheduling.admission",
+    "BackendSpec": "regions.balancer.scheduling.backends",
     "Balancer": "regions.balancer.app",
     "BalancerConfig": "regions.balancer.app",
-    "OutlierConfig": "regions.balancer.backends",
-    "SharedStateConfig": "regions.balancer.shared_state",
+    "OutlierConfig": "regions.balancer.scheduling.backends",
+    "SharedStateConfig": "regions.balancer.signals.shared_state",
     "backends_from_region": "regions.balancer.app",
     "build_balancer": "regions.balancer.app",
     "serve": "regions.balancer.app",

@@ -47,33 +47,22 @@ from typing import Any
 from aiohttp import web
 
 from policies.model import Policy
-from regions.balancer.admin import build_admin_app
-from regions.balancer.admin_listen import AdminListen
-from regions.balancer.admission import AdmissionConfig, Dispatcher
-from regions.balancer.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
-from regions.balancer.capacity import UNBOUNDED, Capacity, CapacityConfig
-from regions.balancer.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
-from regions.balancer.connections import BackendConnections
-from regions.balancer.engine_scrape import EngineScraper
-from regions.balancer.kv_event_follow import KvEventFollow
-from regions.balancer.kv_event_index import KvEventIndex
-from regions.balancer.load_report import ArrivalRate, region_load
-from regions.balancer.metrics import BalancerMetrics, OverflowCollector
-from regions.balancer.model_catalog import DEFAULT_TTL_S, ModelCatalog
-from regions.balancer.overflow import Overflow, OverflowConfig, is_shed, strip_marker
-from regions.balancer.policy_follow import FollowPolicy, PolicyFollow
-from regions.balancer.pool_update import PoolChange
-from regions.balancer.proxy import (
-    ASK_USAGE,
-    EXTRA_HEADERS,
-    METER,
-    RELAY_END,
-    SERVED_BY,
-    Proxy,
-    ProxySettings,
-    error_response,
-)
-from regions.balancer.registry import (
+from regions.balancer.http.admin import build_admin_app
+from regions.balancer.http.admin_listen import AdminListen
+from regions.balancer.http.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
+from regions.balancer.http.connections import BackendConnections
+from regions.balancer.http.exchange import Exchange, Stage, chain
+from regions.balancer.http.metrics import BalancerMetrics, OverflowCollector
+from regions.balancer.http.parse import Parse, ParseSettings
+from regions.balancer.http.proxy import Proxy, ProxySettings
+from regions.balancer.http.request_info import parse_request
+from regions.balancer.request_chain import STAGES, check_stages
+from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
+from regions.balancer.scheduling.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.scheduling.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.scheduling.kv_event_index import KvEventIndex
+from regions.balancer.scheduling.output_lengths import OutputLengths
+from regions.balancer.scheduling.registry import (
     DEFAULT_FILTERS,
     DEFAULT_PICKER,
     DEFAULT_SCORERS,
@@ -81,27 +70,27 @@ from regions.balancer.registry import (
     build_profile,
     register_builtin_plugins,
 )
-from regions.balancer.relay import RelayEnd
-from regions.balancer.request_ids import request_id
-from regions.balancer.request_info import host_name, parse_request
-from regions.balancer.residency_check import (
-    CHECKED,
-    CheckedClient,
-    ClientHeaderError,
-    ResidencyCheck,
-)
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
-from regions.balancer.shared_state import SharedStateConfig, StateLink
-from regions.balancer.tenancy import ADMITTED, Tenancy, caller
-from regions.balancer.tenant_quota import TenantQuotas, UsageMeter
-from regions.balancer.types import Endpoint, RequestInfo
-from regions.balancer.usage_reconcile import UsageReconciler
+from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
+from regions.balancer.signals.engine_scrape import EngineScraper
+from regions.balancer.signals.kv_event_follow import KvEventFollow
+from regions.balancer.signals.load_report import ArrivalRate, region_load
+from regions.balancer.signals.model_catalog import DEFAULT_TTL_S, ModelCatalog
+from regions.balancer.signals.overflow import Overflow, OverflowConfig, SpillOver
+from regions.balancer.signals.policy_follow import FollowPolicy, PolicyFollow
+from regions.balancer.signals.pool_update import PoolChange
+from regions.balancer.signals.shared_state import SharedStateConfig, StateLink
+from regions.balancer.signals.usage_reconcile import UsageReconciler
+from regions.balancer.tenancy.access import Identify, Tenancy
+from regions.balancer.tenancy.accounting import Account, UsageRecorder
+from regions.balancer.tenancy.residency_check import CheckResidency, ResidencyCheck
+from regions.balancer.tenancy.tenant_quota import AdmitTenant, TenantQuotas
+from regions.balancer.types import Endpoint
 from routing import PluginTimings, TimingsCollector
 from state.aio import AsyncStateStore
 from state.policy_metrics import PolicyCollector
 from state.records import RegionLoad
 from tenants.throttles import ThrottleLedger
-from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
+from tenants.usage import UsageLedger
 
 SHUTDOWN_TIMEOUT_S = 2.0
 TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
@@ -126,6 +115,7 @@ class BalancerConfig:
     piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
     ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
     ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
+    ``stages``: a request's stages, in order (``request_chain``).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -147,6 +137,7 @@ class BalancerConfig:
     usage_reconcile_s: float = 1.0
     client: ClientTimeouts = field(default_factory=ClientTimeouts)
     models_ttl_s: float = DEFAULT_TTL_S
+    stages: tuple[str, ...] = STAGES
 
 
 class Balancer:
@@ -172,7 +163,6 @@ class Balancer:
     ) -> None:
         self.region = region
         self.jurisdiction = jurisdiction
-        self.residency = residency
         self.config = cfg = config or BalancerConfig()
         self.listen = listen
         specs = [BackendSpec.coerce(b, cfg.max_concurrency) for b in backends]
@@ -204,6 +194,7 @@ class Balancer:
             "director_balancer_plugin_seconds",
             f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
             self.timings))
+        self.residency_stage = CheckResidency(residency, region, self.metrics.residency_refused)
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
         self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         # the prefix-affinity scorer reads the backends' KV events where they publish them
@@ -215,36 +206,32 @@ class Balancer:
         if prefix_scorer is not None and any(s.kv_events for s in specs):
             self.kv_index = prefix_scorer.precise = KvEventIndex()
             self.kv_follow = KvEventFollow(self.kv_index, specs)
+        self.output_lengths = OutputLengths()
+        self.parse = Parse(
+            ParseSettings(cfg.max_body_bytes, cfg.prefill_ratio, cfg.admission.queue_timeout_s,
+                          prefix_hashes=prefix_scorer is not None, kv_index=self.kv_index,
+                          client_body_s=cfg.client.body_s),
+            self.output_lengths, self.metrics.slow_requests.labels("body").inc)
         self.proxy = Proxy(
-            ProxySettings(
-                region,
-                cfg.max_body_bytes,
-                cfg.max_retries,
-                cfg.prefill_ratio,
-                cfg.admission.queue_timeout_s,
-                prefix_hashes=prefix_scorer is not None,
-                kv_index=self.kv_index,
-                client_stall_s=cfg.client.stall_s,
-                client_body_s=cfg.client.body_s,
-            ),
+            ProxySettings(region, cfg.max_retries, client_stall_s=cfg.client.stall_s),
             self.pool,
             self.dispatcher,
             self.metrics,
             self.connections.upstreams,
             clock,
-            admit=self._admit,
+            self.output_lengths,
         )
         self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair,
                                self._hold_for_tenants, region=region)
         self.quotas = TenantQuotas(on_refused=self._refused)
-        self.usage: UsageLedger | None = None
+        self.recorder = UsageRecorder(self.metrics)
         self.throttles: ThrottleLedger | None = None
         self.shared_state = shared_state
         self.capacity_rps = capacity_rps
         self.arrivals = ArrivalRate()
         self.link: StateLink | None = None
         self._link_lock = asyncio.Lock()
-        self.overflow = Overflow(region, overflow, residency) if overflow else None
+        self.spill = SpillOver(Overflow(region, overflow, residency) if overflow else None)
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, follow_policy)
@@ -252,8 +239,9 @@ class Balancer:
             "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
-        self.reconcile = UsageReconciler(self.pool, self.scraper.read_load, self._reconciled,
-                                         cfg.usage_reconcile_s)
+        self.reconcile = UsageReconciler(self.pool, self.scraper.read_load,
+                                         self.recorder.reconciled, cfg.usage_reconcile_s)
+        self.handle = chain(self._stages(cfg.stages), self.proxy.forward)
         self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
         self.app = self._build_app()
         self.admin = admin or AdminListen()
@@ -276,55 +264,43 @@ class Balancer:
         app.on_cleanup.append(self._close_sessions)
         return app
 
+    def _stages(self, names: Iterable[str]) -> list[Stage]:
+        """The request's stages, in the configured order (``request_chain``)."""
+        built: dict[str, Stage] = {
+            "identify": Identify(self.tenancy),
+            "overflow": self.spill,
+            "account": Account(self.region, self.tenancy, self.pool, self.recorder,
+                               self.reconcile, self.config.prefill_ratio),
+            "parse": self.parse,
+            "residency": self.residency_stage,
+            "tenant": AdmitTenant(self.tenancy, self.quotas),
+        }
+        return [built[name] for name in check_stages(names)]
+
+    @property
+    def overflow(self) -> Overflow | None:
+        """Where this region's shed requests may go (None: overflow off)."""
+        return self.spill.overflow
+
+    @overflow.setter
+    def overflow(self, overflow: Overflow | None) -> None:
+        self.spill.overflow = overflow
+
+    @property
+    def residency(self) -> ResidencyCheck | None:
+        """The residency re-check in force (a policy change replaces it)."""
+        return self.residency_stage.check
+
+    @residency.setter
+    def residency(self, check: ResidencyCheck | None) -> None:
+        self.residency_stage.check = check
+
     def _inference_handler(self, endpoint: Endpoint) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
             self.arrivals.arrived()
-            if self.tenancy.enabled:
-                checked = await self.tenancy.check(request)
-                if isinstance(checked, web.Response):
-                    return checked
-                request = checked
-            overflowed = Overflow.marked(request)  # one hop only: never overflowed again
-            request = strip_marker(request)
-            cancelled = True
-            try:
-                response = await self.proxy.handle(request, endpoint)
-                cancelled = False
-            finally:
-                if self.tenancy.enabled:
-                    self._record_usage(request, cancelled)
-                    await self.quotas.finish(request)
-                elif self.reconcile.active:
-                    self.reconcile.untracked(request.get(SERVED_BY))
-            if self.overflow is not None and not overflowed and is_shed(response):
-                return await self.overflow.handle(request, response)
-            return response
+            return await self.handle(Exchange(request, endpoint))
 
         return handler
-
-    def _residency_refusal(self, residency: ResidencyCheck, request: web.Request,
-                           model: str | None) -> web.Response | None:
-        """451 when this region may not serve the request's client for ``model`` (400 for a
-        bad edge header); else None, with the placed client kept for overflow."""
-        try:
-            where, client = residency.client(request.remote, request.headers)
-        except ClientHeaderError as exc:
-            self.metrics.residency_refused("bad-header")
-            return error_response(400, str(exc), "invalid_request_error")
-        request[CHECKED] = CheckedClient(where, client, model)
-        verdict = residency.verdict(where, client, request.host, model)
-        if verdict.allowed:
-            return None
-        self.metrics.residency_refused(verdict.service or "no-service")
-        return error_response(
-            451,
-            verdict.message(self.region),
-            "residency_refused",
-            headers={
-                "x-director-allowed-regions": ",".join(verdict.allowed_regions or ()),
-                "x-director-region": self.region,
-            },
-        )
 
     def _refused(self, tenant: str, status: int, limit: str | None) -> None:
         """Count a quota refusal for the status page (``tenants.throttles``)."""
@@ -338,90 +314,6 @@ class Balancer:
         capacity = self.config.capacity
         self.pool.hold_at_capacity(tenants or capacity.late_binding,
                                    tenants or capacity.provisional)
-
-    async def _admit(self, request: web.Request,
-                     info: RequestInfo) -> RequestInfo | web.Response:
-        """The parsed request as its tenant sends it (its name, its priority tier, which a
-        priority header may only lower), or the refusal (residency, model, quota)."""
-        if self.residency is not None:
-            refusal = self._residency_refusal(self.residency, request, info.model)
-            if refusal is not None:
-                return refusal
-        who = caller(request)
-        if who is None:
-            return info
-        refusal = self.tenancy.model_refusal(who, info.model)
-        if refusal is None:
-            refusal = await self.quotas.admit(request, who, info)
-        if refusal is not None:
-            return refusal
-        if METER not in request:  # the fair share settles with the answer's output tokens
-            request[METER] = UsageMeter()
-        request[ASK_USAGE] = True  # exact token counts for the usage accounting
-        # the answer names the id its usage entry carries
-        request[EXTRA_HEADERS] = {**request.get(EXTRA_HEADERS, {}),
-                                  "x-request-id": request_id(request)}
-        info = dataclasses.replace(info, tenant=who.tenant.name,
-                                   priority=who.tenant.priority + min(0, info.priority))
-        request[ADMITTED] = info
-        return info
-
-    def _record_usage(self, request: web.Request, cancelled: bool) -> None:
-        """Account a tenant's answered request (``tenants.usage``, Prometheus)."""
-        info, backend = request.get(ADMITTED), request.get(SERVED_BY)
-        if info is None or backend is None or info.tenant is None:
-            self.reconcile.untracked(backend)
-            return
-        meter = request.get(METER)
-        usage = meter if isinstance(meter, UsageMeter) else None
-        output = meter.output_tokens() if meter is not None else 0
-        prompt = usage.prompt_tokens if usage is not None and usage.prompt_tokens is not None \
-            else info.prompt_tokens
-        end = request.get(RELAY_END)
-        # a client that closes after the last piece (SSE clients do, after [DONE]) cancels
-        # the handler too: the answer was whole all the same
-        whole = end in (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
-        cancelled = not whole and (cancelled or end in (RelayEnd.CLIENT_GONE,
-                                                        RelayEnd.CLIENT_STALLED))
-        # cut short without the engine's own count: the engine generated more than relayed
-        short = not whole and (usage is None or usage.completion_tokens is None)
-        served = self.pool.by_name.get(backend)  # gone if a policy change removed it
-        snap = self.pool.snapshot().backends[served.index] if served is not None else None
-        work = prompt / self.config.prefill_ratio + output
-        gpu_s = work / (snap.tokens_per_s * max(1, snap.cap)) if snap and snap.tokens_per_s \
-            else 0.0
-        tenant, model = info.tenant, info.model
-        counters = self.metrics.tenant(tenant, model)
-        counters.requests.inc()
-        counters.input_tokens.inc(prompt)
-        counters.output_tokens.inc(output)
-        if cancelled:
-            counters.cancelled.inc()
-        counters.gpu_seconds.inc(gpu_s)
-        key = None
-        if self.usage is not None or short:
-            host = host_name(request.host)
-            service = host if host in self.tenancy.services else "*"
-            key = UsageKey(tenant, service, model, self.region, backend)
-            if self.usage is not None:
-                self.usage.record(UsageEvent(time.time(), key, prompt, output, cancelled,
-                                             gpu_s, request_id(request)))
-        if served is not None:
-            if short:
-                limit = info.max_tokens
-                self.reconcile.finished(served, output, key,
-                                        None if limit is None else limit - output)
-            else:
-                self.reconcile.finished(served, output)
-
-    def _reconciled(self, key: UsageKey, tokens: int) -> None:
-        """Account output tokens an engine generated for ``key``'s cancelled requests
-        after the last piece relayed (``usage_reconcile``): a ``kind=reconcile`` usage
-        entry and the Prometheus tenant token counter."""
-        self.metrics.tenant(key.tenant, key.model).output_tokens.inc(tokens)
-        if self.usage is not None:
-            self.usage.record(UsageEvent(time.time(), key, 0, tokens, False, 0.0,
-                                         kind=RECONCILE))
 
     async def _open_sessions(self, app: web.Application) -> None:
         self.connections.open(self.pool)
@@ -467,8 +359,8 @@ class Balancer:
             self.tenancy.attach(self.link.store, self.shared_state.key_table_file
                                 if self.shared_state is not None else None)
             self.quotas.attach(self.link.store, (self.shared_state or _NO_STATE).quota_wait_s)
-            self.usage = UsageLedger(self.link.store)
-            await self.usage.__aenter__()
+            self.recorder.ledger = UsageLedger(self.link.store)
+            await self.recorder.ledger.__aenter__()
             self.throttles = ThrottleLedger(self.link.store)
             await self.throttles.__aenter__()
         await self.tenancy.__aenter__()
@@ -512,8 +404,8 @@ class Balancer:
             await runner.cleanup()
         await self.tenancy.__aexit__(None, None, None)
         await self.quotas.close()
-        if self.usage is not None:
-            await self.usage.__aexit__(None, None, None)
+        if self.recorder.ledger is not None:
+            await self.recorder.ledger.__aexit__(None, None, None)
         if self.throttles is not None:
             await self.throttles.__aexit__(None, None, None)
         if self.link is not None:
@@ -598,9 +490,9 @@ class Balancer:
             body,
             headers or {},
             prefill_ratio=self.config.prefill_ratio,
-            lengths=self.proxy.output_lengths,
-            with_prefix=self.proxy.settings.prefix_hashes,
-            token_block_size=self.proxy.token_block_size(),
+            lengths=self.output_lengths,
+            with_prefix=self.parse.settings.prefix_hashes,
+            token_block_size=self.parse.token_block_size(),
         )
         decision = self.dispatcher.explain(info)
         return {
@@ -678,7 +570,7 @@ class Balancer:
             checked = await self.tenancy.check(request)
             if isinstance(checked, web.Response):
                 return checked
-            who = caller(checked)
+            who = checked.caller
         models = await self.catalog.models()
         if who is not None and who.tenant.models:
             models = [m for m in models if m["id"] in who.tenant.models]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from regions.balancer import BackendSpec, build_balancer
-from regions.balancer.admin_listen import AdminListen, read_token_file
 from regions.balancer.errors import BalancerConfigError
+from regions.balancer.http.admin_listen import AdminListen, read_token_file
 from regions.simulator import Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, admin_client, stack
 

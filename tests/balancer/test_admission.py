@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from regions.balancer.admission import AdmissionConfig, Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec
 from regions.balancer.errors import NoBackendError, ShedError
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from tests.balancer.helpers import MODEL, req
 
 

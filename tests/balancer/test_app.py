@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from policies.model import GpuServer
 from regions.balancer import BackendSpec, backends_from_region, build_balancer, serve
-from regions.balancer.admission import AdmissionConfig, Dispatcher
-from regions.balancer.backends import BackendPool
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
+from regions.balancer.scheduling.backends import BackendPool
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.simulator import Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, req, stream_completion
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.pool_update import apply_specs
-from regions.balancer.speed import Ewma, StreamMeter
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.scheduling.speed import Ewma, StreamMeter
+from regions.balancer.signals.pool_update import apply_specs
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regions.balancer.capacity import UNBOUNDED, CapacityConfig, CapacityEstimator
+from regions.balancer.scheduling.capacity import UNBOUNDED, CapacityConfig, CapacityEstimator
 
 HOLD = CapacityConfig(late_binding=True, provisional=True)
 

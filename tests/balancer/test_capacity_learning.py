@@ -16,7 +16,7 @@ import pytest
 
 from policies import load_policy_text
 from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
-from regions.balancer.capacity import UNBOUNDED, CapacityConfig
+from regions.balancer.scheduling.capacity import UNBOUNDED, CapacityConfig
 from regions.simulator import Fleet, ServerSpec
 from regions.simulator.config import EngineConfig
 from tests.balancer.helpers import MODEL, admin_client, completion, eventually

@@ -17,9 +17,9 @@ import random
 
 import pytest
 
-from regions.balancer.admission import Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.admission import Dispatcher
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import Endpoint, RequestInfo
 
 MODEL = "sim-model"

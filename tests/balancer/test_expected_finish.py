@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.scorers.expected_finish import ExpectedFinishScorer, finish_s
-from regions.balancer.speed import BatchRate
+from regions.balancer.scheduling.scorers.expected_finish import ExpectedFinishScorer, finish_s
+from regions.balancer.scheduling.speed import BatchRate
 from tests.balancer.helpers import req, snap
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from regions.balancer.admission import AdmissionConfig, Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec
 from regions.balancer.errors import ShedError
-from regions.balancer.fair_share import FairShare, FairShareConfig
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.fair_share import FairShare, FairShareConfig
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import RequestInfo
 from tests.balancer.helpers import MODEL, req
 

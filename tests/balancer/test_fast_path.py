@@ -10,22 +10,22 @@ from collections.abc import Sequence
 
 import pytest
 
-from regions.balancer.backends import BackendPool, BackendSpec, ScrapedLoad
-from regions.balancer.capacity import GUESS_SLOTS, UNBOUNDED, CapacityConfig
-from regions.balancer.filters.capacity import CapacityFilter
-from regions.balancer.filters.health import HealthFilter
-from regions.balancer.filters.model import ModelFilter
-from regions.balancer.filters.not_tried import NotTriedFilter
-from regions.balancer.pipeline import Profile
-from regions.balancer.registry import (
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec, ScrapedLoad
+from regions.balancer.scheduling.capacity import GUESS_SLOTS, UNBOUNDED, CapacityConfig
+from regions.balancer.scheduling.filters.capacity import CapacityFilter
+from regions.balancer.scheduling.filters.health import HealthFilter
+from regions.balancer.scheduling.filters.model import ModelFilter
+from regions.balancer.scheduling.filters.not_tried import NotTriedFilter
+from regions.balancer.scheduling.pipeline import Profile
+from regions.balancer.scheduling.registry import (
     DEFAULT_SCORERS,
     Registry,
     build_profile,
     register_builtin_plugins,
 )
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
-from regions.balancer.scorers.queue_depth import QueueDepthScorer
-from regions.balancer.scorers.session_affinity import (
+from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
+from regions.balancer.scheduling.scorers.queue_depth import QueueDepthScorer
+from regions.balancer.scheduling.scorers.session_affinity import (
     PREFERRED,
     SessionAffinityScorer,
     rendezvous_weight,

@@ -17,8 +17,8 @@ from engines.kv_events import (
     decode_batch,
     encode_batch,
 )
-from regions.balancer.kv_event_index import KvEventIndex, token_keys
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
+from regions.balancer.scheduling.kv_event_index import KvEventIndex, token_keys
+from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.types import Endpoint, RequestInfo
 from regions.simulator.batching import Scheduler
 from regions.simulator.config import EngineConfig

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from regions.balancer import BalancerConfig, OutlierConfig
-from regions.balancer.registry import Registry, register_builtin_plugins
-from regions.balancer.scorers.latency_ewma import LatencyEwmaScorer
+from regions.balancer.scheduling.registry import Registry, register_builtin_plugins
+from regions.balancer.scheduling.scorers.latency_ewma import LatencyEwmaScorer
 from regions.simulator import Fault, FaultMode
 from routing import Kind
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.backends import BackendPool, BackendSpec, OutlierConfig
-from regions.balancer.latency import RegionTtft, is_ttft_outlier
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.scheduling.latency import RegionTtft, is_ttft_outlier
 
 RULE_CASES = [
     # (id, ewma, baseline, factor, floor, outlier)

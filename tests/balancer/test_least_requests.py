@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regions.balancer.scorers.least_requests import LeastRequestsScorer
+from regions.balancer.scheduling.scorers.least_requests import LeastRequestsScorer
 from tests.balancer.helpers import req, snap
 
 

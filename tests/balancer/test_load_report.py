@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.load_report import ArrivalRate, region_load
+from regions.balancer.signals.load_report import ArrivalRate, region_load
 from regions.balancer.types import RegionSnapshot
 from tests.balancer.helpers import snap
 

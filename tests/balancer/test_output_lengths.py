@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from regions.balancer.output_lengths import OutputLengths, octave, quarter
+from regions.balancer.scheduling.output_lengths import OutputLengths, octave, quarter
 
 
 @pytest.mark.parametrize(

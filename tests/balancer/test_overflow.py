@@ -15,7 +15,7 @@ from policies import load_policy_text
 from policies.matching import NOWHERE, Place
 from regions.balancer import AdmissionConfig, BackendSpec, Balancer, BalancerConfig, build_balancer
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.overflow import (
+from regions.balancer.signals.overflow import (
     OVERFLOW_HEADER,
     OVERFLOW_PARAM,
     Overflow,
@@ -23,7 +23,7 @@ from regions.balancer.overflow import (
     OverflowMode,
     siblings,
 )
-from regions.balancer.residency_check import LOOPBACK_EDGE, CheckedClient, ResidencyCheck
+from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, CheckedClient, ResidencyCheck
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion, eventually
 

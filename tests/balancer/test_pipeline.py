@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.registry import (
+from regions.balancer.scheduling.registry import (
     DEFAULT_SCORERS,
     Registry,
     build_profile,

@@ -7,16 +7,16 @@ import random
 
 import pytest
 
-from regions.balancer.filters.capacity import CapacityFilter
-from regions.balancer.filters.health import HealthFilter
-from regions.balancer.filters.model import ModelFilter
-from regions.balancer.filters.not_tried import NotTriedFilter
-from regions.balancer.pickers.max_score import MaxScorePicker
-from regions.balancer.pickers.power_of_two import PowerOfTwoPicker
-from regions.balancer.pickers.round_robin import RoundRobinPicker
-from regions.balancer.scorers.completion_time import CompletionTimeScorer
-from regions.balancer.scorers.outstanding_work import OutstandingWorkScorer
-from regions.balancer.scorers.queue_depth import QueueDepthScorer
+from regions.balancer.scheduling.filters.capacity import CapacityFilter
+from regions.balancer.scheduling.filters.health import HealthFilter
+from regions.balancer.scheduling.filters.model import ModelFilter
+from regions.balancer.scheduling.filters.not_tried import NotTriedFilter
+from regions.balancer.scheduling.pickers.max_score import MaxScorePicker
+from regions.balancer.scheduling.pickers.power_of_two import PowerOfTwoPicker
+from regions.balancer.scheduling.pickers.round_robin import RoundRobinPicker
+from regions.balancer.scheduling.scorers.completion_time import CompletionTimeScorer
+from regions.balancer.scheduling.scorers.outstanding_work import OutstandingWorkScorer
+from regions.balancer.scheduling.scorers.queue_depth import QueueDepthScorer
 from tests.balancer.helpers import req, snap
 
 FILTER_CASES = [

@@ -24,8 +24,8 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
-from regions.balancer.policy_follow import FollowPolicy
-from regions.balancer.pool_update import POLICY
+from regions.balancer.signals.policy_follow import FollowPolicy
+from regions.balancer.signals.pool_update import POLICY
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from state import EmbeddedValkey, StateStore
 from state.ports import free_port

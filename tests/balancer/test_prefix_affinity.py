@@ -11,16 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regions.balancer import BalancerConfig
-from regions.balancer.affinity_index import AffinityIndex
-from regions.balancer.load_bound import load_cap, within_bound
-from regions.balancer.request_info import (
+from regions.balancer.http.request_info import (
     MAX_PREFIX_BLOCKS,
     PREFIX_BLOCK_CHARS,
     PREFIX_BLOCK_IDS,
     parse_request,
 )
-from regions.balancer.scorers.least_requests import LeastRequestsScorer
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
+from regions.balancer.scheduling.affinity_index import AffinityIndex
+from regions.balancer.scheduling.load_bound import load_cap, within_bound
+from regions.balancer.scheduling.scorers.least_requests import LeastRequestsScorer
+from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.types import Endpoint
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion
 
@@ -191,7 +191,7 @@ async def test_prompts_are_hashed_only_when_a_prefix_scorer_reads_them() -> None
     without = BalancerConfig(scorers=(("least-requests", 1.0),))
     for config, hashed in ((without, False), (BalancerConfig(), True)):
         async with stack(speeds=(1.0,), config=config) as (_, balancer, client):
-            assert balancer.proxy.settings.prefix_hashes is hashed
+            assert balancer.parse.settings.prefix_hashes is hashed
             status, _, _ = await stream_completion(client, completion(2, prompt=LONG))
             assert status == 200
 

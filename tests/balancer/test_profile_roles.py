@@ -8,10 +8,10 @@ from __future__ import annotations
 import random
 
 from regions.balancer import BalancerConfig
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
-from regions.balancer.scorers.prefix_affinity import PrefixAffinityScorer
-from regions.balancer.scorers.session_affinity import SessionAffinityScorer
-from regions.balancer.scorers.size_aware import SizeAwareScorer
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
+from regions.balancer.scheduling.scorers.session_affinity import SessionAffinityScorer
+from regions.balancer.scheduling.scorers.size_aware import SizeAwareScorer
 from tests.balancer.helpers import admin_client, completion, stack, stream_completion
 
 

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from regions.balancer.relay import RelayEnd, relay, response_for
-from regions.balancer.upstream import UpstreamPool
+from regions.balancer.http.relay import RelayEnd, relay, response_for
+from regions.balancer.http.upstream import UpstreamPool
 
 CHUNKS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 

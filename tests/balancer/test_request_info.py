@@ -7,9 +7,9 @@ import pytest
 from multidict import CIMultiDict
 
 from regions.balancer.errors import RequestRejected
-from regions.balancer.headers import downstream_response_headers, upstream_request_headers
-from regions.balancer.output_lengths import OutputLengths
-from regions.balancer.request_info import parse_request
+from regions.balancer.http.headers import downstream_response_headers, upstream_request_headers
+from regions.balancer.http.request_info import parse_request
+from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.types import Endpoint
 
 CASES = [

@@ -11,7 +11,7 @@ import pytest
 from director.geo import GeoLocator
 from policies import load_policy_text
 from regions.balancer import BackendSpec, build_balancer
-from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
+from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
 POLICY = """

@@ -8,10 +8,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regions.balancer.backends import BackendPool, BackendSpec
-from regions.balancer.name_positions import NamePositions
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
-from regions.balancer.scorers.session_affinity import rendezvous_weight
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.name_positions import NamePositions
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.scorers.session_affinity import rendezvous_weight
 from regions.balancer.types import RegionSnapshot
 from tests.balancer.helpers import MODEL, req, snap
 

@@ -20,9 +20,9 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
-from regions.balancer.backends import BackendPool, ScrapedLoad
-from regions.balancer.registry import Registry, register_builtin_plugins
-from regions.balancer.scorers.scraped_load import ScrapedLoadScorer
+from regions.balancer.scheduling.backends import BackendPool, ScrapedLoad
+from regions.balancer.scheduling.registry import Registry, register_builtin_plugins
+from regions.balancer.scheduling.scorers.scraped_load import ScrapedLoadScorer
 from regions.simulator import EngineConfig, Fleet, ServerSpec
 from routing import Kind, RegistryError
 from state import EmbeddedValkey, StateStore

@@ -10,7 +10,10 @@ import random
 import pytest
 
 from regions.balancer import BalancerConfig
-from regions.balancer.scorers.session_affinity import SessionAffinityScorer, rendezvous_weight
+from regions.balancer.scheduling.scorers.session_affinity import (
+    SessionAffinityScorer,
+    rendezvous_weight,
+)
 from regions.balancer.types import BackendSnapshot
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion
 

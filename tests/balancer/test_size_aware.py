@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.finish_time import finish_s
-from regions.balancer.scorers.size_aware import SizeAwareScorer, SizeWindow
+from regions.balancer.scheduling.finish_time import finish_s
+from regions.balancer.scheduling.scorers.size_aware import SizeAwareScorer, SizeWindow
 from tests.balancer.helpers import req, snap
 
 # Declared lengths, as a replayed trace sends them: 1/2 short, 1/4 mid, 1/4 long.

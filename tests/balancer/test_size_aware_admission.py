@@ -11,10 +11,10 @@ import random
 
 import pytest
 
-from regions.balancer.admission import HOLD, Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec, Lease
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
-from regions.balancer.scorers.size_aware import SizeAwareScorer
+from regions.balancer.scheduling.admission import HOLD, Dispatcher
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec, Lease
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.scorers.size_aware import SizeAwareScorer
 from tests.balancer.helpers import MODEL, req
 
 # size-aware as a hard preference, others choosing among what it accepts (opt-in)

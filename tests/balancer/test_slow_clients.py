@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from regions.balancer import Balancer, BalancerConfig
-from regions.balancer.client_timeouts import ClientTimeouts
+from regions.balancer.http.client_timeouts import ClientTimeouts
 from tests.balancer.helpers import completion, stack
 
 DEADLINE_S = 2.0

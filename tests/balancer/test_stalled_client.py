@@ -23,7 +23,7 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
-from regions.balancer.client_timeouts import ClientTimeouts
+from regions.balancer.http.client_timeouts import ClientTimeouts
 from regions.simulator import EngineConfig, Fleet, ServerSpec
 from state import EmbeddedValkey
 from tests.balancer.helpers import MODEL, completion, eventually

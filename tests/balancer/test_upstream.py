@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from regions.balancer.upstream import (
+from regions.balancer.http.upstream import (
     BodySink,
     UpstreamPool,
     UpstreamProtocolError,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import pytest
 
 import engines
-from regions.balancer.backends import Backend, BackendPool, BackendSpec
-from regions.balancer.engine_scrape import MetricsStatus
-from regions.balancer.usage_reconcile import Tally, UsageReconciler, split
+from regions.balancer.scheduling.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.signals.engine_scrape import MetricsStatus
+from regions.balancer.signals.usage_reconcile import Tally, UsageReconciler, split
 from tenants.usage import UsageKey
 
 A = UsageKey("acme", "*", "m", "eu-west", "gpu0")

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from regions.balancer.engine_priority import with_priority
-from regions.balancer.usage_stream import UsageEventFilter, ask_for_usage
+from regions.balancer.http.engine_priority import with_priority
+from regions.balancer.http.usage_stream import UsageEventFilter, ask_for_usage
 
 
 @pytest.mark.parametrize(("raw", "want"), [

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from regions.balancer.pickers.weighted_random import WeightedRandomPicker
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.pickers.weighted_random import WeightedRandomPicker
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import RegionSnapshot
 from tests.balancer.helpers import req, snap
 

@@ -17,7 +17,7 @@ from director.geo import GeoLocator
 from drills.topology import GpuInfo, RegionInfo, Topology
 from policies.model import Policy
 from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balancer
-from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
+from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
 MODEL = "llama-3.1-8b-instruct"

@@ -30,7 +30,7 @@ from director.dns.snapshot_source import StaticSnapshotSource
 from director.engine.snapshot import RegionState
 from policies.model import Policy
 from regions.balancer import AdmissionConfig, BackendSpec, BalancerConfig, build_balancer
-from regions.balancer.overflow import OverflowConfig, OverflowMode
+from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from tests.balancer.helpers import eventually
 

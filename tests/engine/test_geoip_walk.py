@@ -35,7 +35,7 @@ from director.geo import Location, default_database_path, record_fields
 from policies import Policy, load_policy
 from policies.continents import CONTINENT_OF, CONTINENT_ONLY_RECORDS
 from policies.model import ResidencyRule, Service
-from regions.balancer.residency_check import ResidencyCheck
+from regions.balancer.tenancy.residency_check import ResidencyCheck
 from tests.geoip_records import distinct_records
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,10 @@
   client of the whole system) import the shared packages and three global-tier helpers;
 - in the global tier, only the command line (``director.commands``) composes the others;
 - no import cycle between modules;
+- the regional balancer's wings import downwards only: ``scheduling`` (none of the others),
+  ``http`` (``scheduling``), ``tenancy`` (``http``, ``scheduling``), ``signals`` (all
+  three); of the modules beside them, ``types`` and ``errors`` import no wing, the others
+  (the composition root: ``app`` and what it builds with) import them all;
 - importing the regional balancer or the workers loads no module of the global tier (the
   decision engine, the GeoIP reader), checked in a fresh interpreter.
 """
@@ -46,6 +50,14 @@ EXCEPTIONS = {
 }
 COMPOSERS = ("director.commands",)  # the only global-tier modules that import the others
 COMPOSED = {"drills", "regions", "workers"}
+BALANCER = "regions.balancer"
+# wing: the wings it may import
+WINGS: dict[str, set[str]] = {
+    "scheduling": set(),
+    "http": {"scheduling"},
+    "tenancy": {"http", "scheduling"},
+    "signals": {"http", "scheduling", "tenancy"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -106,7 +118,7 @@ def test_the_rules_see_every_package() -> None:
     assert set(ALLOWED) == set(PACKAGES)  # a new package needs its rule
     assert {m.split(".")[0] for m in MODULES} == set(PACKAGES)
     assert len(MODULES) > 100
-    assert "state.aio" in GRAPH["regions.balancer.shared_state"]  # lazy ones too:
+    assert "state.aio" in GRAPH["regions.balancer.signals.shared_state"]  # lazy ones too:
     assert "director.policy_gate" in GRAPH["workers.policy_source"]
 
 
@@ -133,6 +145,39 @@ def test_only_the_command_line_composes_the_tiers() -> None:
         for line, target in imports(module)
         if target.split(".")[0] in COMPOSED
     ]
+    assert not broken, "\n".join(broken)
+
+
+LEAVES = {f"{BALANCER}.errors", f"{BALANCER}.types"}  # beside the wings, importing none
+
+
+def wing(module: str) -> str | None:
+    """The balancer wing of ``module`` (None: not in the balancer), ``""`` for a leaf
+    beside the wings, ``"root"`` for the composition root."""
+    if not module.startswith(BALANCER + "."):
+        return None
+    part = module.split(".")[2]
+    return part if part in WINGS else "" if module in LEAVES else "root"
+
+
+def test_the_balancer_has_its_wings() -> None:
+    found = {wing(m) for m in MODULES if m.startswith(BALANCER + ".")}
+    assert found == {*WINGS, "root", ""}
+    assert {m for m in MODULES if wing(m) == ""} == LEAVES
+
+
+def test_the_balancer_wings_import_downwards() -> None:
+    broken = []
+    for module in MODULES:
+        source = wing(module)
+        if source is None or source == "root":
+            continue
+        allowed = WINGS.get(source, set())
+        for line, target in imports(module):
+            into = wing(target)
+            if into in (None, "", source) or into in allowed:
+                continue
+            broken.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
     assert not broken, "\n".join(broken)
 
 

@@ -35,7 +35,7 @@ PATIENT_S = 5.0
 @pytest.fixture(autouse=True)
 def patient_gates(monkeypatch: pytest.MonkeyPatch) -> None:
     """The balancers' quota gates wait for Redis as long as ``PATIENT_S``."""
-    monkeypatch.setattr("regions.balancer.tenant_quota.QuotaGate", functools.partial(
+    monkeypatch.setattr("regions.balancer.tenancy.tenant_quota.QuotaGate", functools.partial(
         QuotaGate, timeout_s=PATIENT_S, max_timeout_s=PATIENT_S))
 
 

@@ -27,8 +27,8 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
-from regions.balancer.overflow import OVERFLOW_PARAM, Overflow, OverflowConfig, OverflowMode
-from regions.balancer.residency_check import LOOPBACK_EDGE, ResidencyCheck
+from regions.balancer.signals.overflow import OVERFLOW_PARAM, Overflow, OverflowConfig, OverflowMode
+from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import NewKey, new_key, store_key
 from tests.balancer.helpers import MODEL, completion, eventually

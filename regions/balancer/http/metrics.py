@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prometheus metrics of one balancer, on its own registry (no process-wide state).
+
+- ``director_balancer_in_flight{backend}``, ``director_balancer_work_tokens{backend}``,
+  ``director_balancer_prefill_tokens{backend}`` (prompts sent there without a first byte
+  yet), ``director_balancer_tokens_per_second{backend}`` (learned), ``director_balancer_queue``,
+  ``director_balancer_capacity{backend,source}`` (learned or pinned, absent while unknown),
+  ``director_balancer_capacity_limit{backend}``, ``director_balancer_tenant_in_flight{tenant}``:
+  gauges read from the pool and the region queue at scrape time;
+- ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
+  ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
+  ``director_balancer_upstream_errors_total{backend,kind}``,
+  ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
+  chunk, as SSE clients do once they read ``[DONE]``),
+  ``director_balancer_stalled_clients_total`` (clients cut for taking no byte of their
+  answer for the stall deadline: their GPU slot and quota freed),
+  ``director_balancer_slow_requests_total{phase}`` (connections cut for sending their
+  ``headers`` or their ``body`` too slowly);
+- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
+- ``director_balancer_state_reachable`` (1/0, shared state server),
+  ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
+- ``director_balancer_auth_refused_total{reason}``: requests refused by tenant identity;
+- per tenant (the policy's names: a bounded set): ``director_balancer_tenant_requests_total``
+  and ``director_balancer_tenant_tokens_total{kind}`` by model,
+  ``director_balancer_tenant_cancelled_total``, ``director_balancer_tenant_gpu_seconds_total``;
+- with overflow on, ``director_balancer_overflow_total{outcome,sibling}``: what would have
+  been shed, by outcome (``redirect``, ``proxy``, ``unreachable``, ``none-allowed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from regions.balancer.scheduling.capacity import UNBOUNDED
+
+if TYPE_CHECKING:
+    from regions.balancer.scheduling.admission import Dispatcher
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class _PoolCollector(Collector):
+    def __init__(self, region: str, dispatcher: Dispatcher) -> None:
+        self.region = region
+        self.dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.dispatcher.pool.snapshot()
+        in_flight = GaugeMetricFamily(
+            "director_balancer_in_flight", "Requests in flight per backend", labels=["backend"]
+        )
+        work = GaugeMetricFamily(
+            "director_balancer_work_tokens",
+            "Predicted in-flight work per backend (decode-token equivalents)",
+            labels=["backend"],
+        )
+        prefill = GaugeMetricFamily(
+            "director_balancer_prefill_tokens",
+            "Prompts sent per backend without a first byte yet (decode-token equivalents)",
+            labels=["backend"],
+        )
+        rate = GaugeMetricFamily(
+            "director_balancer_tokens_per_second",
+            "Learned decode rate per backend",
+            labels=["backend"],
+        )
+        for b in snap.backends:
+            in_flight.add_metric([b.name], b.in_flight)
+            work.add_metric([b.name], b.work_tokens)
+            prefill.add_metric([b.name], b.prefill_tokens)
+            rate.add_metric([b.name], b.tokens_per_s)
+        queue = GaugeMetricFamily("director_balancer_queue", "Requests waiting in the region queue")
+        queue.add_metric([], self.dispatcher.queued)
+        capacity = GaugeMetricFamily(
+            "director_balancer_capacity",
+            "Requests a backend runs at once, as learned (or pinned); absent while unknown",
+            labels=["backend", "source"],
+        )
+        limit = GaugeMetricFamily(
+            "director_balancer_capacity_limit",
+            "Requests admission lets be in flight at a backend (absent: unbounded)",
+            labels=["backend"],
+        )
+        for backend in self.dispatcher.pool:
+            learned = backend.cap_now
+            if learned.slots is not None:
+                capacity.add_metric([backend.name, learned.source], learned.slots)
+            if learned.limit < UNBOUNDED:
+                limit.add_metric([backend.name], learned.limit)
+        tenants = GaugeMetricFamily(
+            "director_balancer_tenant_in_flight",
+            "Requests of a tenant bound to a backend and not ended", labels=["tenant"])
+        for tenant, held in sorted(self.dispatcher.fair.in_flight.items()):
+            tenants.add_metric([tenant], held)
+        yield from (in_flight, work, prefill, rate, queue, capacity, limit, tenants)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMetrics:
+    """One backend's children of the per-request metric families, looked up once (a
+    ``labels()`` call costs several times the update itself)."""
+
+    decisions: Counter
+    ttft: Histogram
+    e2e: Histogram
+
+
+@dataclass(frozen=True, slots=True)
+class TenantMetrics:
+    """One tenant and model's children of the per-request usage counters, looked up once."""
+
+    requests: Counter
+    input_tokens: Counter
+    output_tokens: Counter
+    cancelled: Counter
+    gpu_seconds: Counter
+
+
+class OverflowCollector(Collector):
+    """The overflow counts (``Overflow.counts``, keys ``outcome`` or ``outcome:sibling``),
+    read at scrape time."""
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "director_balancer_overflow",
+            "Requests the region would have shed, by what overflow did with them",
+            labels=["outcome", "sibling"],
+        )
+        for key, count in sorted(self.counts.items()):
+            outcome, _, sibling = key.partition(":")
+            family.add_metric([outcome, sibling], count)
+        yield family
+
+
+class BalancerMetrics:
+    def __init__(self, region: str, dispatcher: Dispatcher) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_PoolCollector(region, dispatcher))
+        r = self.registry
+        self.decisions = Counter(
+            "director_balancer_decisions", "Requests bound to a backend", ["backend"], registry=r
+        )
+        self.retries = Counter(
+            "director_balancer_retries", "Retries on another backend", registry=r
+        )
+        self.ejections = Counter(
+            "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
+        )
+        self.shed = Counter("director_balancer_shed", "Requests shed", ["reason"], registry=r)
+        self.residency_refusals = Counter(
+            "director_balancer_residency_refused",
+            "Requests refused because this region may not serve the client",
+            ["service"],
+            registry=r,
+        )
+        self.tenant_requests = Counter(
+            "director_balancer_tenant_requests", "Answered requests per tenant and model",
+            ["tenant", "model"], registry=r)
+        self.tenant_tokens = Counter(
+            "director_balancer_tenant_tokens",
+            "Tokens per tenant and model, as the engine counted them (kind input or output)",
+            ["tenant", "model", "kind"], registry=r)
+        self.tenant_cancelled = Counter(
+            "director_balancer_tenant_cancelled", "Requests whose client left before the end",
+            ["tenant"], registry=r)
+        self.tenant_gpu_seconds = Counter(
+            "director_balancer_tenant_gpu_seconds",
+            "GPU time per tenant, estimated from the backends' learned speeds",
+            ["tenant"], registry=r)
+        self._tenants: dict[tuple[str, str], TenantMetrics] = {}
+        self.auth_refused = Counter(
+            "director_balancer_auth_refused",
+            "Requests refused by tenant identity, by reason (401 credentials, 403 service, "
+            "model or region)",
+            ["reason"],
+            registry=r,
+        )
+        self.client_gone = Counter(
+            "director_balancer_client_gone",
+            "Clients that closed their connection before the answer's end (not errors)",
+            ["when"],
+            registry=r,
+        )
+        self.stalled_clients = Counter(
+            "director_balancer_stalled_clients",
+            "Clients cut for taking no byte of their answer for the stall deadline (their "
+            "GPU slot and tenant concurrency freed)",
+            registry=r,
+        )
+        self.slow_requests = Counter(
+            "director_balancer_slow_requests",
+            "Connections cut for sending their request's headers or body too slowly",
+            ["phase"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "director_balancer_upstream_errors",
+            "Backend errors seen in the data path",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "director_balancer_ttft_seconds",
+            "Time to first byte of the response body",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "director_balancer_e2e_seconds",
+            "Request latency through the balancer",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+        self.state_reachable = Gauge(
+            "director_balancer_state_reachable",
+            "1 while the shared state server answers, 0 while it does not",
+            registry=r,
+        )
+        self.state_errors = Counter(
+            "director_balancer_state_errors",
+            "Failed exchanges with the shared state server (serving goes on)",
+            ["op"],
+            registry=r,
+        )
+
+        self._backends: dict[str, BackendMetrics] = {}
+
+    def backend(self, name: str) -> BackendMetrics:
+        """The per-request metrics of backend ``name`` (cached)."""
+        found = self._backends.get(name)
+        if found is None:
+            found = self._backends[name] = BackendMetrics(
+                self.decisions.labels(name), self.ttft.labels(name), self.e2e.labels(name)
+            )
+        return found
+
+    def tenant(self, tenant: str, model: str) -> TenantMetrics:
+        """The usage counters of ``tenant`` using ``model`` (cached)."""
+        found = self._tenants.get((tenant, model))
+        if found is None:
+            found = self._tenants[(tenant, model)] = TenantMetrics(
+                self.tenant_requests.labels(tenant, model),
+                self.tenant_tokens.labels(tenant, model, "input"),
+                self.tenant_tokens.labels(tenant, model, "output"),
+                self.tenant_cancelled.labels(tenant),
+                self.tenant_gpu_seconds.labels(tenant))
+        return found
+
+    def residency_refused(self, service: str) -> None:
+        self.residency_refusals.labels(service or "*").inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

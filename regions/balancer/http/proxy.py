@@ -1,0 +1,272 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The data path of one inference request: parse, bind, forward, stream back, account.
+
+1. The body is read once (bounded: 413 above ``max_body_bytes``, 408 when it pauses longer
+   than ``client_body_s``) and parsed once into a ``RequestInfo``.
+2. ``Dispatcher.acquire`` binds it to a backend (maybe after waiting in the queue) and
+   returns a ``Lease``; the lease is released by a ``with`` block however the request
+   ends: success, upstream error, client disconnect (the handler is cancelled) or timeout.
+3. Before the first byte, a connection failure or a 502/503 answer is retried on another
+   backend (``max_retries``); the failed backend is excluded for this request and its
+   error counted towards outlier ejection.
+4. The response is relayed chunk by chunk as it arrives (``StreamResponse``, no
+   buffering). SSE chunks are metered to learn the backend's decode rate, after each is
+   written on: the accounting never delays a chunk. If the client goes away the handler
+   is cancelled and the upstream connection is closed, which aborts the sequence on the
+   GPU server; a client that stops reading is cut after ``client_stall_s`` without
+   progress, the same way (``relay``), and counted.
+5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
+   to that backend (not from the request's arrival: queueing here and earlier attempts are
+   not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
+   the backend was not busy when the request was bound: ``Lease.occupancy``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+
+from aiohttp import web
+
+from regions.balancer.errors import NoBackendError, ShedError
+from regions.balancer.http.engine_priority import with_priority
+from regions.balancer.http.exchange import Exchange
+from regions.balancer.http.headers import upstream_request_headers
+from regions.balancer.http.metrics import BalancerMetrics
+from regions.balancer.http.refusals import error_response
+from regions.balancer.http.relay import (
+    DEFAULT_STALL_S,
+    UPSTREAM_ERRORS,
+    RelayEnd,
+    relay,
+    response_for,
+)
+from regions.balancer.http.upstream import UpstreamPool, UpstreamResponse
+from regions.balancer.http.usage_stream import UsageEventFilter, ask_for_usage
+from regions.balancer.scheduling.admission import Dispatcher
+from regions.balancer.scheduling.backends import Backend, BackendPool, Lease
+from regions.balancer.scheduling.output_lengths import OutputLengths
+from regions.balancer.scheduling.speed import StreamMeter
+from regions.balancer.types import RequestInfo
+
+WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
+CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
+REGION_HEADER = "x-director-region"
+BACKEND_HEADER = "x-director-backend"
+QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
+RETRYABLE_STATUS = frozenset({502, 503})
+MAX_ERROR_BODY = 64 * 1024
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxySettings:
+    region: str
+    max_retries: int
+    client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
+
+
+class Proxy:
+    """Forwards inference requests for one balancer."""
+
+    def __init__(
+        self,
+        settings: ProxySettings,
+        pool: BackendPool,
+        dispatcher: Dispatcher,
+        metrics: BalancerMetrics,
+        upstreams: dict[str, UpstreamPool],
+        clock: Callable[[], float],
+        output_lengths: OutputLengths,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.upstreams = upstreams
+        self.clock = clock
+        self.output_lengths = output_lengths  # learned here, read by parsing
+
+    # -- forwarding ----------------------------------------------------------------------
+
+    async def forward(self, exchange: Exchange) -> web.StreamResponse:
+        """The last stage: bind the parsed request to a backend, send it, relay the answer
+        (retried on another backend before its first byte, ``max_retries`` times)."""
+        info, raw = exchange.info, exchange.raw
+        assert info is not None, "forwarded before it was parsed"
+        strip_usage = False
+        if info.stream and exchange.ask_usage:
+            asked = ask_for_usage(raw)
+            if asked is not None:
+                raw, strip_usage = asked, True
+        start = self.clock()
+        path = exchange.request.rel_url.path_qs
+        headers = upstream_request_headers(exchange.request.headers)
+        excluded: set[str] = set()
+        last_failure: web.Response | None = None
+        for attempt in range(self.settings.max_retries + 1):
+            if attempt:
+                self.metrics.retries.inc()
+            attempt_info = (
+                dataclasses.replace(info, exclude=frozenset(excluded)) if excluded else info
+            )
+            try:
+                lease = await self.dispatcher.acquire(attempt_info, exchange.queue_timeout_s)
+            except (NoBackendError, ShedError) as exc:
+                return last_failure or self._unbound(exc)
+            with lease, self._finishing(exchange, attempt_info):
+                backend = lease.backend
+                self.metrics.backend(backend.name).decisions.inc()
+                sent_at = self.clock()
+                try:
+                    body = (with_priority(raw, attempt_info.priority)
+                            if backend.spec.priority_scheduling else raw)
+                    upstream = await self.upstreams[backend.name].request(
+                        "POST", path, headers.items(), body)
+                except UPSTREAM_ERRORS as exc:
+                    self._failed(backend, "connect")
+                    excluded.add(backend.name)
+                    last_failure = error_response(
+                        502, f"backend {backend.name} unreachable: {type(exc).__name__}",
+                        "bad_gateway")
+                    continue
+                if upstream.status in RETRYABLE_STATUS and attempt < self.settings.max_retries:
+                    last_failure = await self._consume_failure(upstream, backend)
+                    excluded.add(backend.name)
+                    continue
+                return await self._relay(exchange, upstream, lease, start, sent_at,
+                                         strip_usage)
+        return last_failure or error_response(502, "no backend answered", "bad_gateway")
+
+    def _unbound(self, exc: NoBackendError | ShedError) -> web.Response:
+        """The answer when no backend could take the request: 404 for an unknown model,
+        503 for none usable, 429 with Retry-After when shed."""
+        if isinstance(exc, ShedError):
+            self.metrics.shed.labels(exc.reason).inc()
+            return error_response(429, str(exc), "rate_limit_exceeded",
+                                  headers={"Retry-After": str(exc.retry_after)})
+        status = 404 if exc.stage == "model" else 503
+        kind = "model_not_found" if status == 404 else "service_unavailable"
+        return error_response(status, exc.message, kind)
+
+    @contextlib.contextmanager
+    def _finishing(self, exchange: Exchange, info: RequestInfo) -> Iterator[None]:
+        """Tell the dispatcher how a tenant's bound request ended (its fair share)."""
+        try:
+            yield
+        finally:
+            if info.tenant is not None:
+                meter = exchange.meter
+                produced = meter.output_tokens() if meter is not None else 0
+                self.dispatcher.finished(info, produced)
+
+    async def _consume_failure(
+        self, upstream: UpstreamResponse, backend: Backend
+    ) -> web.Response:
+        try:
+            body = await upstream.read(MAX_ERROR_BODY)
+        except UPSTREAM_ERRORS:
+            body = b""
+        finally:
+            upstream.close()
+        self._failed(backend, f"http_{upstream.status}")
+        return web.Response(
+            status=upstream.status,
+            body=body,
+            content_type=upstream.content_type or "application/json",
+            headers={REGION_HEADER: self.settings.region, BACKEND_HEADER: backend.name},
+        )
+
+    def _failed(self, backend: Backend, kind: str) -> None:
+        self.metrics.upstream_errors.labels(backend.name, kind).inc()
+        if self.pool.record_failure(backend):
+            self.metrics.ejections.labels(backend.name).inc()
+
+    async def _relay(
+        self,
+        exchange: Exchange,
+        upstream: UpstreamResponse,
+        lease: Lease,
+        start: float,
+        sent_at: float,
+        strip_usage: bool = False,
+    ) -> web.StreamResponse:
+        backend, request = lease.backend, exchange.request
+        exchange.served_by = backend.name
+        metrics = self.metrics.backend(backend.name)
+        resp = response_for(
+            upstream, {**exchange.extra_headers, REGION_HEADER: self.settings.region,
+                       BACKEND_HEADER: backend.name,
+                       QUEUE_HEADER: str(round((sent_at - start) * 1000))}
+        )
+        sse = upstream.content_type == "text/event-stream"
+        meter = exchange.meter or StreamMeter()
+        first = True
+
+        def on_chunk(chunk: bytes, now: float) -> None:
+            nonlocal first
+            if first:  # the backend's first byte, even if the client left
+                first = False
+                lease.started()
+                metrics.ttft.observe(now - start)
+                if upstream.status == 200:
+                    self._ttft(backend, now - sent_at, lease.occupancy)
+            if sse:
+                meter.observe(chunk, now)
+            else:
+                meter.body(chunk)
+
+        try:
+            end = await relay(request, upstream, resp, on_chunk, self.clock,
+                              UsageEventFilter() if strip_usage and sse else None,
+                              self.settings.client_stall_s)
+            exchange.relay_end = end
+        except asyncio.CancelledError:  # the client went away while we waited upstream
+            self.metrics.client_gone.labels("before_end").inc()
+            raise
+        self._count_end(end, backend, request)
+        if end not in WHOLE_ANSWER:
+            return resp
+        metrics.e2e.observe(self.clock() - start)
+        if upstream.status >= 500:
+            self._failed(backend, f"http_{upstream.status}")
+        else:
+            self.pool.record_success(backend)
+            if upstream.status == 200 and exchange.info is not None:
+                self._learn(lease, exchange.info, meter)
+        return resp
+
+    def _count_end(self, end: RelayEnd, backend: Backend, request: web.Request) -> None:
+        if end is RelayEnd.UPSTREAM_FAILED:
+            self._failed(backend, "mid_stream")
+        elif end in CLIENT_GONE:
+            self.metrics.client_gone.labels(CLIENT_GONE[end]).inc()
+            log.debug("client went away (%s) from a %s answer", CLIENT_GONE[end], backend.name)
+        elif end is RelayEnd.CLIENT_STALLED:
+            self.metrics.stalled_clients.inc()
+            log.debug("client %s cut: it took nothing of a %s answer for %.0f s",
+                      request.remote, backend.name, self.settings.client_stall_s)
+
+    def _ttft(self, backend: Backend, seconds: float, occupancy: float) -> None:
+        average = backend.ttft  # an ejection replaces it with a fresh one
+        if self.pool.record_ttft(backend, seconds, occupancy):
+            self.metrics.ejections.labels(backend.name).inc()
+            log.warning(
+                "backend %s ejected: its time to first token (EWMA %.3f s) is far "
+                "above the region's",
+                backend.name,
+                average.value or seconds,
+            )
+
+    def _learn(self, lease: Lease, info: RequestInfo, meter: StreamMeter) -> None:
+        rate = meter.rate()
+        if rate is not None:
+            self.pool.record_stream(lease, rate)
+        if meter.events:
+            self.output_lengths.observe(
+                info.model, info.prompt_tokens, info.max_tokens, meter.events
+            )

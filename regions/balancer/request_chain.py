@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The stages a request goes through, in order, before the proxy forwards it
+(``http.exchange``: each wraps the rest):
+
+1. ``identify`` (``tenancy.access.Identify``): who sends it; 401/403/503.
+2. ``overflow`` (``signals.overflow.SpillOver``): a sibling's request is not sent on again;
+   what would be shed here goes to an allowed sibling.
+3. ``account`` (``tenancy.accounting.Account``): a tenant's ended request is accounted.
+4. ``parse`` (``http.parse.Parse``): the body read and parsed once; 400/408/413.
+5. ``residency`` (``tenancy.residency_check.CheckResidency``): 451 for a client this
+   region may not serve the model to.
+6. ``tenant`` (``tenancy.tenant_quota.AdmitTenant``): the tenant's model and quota; 403/429.
+
+Then ``http.proxy.Proxy.forward`` binds it to a GPU server and relays the answer. A stage
+may be left out (``BalancerConfig.stages``); ``parse`` may not, and the stages that read
+the parsed request come after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from regions.balancer.errors import BalancerConfigError
+
+STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant")
+AFTER_PARSE = frozenset({"residency", "tenant"})  # they read the parsed request
+
+
+def check_stages(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` as given, or BalancerConfigError for an unknown or repeated stage, no
+    ``parse``, or a stage that reads the parsed request placed before it."""
+    chosen = tuple(names)
+    unknown = sorted(set(chosen) - set(STAGES))
+    if unknown:
+        raise BalancerConfigError(f"unknown request stage(s) {', '.join(unknown)} "
+                                  f"(known: {', '.join(STAGES)})")
+    if len(set(chosen)) != len(chosen):
+        raise BalancerConfigError(f"a request stage is named twice in {', '.join(chosen)}")
+    if "parse" not in chosen:
+        raise BalancerConfigError("the request stages need 'parse'")
+    early = [n for n in chosen[:chosen.index("parse")] if n in AFTER_PARSE]
+    if early:
+        raise BalancerConfigError(f"stage(s) {', '.join(early)} read the parsed request: "
+                                  "place them after 'parse'")
+    return chosen

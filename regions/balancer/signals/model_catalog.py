@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``GET /v1/models``: the models the region's usable GPU servers serve, from a cache.
+
+Each backend's own ``/v1/models`` is read at most once per ``ttl_s`` (default 10 s) however
+many clients ask: a request finds the entries still fresh and answers from them with no I/O,
+or waits for the one refresh under way (requests arriving meanwhile join it, never start
+their own). A backend that cannot be read (error, timeout, non-200) is listed by the models
+its spec names until it answers again. The answer is the union over the backends usable
+now (healthy, not ejected), each model once, in the order first seen.
+
+Who may see what is the caller's business (``app``: with tenants, only a tenant's models).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from regions.balancer.scheduling.backends import BackendPool
+
+ModelEntry = dict[str, Any]
+DEFAULT_TTL_S = 10.0
+TIMEOUT_S = 2.0
+
+
+class ModelCatalog:
+    """The union of the usable backends' ``/v1/models``, each backend read once per TTL."""
+
+    def __init__(self, pool: BackendPool, sessions: Mapping[str, aiohttp.ClientSession],
+                 ttl_s: float = DEFAULT_TTL_S, timeout_s: float = TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.pool = pool
+        self.sessions = sessions
+        self.ttl_s = ttl_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.fetches = 0  # backend reads so far (one per backend per refresh)
+        self._entries: dict[str, tuple[float, list[ModelEntry]]] = {}  # by backend name
+        self._refresh: asyncio.Future[None] | None = None
+
+    async def models(self) -> list[ModelEntry]:
+        """The models of the backends usable now (at most one refresh at a time)."""
+        snap = self.pool.snapshot()
+        usable = [b.name for b in snap.backends if b.healthy and not b.ejected]
+        while stale := self._stale(usable):
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.ensure_future(self._read(stale))
+            await asyncio.shield(self._refresh)
+            if self._stale(usable) == stale:
+                break  # read (or failed) just now: answer with what there is
+        found: dict[str, ModelEntry] = {}
+        for name in usable:
+            entry = self._entries.get(name)
+            listed = entry[1] if entry is not None else self._spec_models(name)
+            for model in listed:
+                found.setdefault(model["id"], model)
+        return list(found.values())
+
+    def _stale(self, names: list[str]) -> list[str]:
+        now = self.clock()
+        return [n for n in names
+                if n not in self._entries or now - self._entries[n][0] >= self.ttl_s]
+
+    async def _read(self, names: list[str]) -> None:
+        results = await asyncio.gather(*(self._fetch(n) for n in names),
+                                       return_exceptions=True)
+        now = self.clock()
+        for name, result in zip(names, results, strict=True):
+            listed = result if isinstance(result, list) else self._spec_models(name)
+            self._entries[name] = (now, listed)
+        for gone in set(self._entries) - {b.name for b in self.pool}:
+            del self._entries[gone]
+
+    async def _fetch(self, name: str) -> list[ModelEntry]:
+        self.fetches += 1
+        session = self.sessions[name]
+        url = self.pool[name].spec.url + "/v1/models"
+        async with asyncio.timeout(self.timeout_s), session.get(url) as resp:
+            if resp.status != 200:
+                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
+            data = (await resp.json(content_type=None)).get("data", [])
+            return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+    def _spec_models(self, name: str) -> list[ModelEntry]:
+        backend = self.pool.by_name.get(name)
+        models = backend.spec.models if backend is not None else ()
+        return [{"id": m, "object": "model", "owned_by": "director"} for m in models]

@@ -1,0 +1,253 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The balancer's link to the shared state (Redis / Valkey): publish load, follow flags.
+
+Three background tasks, none on the request path:
+
+- **publish**: every ``publish_every_s`` the region's ``RegionLoad`` (see ``load_report``)
+  is written with ``AsyncStateStore.write_region_load`` for the global tier's spillover;
+- **read**: every ``read_every_s``, and at once when the change channel names a key it
+  follows, one pipelined read of the drain flags (and of its GPU servers' probe health when
+  ``follow_health``, and their scraped load when ``follow_load``) is applied to the pool. A
+  GPU drained in the state gets no new requests while its in-flight ones finish; an
+  undrain returns it. This drain is held under the ``"state"`` source, apart from the
+  loopback admin endpoint's (``"admin"``);
+- **listen**: subscribes to the change channel; after a reconnect it reads everything
+  again, since messages sent meanwhile are lost.
+
+Health: a probe record (rise/fall applied by the workers) that says down takes the GPU out
+of the candidates; one older than ``stale_after_s`` is no longer believed and the GPU counts
+as healthy again (data-path retries and outlier ejection still guard it), so dead probes
+never keep a GPU out for good. A region-level drain flag is left to the DNS tier, which
+stops sending clients; requests that still arrive are served.
+
+Scraped load: the workers write each GPU server's ``waiting``, ``running`` and KV-cache usage
+(``GpuLoad``, every 2 s by default, not announced on the change channel, so it arrives with
+the periodic read). A record older than ``load_stale_after_s`` is not believed: the pool's
+values become unknown (None), also while the state server is unreachable, so scorers fall
+back to neutral rather than steer on old numbers.
+
+Fail-static: a state error never reaches a request. It is logged when the server becomes
+unreachable and again when it is back, counted (``director_balancer_state_errors_total``),
+and the last known flags stay applied until a read succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from regions.balancer.http.metrics import BalancerMetrics
+from regions.balancer.scheduling.backends import STATE, BackendPool, ScrapedLoad
+from state.aio import AsyncStateStore
+from state.changes import listen_for_changes
+from state.errors import RecordError, StateError
+from state.keys import DEFAULT_PREFIX
+from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
+from state.tasks import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+_RECONNECT_MIN_S = 0.1
+_RECONNECT_MAX_S = 2.0
+
+
+@dataclass(frozen=True)
+class SharedStateConfig:
+    """Where the shared state is and how often the balancer talks to it."""
+
+    url: str
+    prefix: str = DEFAULT_PREFIX
+    publish_every_s: float = 1.0
+    read_every_s: float = 1.0
+    stale_after_s: float = 30.0
+    follow_health: bool = True
+    timeout_s: float = 1.0
+    follow_load: bool = True
+    load_stale_after_s: float = 5.0
+    key_table_file: Path | None = None  # the tenant key table's local copy (api_keys)
+    # the least a request waits for the shared quota before the balancer decides it by its
+    # local limits; the wait adapts to measured round trips, up to QUOTA_MAX_WAIT_S
+    quota_wait_s: float = 0.25
+
+
+class StateLink:
+    """Publishes one region's load and applies the state's drain and health flags."""
+
+    def __init__(
+        self,
+        store: AsyncStateStore,
+        region: str,
+        pool: BackendPool,
+        measure: Callable[[], RegionLoad],
+        config: SharedStateConfig,
+        metrics: BalancerMetrics,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.region = region
+        self.pool = pool
+        self.measure = measure
+        self.config = config
+        self.metrics = metrics
+        self.wall_clock = wall_clock
+        self.reachable: bool | None = None
+        self.drains = DrainFlags()
+        self.published: RegionLoad | None = None
+        self._health_keys = (
+            {self.store.keys.gpu_health(region, b.name): b.name for b in pool}
+            if config.follow_health
+            else {}
+        )
+        self._load_keys = (
+            {self.store.keys.gpu_load(region, b.name): b.name for b in pool}
+            if config.follow_load
+            else {}
+        )
+        self.loads: dict[str, GpuLoad] = {}
+        self._followed = {self.store.keys.drain, *self._health_keys}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Read the flags once (best effort, bounded by the timeout), then run in the
+        background."""
+        if self._tasks:
+            return
+        await self.read()
+        self._tasks = [
+            asyncio.create_task(self._publish_loop(), name=f"state-publish-{self.region}"),
+            asyncio.create_task(self._read_loop(), name=f"state-read-{self.region}"),
+            asyncio.create_task(self._listen(), name=f"state-listen-{self.region}"),
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        await cancel_and_wait(tasks)
+
+    # -- one round each ------------------------------------------------------------------
+
+    async def publish(self) -> bool:
+        """Write the region's load now; False (logged, counted) if the state failed."""
+        load = self.measure()
+        try:
+            await self.store.write_region_load(self.region, load)
+        except StateError as exc:
+            self._failed("publish", exc)
+            return False
+        self.published = load
+        self._ok()
+        return True
+
+    async def read(self) -> bool:
+        """Read the flags now and apply them; False (last known flags kept) on failure."""
+        keys = [self.store.keys.drain, *self._health_keys, *self._load_keys]
+        try:
+            fetched = await self.store.fetch(keys)
+        except StateError as exc:
+            self._failed("read", exc)
+            self._apply_loads(self.wall_clock())  # the last known loads still age out
+            return False
+        self._ok()
+        self._apply_drains(DrainFlags.from_fields(fetched.get(self.store.keys.drain, {})))
+        now = self.wall_clock()
+        for key, gpu in self._health_keys.items():
+            raw = fetched.get(key)
+            if raw:
+                try:
+                    self._apply_health(gpu, HealthRecord.from_fields(raw), now)
+                except RecordError as exc:
+                    log.warning("state: ignoring malformed record %s: %s", key, exc)
+        self._read_loads(fetched)
+        self._apply_loads(now)
+        return True
+
+    def _apply_drains(self, flags: DrainFlags) -> None:
+        self.drains = flags
+        for b in self.pool:
+            want = (self.region, b.name) in flags.gpus
+            if want != (STATE in b.drains):
+                log.info(
+                    "state: GPU %s/%s %s", self.region, b.name, "drained" if want else "undrained"
+                )
+                self.pool.set_draining(b.name, want, STATE)
+
+    def _apply_health(self, gpu: str, record: HealthRecord, now: float) -> None:
+        if record.up is None:
+            return
+        healthy = record.up or record.age(now) > self.config.stale_after_s
+        if healthy != self.pool[gpu].healthy:
+            log.info("state: GPU %s/%s %s", self.region, gpu, "up" if healthy else "down")
+            self.pool.set_healthy(gpu, healthy)
+
+    def _read_loads(self, fetched: dict[str, dict[bytes, bytes]]) -> None:
+        loads: dict[str, GpuLoad] = {}
+        for key, gpu in self._load_keys.items():
+            raw = fetched.get(key)
+            if raw:
+                try:
+                    loads[gpu] = GpuLoad.from_fields(raw)
+                except RecordError as exc:
+                    log.warning("state: ignoring malformed record %s: %s", key, exc)
+        self.loads = loads
+
+    def _apply_loads(self, now: float) -> None:
+        for gpu in self._load_keys.values():
+            if gpu not in self.pool.by_name:  # left the pool; the link is rebuilt soon
+                continue
+            load = self.loads.get(gpu)
+            if load is None or load.age(now) > self.config.load_stale_after_s:
+                self.pool.set_scraped(gpu, ScrapedLoad())
+            else:
+                self.pool.set_scraped(
+                    gpu, ScrapedLoad(load.waiting, load.running, load.cache_usage)
+                )
+
+    # -- loops ---------------------------------------------------------------------------
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self.publish()
+            await asyncio.sleep(self.config.publish_every_s)
+
+    async def _read_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.read_every_s)
+            self._wake.clear()
+            await self.read()
+
+    async def _listen(self) -> None:
+        def on_key(key: str) -> None:
+            if key in self._followed:
+                self._wake.set()
+
+        await listen_for_changes(self.store, on_key,
+                                 on_subscribed=self._wake.set,  # catch up on what we missed
+                                 on_error=lambda exc: self._failed("listen", exc),
+                                 min_delay=_RECONNECT_MIN_S, max_delay=_RECONNECT_MAX_S)
+
+    # -- reachability --------------------------------------------------------------------
+
+    def _failed(self, op: str, exc: BaseException) -> None:
+        self.metrics.state_errors.labels(op).inc()
+        if self.reachable is not False:
+            log.warning(
+                "state: server unreachable (%s), serving on with the last known "
+                "drain and health flags: %s",
+                op,
+                exc,
+            )
+        self.reachable = False
+        self.metrics.state_reachable.set(0)
+
+    def _ok(self) -> None:
+        if self.reachable is False:
+            log.info("state: server reachable again")
+        self.reachable = True
+        self.metrics.state_reachable.set(1)
