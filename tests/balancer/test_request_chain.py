@@ -79,15 +79,15 @@ async def test_each_stage_wraps_the_rest_and_a_refusal_ends_the_chain() -> None:
         return run
 
     last = FakeNext()
-    async with serving(stage("outer"), chain([stage("a"), stage("b")], last)) as client:
-        async with client.post("/v1/completions", json={}) as resp:
-            assert resp.status == 200
+    async with serving(stage("outer"), chain([stage("a"), stage("b")], last)) as client, \
+            client.post("/v1/completions", json={}) as resp:
+        assert resp.status == 200
     assert calls == ["outer>", "a>", "b>", "<b", "<a", "<outer"]
     calls.clear()
-    async with serving(stage("outer"), chain([stage("a", refuse=True), stage("b")],
-                                             last)) as client:
-        async with client.post("/v1/completions", json={}) as resp:
-            assert resp.status == 403
+    refusing = chain([stage("a", refuse=True), stage("b")], last)
+    async with serving(stage("outer"), refusing) as client, \
+            client.post("/v1/completions", json={}) as resp:
+        assert resp.status == 403
     assert calls == ["outer>", "a>", "<outer"] and len(last.seen) == 1
 
 
