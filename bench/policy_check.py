@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.policy_gen import generate
+from benchkit.policy_gen import generate
 from director.engine.engine_proof import run_engine_proof
 from policies import check_policy
 

@@ -44,10 +44,9 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from routing_procs import (
+from benchkit.routing_procs import (
     SMG_POLICIES,
     Proc,
     have,
@@ -57,10 +56,9 @@ from routing_procs import (
     start_simulator,
     start_smg,
 )
-
-from regions.balancer.scheduling.admission import Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec
-from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.admission import Dispatcher
+from regions.balancer.backends import BackendPool, BackendSpec
+from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import Endpoint, RequestInfo
 
 TIME_SCALE = 20.0

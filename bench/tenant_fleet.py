@@ -42,11 +42,9 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from routing_procs import HOST, PYTHON, Proc, _spawn, _wait_port, start_simulator
-
+from benchkit.routing_procs import HOST, PYTHON, Proc, _spawn, _wait_port, start_simulator
 from regions.simulator.config import EngineConfig
 from state import AsyncStateStore, EmbeddedValkey
 from state.ports import free_port

@@ -53,7 +53,7 @@ def serve(
                                              "each worker, at start), so never-seen "
                                              "client subnets cost a binary search.")] = True,
     udp_reader_threads: Annotated[bool, typer.Option(help="Read UDP on a thread per socket: "
-                                                     "faster cache hits, half the rate on "
+                                                     "faster cache hits, slower on "
                                                      "never-seen client subnets.")] = False,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""

@@ -202,8 +202,8 @@ def serve(
         typer.Option(
             "--late-binding",
             help="Hold requests in the region queue once every GPU server runs its learned "
-            "capacity (off by default: on the routing matrix it won as many cells as it "
-            "lost against least-outstanding-requests; a policy's max-seqs always holds).",
+            "capacity (off by default: each held request waits an engine iteration; a "
+            "policy's max-seqs always holds).",
         ),
     ] = False,
     ttft_eject: Annotated[

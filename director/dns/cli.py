@@ -68,8 +68,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     GeoIP database's IPv4 space ahead of time on a low-priority thread
     (``director.geo_map``; about ten seconds), after which a client subnet never seen
     before costs a binary search. ``udp_reader_threads``: read each UDP socket on a thread
-    of its own (``udp_reader``): memo hits 5-10% faster, never-seen client subnets at half
-    the rate (every miss crosses to the event loop), so off by default.
+    of its own (``udp_reader``): memo hits faster, never-seen client subnets slower (every
+    miss crosses to the event loop), so off by default (``docs/research/dns-transport.md``).
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     acceptance = policy_gate.accept(policy_path)

@@ -23,7 +23,7 @@ alone on a virtual clock, a closed loop of twice as many clients as slots keepin
 saturated, requests drawn from the trace; 300 model seconds after a 60 s warm-up): 5.27 req/s
 (1,121 output tokens/s) at speed 1.0, 3.19 at 0.6, 2.19 at 0.4. Unloaded, the median request
 (1,020 prompt / 129 output tokens) takes 0.064 s to its first token and 1.60 s in all at
-speed 1.0. The routing matrix (``bench/matrix.py``) also runs 16 and 64 slots, chunked
+speed 1.0. The routing matrix (``benchkit/matrix.py``) also runs 16 and 64 slots, chunked
 prefill and other traces; it measures each cell's capacity the same way. Figures measured
 over HTTP at a ``time_scale`` agree within a few percent when the process has CPU to spare;
 the benches report the model time lost when it does not (``EngineState.lost_s``).

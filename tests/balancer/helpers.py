@@ -73,7 +73,7 @@ class RunClock:
     """Seconds this process's event loop ran: ``time.monotonic()`` less the stretches in
     which the loop could not run at all (a host that deschedules the VM, other processes
     on every core, on CI: stretches of 60-450 ms, dozens in a few seconds;
-    bench/machine_stalls.py).
+    docs/research/test-machine.md).
 
     A task reads the clock every ``TICK_S`` (``async with RunClock() as clock``), and every
     caller reads it too; two reads more than ``GAP_S`` apart are a stretch the loop did

@@ -4,19 +4,15 @@ with every region included, and it catches engines that leak in one kind of stat
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
 
+from benchkit.policy_gen import generate
 from director.engine import Engine
 from director.engine.engine_proof import run_engine_proof
 from policies import load_policy_text
 from policies.matching import Coverage, coverage, rule_clients
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from policy_gen import generate
 
 LEAKY = """
 zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }

@@ -7,6 +7,8 @@
 - a tier (``regions``, ``workers``) imports the shared packages, never another tier, except
   the one policy gate every loaded policy passes (``director.policy_gate``); the drills (a
   client of the whole system) import the shared packages and three global-tier helpers;
+- the benchmarks' library (``benchkit``) may import every package of the product, and no
+  package of the product imports it;
 - in the global tier, only the command line (``director.commands``) composes the others;
 - no import cycle between modules;
 - the regional balancer's wings import downwards only: ``scheduling`` (none of the others),
@@ -40,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "workers": set(SHARED),
     "drills": {"policies", "state"},
     "director": SHARED | {"drills", "regions", "workers"},
+    "benchkit": SHARED | {"director", "drills", "regions", "workers"},
 }
 # (importing package, imported module): why
 EXCEPTIONS = {
@@ -135,6 +138,11 @@ def test_packages_import_only_what_the_map_allows() -> None:
                 continue
             broken.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
     assert not broken, "\n".join(broken)
+
+
+def test_no_package_of_the_product_may_import_the_benchmarks() -> None:
+    assert [p for p, allowed in ALLOWED.items() if "benchkit" in allowed] == []
+    assert [t for _, t in EXCEPTIONS if t.split(".")[0] == "benchkit"] == []
 
 
 def test_only_the_command_line_composes_the_tiers() -> None:

@@ -1,10 +1,9 @@
 """Steer UDP queries to the workers of a SO_REUSEPORT group by client subnet or source network.
 
 By default the kernel picks a group's socket by a hash of the peer's address and port, so
-a resolver (or a load generator) with few source ports lands unevenly: with 10 sockets on
-2 workers, splits of 70/30 are common. Worse, every worker keeps its own caches, so a client
-subnet that reaches every worker in turn makes each of them locate and widen it (about
-0.5 ms of GeoIP work each time) and keep its own copy of the answer.
+a resolver (or a load generator) with few source ports lands unevenly. Worse, every worker
+keeps its own caches, so a client subnet that reaches every worker in turn makes each of
+them locate and widen it and keep its own copy of the answer.
 
 A classic BPF program attached to the group (``SO_ATTACH_REUSEPORT_CBPF``; the kernel runs
 it on the UDP payload, i.e. the DNS message) picks the socket instead:
@@ -18,9 +17,7 @@ it on the UDP payload, i.e. the DNS message) picks the socket instead:
   does not multiply its rate by N; the per-resolver answers cached for queries without ECS
   stay in one worker too. Resolvers are many networks, so they still spread.
 
-That keeps a worker's batches whole: at random, a load generator's datagrams were split
-between two workers sharing two cores with it, each woke up for half-size batches, and a
-query cost 6.4 us of server CPU instead of 4.8-5.3 (``bench/dns.sh``, ``--workers 2``).
+That keeps a worker's batches whole (what it saves, measured: ``docs/research/dns-transport.md``).
 Limits: an ECS query is steered by its client subnet, so a source sending ECS queries for
 many /16s has its rate limited per worker; one resolver network sending more than one
 worker can answer is not spread.

@@ -2,15 +2,11 @@
 that waits for the first datagram and takes whatever else is queued by then, the answers to
 memo hits sent in one ``sendmmsg``, and back to waiting.
 
-Opt-in (``--udp-reader-threads``, used only with ``--rrl off``): on ``bench/dns.sh`` it
-answers cached mixes 5-10% faster than reading from the loop, but never-seen client subnets
-at half the rate (0.11x gdnsd against 0.23x with one worker, 0.21x against 0.33x with two),
-since every miss crosses from this thread to the loop's; results in ``bench/results/``.
-
-Read from the event loop instead, every batch costs an ``epoll_wait`` before it and an
-empty non-blocking ``recvmmsg`` after it, about 1.3 us each, paid again for every batch. With
-``--workers 2`` on a subnet-diverse mix each worker's batches are small, so that fixed cost
-decides the speed (bench/dns.sh, ECS from 30k /24s).
+Opt-in (``--udp-reader-threads``, used only with ``--rrl off``): it answers cached mixes
+faster than reading from the loop, but never-seen client subnets slower, since every miss
+crosses from this thread to the loop's. Read from the event loop instead, every batch costs
+an ``epoll_wait`` before it and an empty non-blocking ``recvmmsg`` after it. The figures
+(``bench/dns.sh``): ``docs/research/dns-transport.md``.
 
 Only memo hits are answered on this thread: a dict lookup, a counter in a list of the
 thread's own (``ReaderCounters``) and a copy into the batch buffer. Everything else (misses,

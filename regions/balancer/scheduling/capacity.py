@@ -31,13 +31,12 @@ What admission does with it (the limit):
   the capacity informs scorers, ``/_admin/state``, ``explain`` and the metrics. Holding at
   a learned capacity (``late_binding``, opt-in) costs every held request an engine
   iteration (it is sent when a slot frees, after the engine has planned its next step)
-  and, where KV cache rather than slots bounds a server, holds while it has room: on the
-  routing matrix it won as many cells as it lost against least-outstanding-requests
-  (``balancer/README.md``). With it, beyond the capacity requests wait in the region queue,
-  for the region's next free slot rather than one server's (with ``headroom_share`` > 0 a
-  share more may wait at each server), and for one second in ten one request more is
-  allowed, so that a server that could run more is seen running it (the estimate is then
-  dropped and learned anew).
+  and, where KV cache rather than slots bounds a server, holds while it has room (its
+  measured effect: ``docs/research/balancer-results.md``). With it, beyond the capacity
+  requests wait in the region queue, for the region's next free slot rather than one
+  server's (with ``headroom_share`` > 0 a share more may wait at each server), and for one
+  second in ten one request more is allowed, so that a server that could run more is seen
+  running it (the estimate is then dropped and learned anew).
 - **unknown, in a region that holds for tenants** (``provisional``): a provisional limit, so
   that a burst is not sent into the engines before their capacity is seen (a tenant's
   flood would fill the engines' own queues, where the fair share cannot reorder it). Every
@@ -56,11 +55,8 @@ What admission does with it (the limit):
     an engine with fewer slots runs fewer and keeps the rest waiting: it is seen saturated
     and learned as above.
   Without a scrape (no metrics), nothing is held, as before; ``provisional_growth`` 0 turns
-  it off. The variants measured against this one are in
-  ``bench/results/2026-11-27-provisional-capacity.md``. Plain late binding (no tenants)
-  does not use it: in the routing matrix it held the floor in 94 of 192 cells against 128
-  without it (worst E2E 2.61x against 1.25x;
-  ``bench/results/2026-11-27-matrix-des-late-binding.md``).
+  it off. Plain late binding (no tenants) does not use it; why, and the variants measured
+  against this one: ``docs/research/balancer-results.md``.
 - An engine's in-flight limit (TGI's ``max_concurrent_requests``: beyond it, 429) caps the
   limit, whatever the source.
 

@@ -25,7 +25,7 @@ Late binding (a hold policy for ``admission``): when the backend chosen among th
 with room would finish the request more than ``hold`` times later than the best of all
 eligible backends, full ones included (their finish counts the wait for a slot), the request
 waits in the region queue for that difference at most, offered each slot that frees. Off by
-default (``hold`` 0; its measured effect: the balancer README).
+default (``hold`` 0; its measured effect: ``docs/research/routing-experiments.md``).
 
 Parameters: ``hold`` (default 0).
 """

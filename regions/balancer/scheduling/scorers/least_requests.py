@@ -6,9 +6,9 @@ For each candidate ``b``: ``score_b = 1 - in_flight_b / (max_c in_flight_c + 1)`
 (0, 1]: the fewest in flight scores highest, and equal counts tie (the picker breaks ties
 at random). Unlike ``queue-depth`` it does not divide by the backend's capacity: a server
 with 256 sequence slots does not decode 16 times faster than one with 16 (each decode step
-slows as its batch grows), and on the routing matrix's fleets that mix 16-, 64- and 256-slot
-servers, filling each in proportion to its slots cost up to 3x leastconn's p99 TTFT
-(``balancer/README.md``). Reads the balancer's own in-band count. No parameters.
+slows as its batch grows), so filling each in proportion to its slots overloads the large
+ones (measured on the routing matrix: ``docs/research/balancer-results.md``). Reads the
+balancer's own in-band count. No parameters.
 """
 
 from __future__ import annotations

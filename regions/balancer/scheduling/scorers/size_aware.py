@@ -54,7 +54,7 @@ Late binding, asked by the dispatcher (``admission``):
   has no free slot, and at least ``busy`` of the eligible slots are in use, the request may
   wait in the region queue for up to ``hold * finish_best`` seconds rather than start now.
   The ``busy`` gate keeps a lightly loaded region from holding anything. Off by default
-  (``hold`` 0; its measured effect: the balancer README). With ``hold_first`` > 0 the hold
+  (``hold`` 0; its measured effect: ``docs/research/``). With ``hold_first`` > 0 the hold
   is capped at that many median prompts' prefill on the slowest GPU
   (``typical_first_s``), for operators who would rather pay a long answer's wait in
   end-to-end time than in time to first token (off by default).

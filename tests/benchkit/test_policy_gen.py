@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
 import pytest
-from policy_gen import generate
 
+from benchkit.policy_gen import generate
 from policies import load_policy_text
 
 

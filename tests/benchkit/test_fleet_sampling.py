@@ -5,14 +5,10 @@ server over the mean) and the prefix-cache hit rate from /metrics deltas."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from fleet_sampling import collapse, hit_rate, prefix_counters
+from benchkit.fleet_sampling import collapse, hit_rate, prefix_counters
 
 METRICS = """\
 # HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.

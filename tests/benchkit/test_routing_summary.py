@@ -5,16 +5,11 @@ proxy's CPU over the requests it finished."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from matrix import parse_cells
-from routing_client import Outcome
-from routing_live import RunStats, auto_scale, fleets, paired, print_cell, summarise
+from benchkit.matrix import parse_cells
+from benchkit.routing_client import Outcome
+from benchkit.routing_live import RunStats, auto_scale, fleets, paired, print_cell, summarise
 
 
 def stats(ttft_p99: float, e2e_p99: float, rate: float = 9.0) -> RunStats:

@@ -37,8 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
-from routing_trace import Arrival
-from shared_prompts import chat_messages, prompt_text
+
+from benchkit.routing_trace import Arrival
+from benchkit.shared_prompts import chat_messages, prompt_text
 
 MODEL = "sim-model"
 MAX_TOKENS = 1000  # the hidden-length mode's cap

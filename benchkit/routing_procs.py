@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from routing_configs import Upstream, render_haproxy, render_nginx
-
+from benchkit.routing_configs import Upstream, render_haproxy, render_nginx
 from regions.simulator.config import EngineConfig
 from state.ports import free_port
 

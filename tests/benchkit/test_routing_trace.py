@@ -3,15 +3,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from routing_trace import TraceRequest, arrivals_at_load, work_seconds
-
+from benchkit.routing_trace import TraceRequest, arrivals_at_load, work_seconds
 from regions.simulator.config import EngineConfig
 
 CONFIG = EngineConfig()

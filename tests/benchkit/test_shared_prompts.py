@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from routing_client import body, prepare
-from routing_trace import Arrival
-from shared_prompts import (
+from benchkit.routing_client import body, prepare
+from benchkit.routing_trace import Arrival
+from benchkit.shared_prompts import (
     BLOCK_CHARS,
     block_text,
     chat_messages,
@@ -25,7 +23,7 @@ from shared_prompts import (
     prompt_text,
 )
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_block_is_2048_ascii_word_characters_seeded_by_its_id() -> None:
@@ -36,9 +34,8 @@ def test_a_block_is_2048_ascii_word_characters_seeded_by_its_id() -> None:
 
 
 def test_a_block_is_the_same_in_another_process() -> None:
-    code = f"import sys; sys.path.insert(0, {str(BENCH)!r}); " \
-           "from shared_prompts import block_text; print(block_text(123456))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    code = "from benchkit.shared_prompts import block_text; print(block_text(123456))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True, env={"PYTHONHASHSEED": "7"}).stdout
     assert out.rstrip("\n") == block_text(123456)
 

@@ -1,24 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The routing replay in virtual time (``bench/des.py``) and the matrix (``bench/matrix.py``,
-``bench/routing_matrix.py``): the loop's clock jumps and keeps order, the engine keeps its
+"""The routing replay in virtual time (``benchkit/des.py``) and the matrix (``benchkit/matrix.py``,
+``benchkit/routing_matrix.py``): the loop's clock jumps and keeps order, the engine keeps its
 model times on it, both routers serve every counted request of any cell's fleet, and the
 matrix selects, sizes and judges cells as documented."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import des
-from matrix import DIMENSIONS, parse_cells
-from routing_matrix import verdict
-from routing_trace import Arrival
-
+from benchkit import des
+from benchkit.matrix import DIMENSIONS, parse_cells
+from benchkit.routing_matrix import verdict
+from benchkit.routing_trace import Arrival
 from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 

@@ -4,14 +4,9 @@ existing cell (or its label) changes; shared prompts need a trace with hash ids.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from matrix import parse_cells
+from benchkit.matrix import parse_cells
 
 CELL = "slots=16;speeds=mixed;engine=whole;lengths=hidden;load=0.9"
 

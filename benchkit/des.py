@@ -21,10 +21,9 @@ import selectors
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from matrix import Server
-from routing_client import body
-from routing_trace import Arrival
-
+from benchkit.matrix import Server
+from benchkit.routing_client import body
+from benchkit.routing_trace import Arrival
 from regions.balancer import BackendSpec, BalancerConfig
 from regions.balancer.app import Balancer
 from regions.balancer.errors import ShedError
