@@ -56,9 +56,9 @@ from benchkit.routing_procs import (
     start_simulator,
     start_smg,
 )
-from regions.balancer.admission import Dispatcher
-from regions.balancer.backends import BackendPool, BackendSpec
-from regions.balancer.registry import Registry, build_profile, register_builtin_plugins
+from regions.balancer.scheduling.admission import Dispatcher
+from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import Endpoint, RequestInfo
 
 TIME_SCALE = 20.0

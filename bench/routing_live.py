@@ -10,7 +10,7 @@ every setup in turn, each proxy started fresh; requests arriving in the first ``
 model seconds are not counted. The load is a share of the fleet's capacity on the cell's
 trace, measured in virtual time as ``bench/routing_matrix.py`` measures it, and set in work
 (``benchkit.routing_trace.arrivals_at_load``). No balancer is told the speeds or the slots: ours
-learns them (``regions.balancer.capacity``).
+learns them (``regions.balancer.scheduling.capacity``).
 
 Setups: ``ours`` (default profile), ``ours-prefix`` (``least-requests`` and
 ``prefix-affinity``, its approximate index), ``ours-precise`` (the same, with the

@@ -44,7 +44,7 @@ from benchkit.routing_matrix import (
     run_cell,
     summarise,
 )
-from regions.balancer.registry import DEFAULT_SCORERS
+from regions.balancer.scheduling.registry import DEFAULT_SCORERS
 
 
 def main() -> int:

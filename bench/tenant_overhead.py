@@ -93,10 +93,14 @@ async def run(requests: int, rounds: int) -> None:
         headers = {"Authorization": f"Bearer {made.token}"}
         gpu, url = await stand_in_gpu()
         backends = [BackendSpec("gpu0", url, (MODEL,), 64)]
-        balancers = {name: build_balancer(f"r-{name}", backends, shared_state=shared,
-                                          policy=policy,
-                                          config=BalancerConfig(scrape_every_s=0))
-                     for name, policy in policies(base).items()}
+        balancers = {
+            name: build_balancer(
+                f"r-{name}",
+                backends,
+                BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+            )
+            for name, policy in policies(base).items()
+        }
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in balancers}
         try:
             for balancer in balancers.values():

@@ -132,7 +132,7 @@ class Ours:
         loop = asyncio.get_running_loop()
         specs = [BackendSpec(s.name, f"http://127.0.0.1:1/{s.name}", (MODEL,),
                              config.max_concurrency) for s in servers]
-        self.balancer = Balancer("des", specs, config=config, clock=loop.time)
+        self.balancer = Balancer("des", specs, config, clock=loop.time)
         self.pool = self.balancer.pool
         self.engines = engines
         self.scrape = scrape

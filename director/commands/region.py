@@ -6,27 +6,27 @@ import contextlib
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from director.commands import region_options as opt
 from director.console import plain_console
 from regions.balancer.http.admin_listen import DEFAULT_ADMIN_PORT
 from regions.balancer.scheduling.capacity import CapacityConfig
-from regions.balancer.scheduling.registry import DEFAULT_PICKER, DEFAULT_SCORERS
 from state.credentials import redacted
 from state.ports import hostport, parse_hostport
 
 if TYPE_CHECKING:
     from director.geo import IPAddress
     from policies.matching import Place
-    from policies.model import Policy
+    from policies.model import GpuServer, Policy
     from regions.balancer import Balancer, BalancerConfig, SharedStateConfig
     from regions.balancer.http.admin_listen import AdminListen
     from regions.balancer.tenancy.residency_check import ResidencyCheck
 
-DEFAULT_SCORERS_TEXT = " ".join(f"{name}={weight:g}" for name, weight in DEFAULT_SCORERS)
 
 app = typer.Typer(help="Run a region's local balancer.", no_args_is_help=True)
 err = plain_console(stderr=True)
@@ -69,244 +69,148 @@ def parse_scorers(values: list[str] | None, known: list[str]) -> tuple[tuple[str
 
 @app.command()
 def serve(
-    policy: Annotated[Path, typer.Option("--policy", help="Policy file.")],
-    region: Annotated[str, typer.Option("--region", help="Region whose balancer to run.")],
-    listen: Annotated[
-        str | None,
-        typer.Option(
-            "--listen", help="HOST:PORT (default: the region's first endpoint, port 8080)."
-        ),
-    ] = None,
-    geoip: Annotated[
-        Path | None,
-        typer.Option(
-            "--geoip",
-            help="MaxMind database for the residency re-check (default: GeoLite2 City 2018).",
-        ),
-    ] = None,
-    trusted: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--trusted-network",
-            help="CIDR of an edge (a proxy in front of the balancer) whose "
-            "X-Director-Client-IP / -Country headers are believed; repeatable. Default: "
-            "none, every client is located by its own address. The edge must overwrite "
-            "both headers.",
-        ),
-    ] = None,
-    redis_url: Annotated[
-        str | None,
-        typer.Option(
-            "--redis",
-            help="Shared state (redis://HOST:PORT/DB): publish the region's load every "
-            "second, follow GPU drains and probe health; serving goes on if it fails.",
-        ),
-    ] = None,
-    state_prefix: Annotated[
-        str,
-        typer.Option("--state-prefix", help="Key prefix of the deployment in the shared state."),
-    ] = "director",
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--state-dir",
-            envvar="DIRECTOR_BALANCER_STATE_DIR",
-            help="Directory where the balancer keeps what must outlive a restart during a "
-            "shared state outage: the tenant API key table (ids and SHA-256 digests, mode "
-            "0600). Without it, a balancer started while the state is unreachable answers "
-            "503 to API keys until the state is back.",
-        ),
-    ] = None,
-    quota_wait: Annotated[
-        float,
-        typer.Option(
-            "--quota-wait",
-            min=0.01,
-            envvar="DIRECTOR_QUOTA_WAIT",
-            help="Seconds a request waits at least for the shared quota in Redis before the "
-            "balancer decides it by its local limits (each balancer the whole quota); the "
-            "wait grows with measured round trips, up to 2 s or this. Raise it where Redis "
-            "answers slowly now and then, to keep a tenant within its quota.",
-        ),
-    ] = 0.25,
-    admin_listen: Annotated[
-        str | None,
-        typer.Option(
-            "--admin-listen",
-            help="HOST:PORT of the admin listener (/metrics, /_admin/*), apart from the "
-            "public port (default: the --listen host if it is a loopback address, else "
-            f"127.0.0.1; port {DEFAULT_ADMIN_PORT}). Off loopback it needs "
-            "--admin-token-file.",
-        ),
-    ] = None,
-    admin_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--admin-token-file",
-            help="File holding the bearer token the admin listener requires (on its first "
-            "line); required when --admin-listen is not a loopback address.",
-        ),
-    ] = None,
-    follow_policy: Annotated[
-        bool,
-        typer.Option(
-            "--follow-policy",
-            help="Follow the policy stored in Redis (set by `director up` or "
-            "PUT /api/v1/policy): the region's GPU servers, residency rules and tenants "
-            "change live. The default with --redis.",
-        ),
-    ] = False,
-    no_follow_policy: Annotated[
-        bool,
-        typer.Option(
-            "--no-follow-policy",
-            help="Serve the policy file only, even with --redis (tests, special cases).",
-        ),
-    ] = False,
-    overflow: Annotated[
-        str,
-        typer.Option(
-            "--overflow",
-            help="When saturated: off (429), redirect (307) or proxy to the "
-            "nearest sibling region the client may use.",
-        ),
-    ] = "off",
-    sibling: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--sibling",
-            help="REGION=URL of a sibling balancer (repeatable; default: the "
-            "region's first endpoint and --balancer-port).",
-        ),
-    ] = None,
-    balancer_port: Annotated[
-        int | None,
-        typer.Option(
-            "--balancer-port", help="Port of the sibling balancers (default: this one's)."
-        ),
-    ] = None,
-    scorer: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--scorer",
-            help="NAME=WEIGHT, repeatable: the scheduling profile's scorers "
-            f"(default: {DEFAULT_SCORERS_TEXT}).",
-        ),
-    ] = None,
-    picker: Annotated[
-        str | None,
-        typer.Option("--picker", help=f"The profile's picker (default: {DEFAULT_PICKER})."),
-    ] = None,
-    late_binding: Annotated[
-        bool,
-        typer.Option(
-            "--late-binding",
-            help="Hold requests in the region queue once every GPU server runs its learned "
-            "capacity (off by default: each held request waits an engine iteration; a "
-            "policy's max-seqs always holds).",
-        ),
-    ] = False,
-    ttft_eject: Annotated[
-        float,
-        typer.Option(
-            "--ttft-eject",
-            min=0.0,
-            help="Eject a GPU server whose TTFT average is above FACTOR times the others' "
-            "median (a gray failure detector; 0, the default: off, as bursts of long "
-            "prompts trip it on healthy fleets).",
-        ),
-    ] = 0.0,
-    provisional_growth: Annotated[
-        float,
-        typer.Option(
-            "--provisional-growth",
-            min=0.0,
-            help="In a region with tenants, a GPU server not yet seen saturated may run "
-            "FACTOR times the most it was seen running, doubling while it runs all it is "
-            "given (0: unbounded until saturated; --late-binding alone does not use it).",
-        ),
-    ] = CapacityConfig.provisional_growth,
+    policy: opt.PolicyOption,
+    region: opt.RegionOption,
+    listen: opt.ListenOption = None,
+    geoip: opt.GeoipOption = None,
+    trusted: opt.TrustedOption = None,
+    redis_url: opt.RedisUrlOption = None,
+    state_prefix: opt.StatePrefixOption = "director",
+    state_dir: opt.StateDirOption = None,
+    quota_wait: opt.QuotaWaitOption = 0.25,
+    admin_listen: opt.AdminListenOption = None,
+    admin_token_file: opt.AdminTokenFileOption = None,
+    follow_policy: opt.FollowPolicyOption = False,
+    no_follow_policy: opt.NoFollowPolicyOption = False,
+    overflow: opt.OverflowOption = "off",
+    sibling: opt.SiblingOption = None,
+    balancer_port: opt.BalancerPortOption = None,
+    scorer: opt.ScorerOption = None,
+    picker: opt.PickerOption = None,
+    late_binding: opt.LateBindingOption = False,
+    ttft_eject: opt.TtftEjectOption = 0.0,
+    provisional_growth: opt.ProvisionalGrowthOption = CapacityConfig.provisional_growth,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
-    import uvloop
+    options = RegionOptions(policy, region, listen, geoip, trusted, redis_url, state_prefix,
+                            state_dir, quota_wait, admin_listen, admin_token_file,
+                            follow_policy, no_follow_policy, overflow, sibling, balancer_port,
+                            scorer, picker, late_binding, ttft_eject, provisional_growth)
+    run_balancer(*balancer_setup(options))
 
+
+@dataclasses.dataclass(frozen=True)
+class RegionOptions:
+    """What ``director region serve`` was given (see ``region_options`` for each)."""
+
+    policy: Any
+    region: Any
+    listen: Any
+    geoip: Any
+    trusted: Any
+    redis_url: Any
+    state_prefix: Any
+    state_dir: Any
+    quota_wait: Any
+    admin_listen: Any
+    admin_token_file: Any
+    follow_policy: Any
+    no_follow_policy: Any
+    overflow: Any
+    sibling: Any
+    balancer_port: Any
+    scorer: Any
+    picker: Any
+    late_binding: Any
+    ttft_eject: Any
+    provisional_growth: Any
+
+
+def balancer_setup(
+    options: RegionOptions,
+) -> tuple[str, tuple[GpuServer, ...], BalancerConfig, Callable[[Balancer], None]]:
+    """The region, its GPU servers, the balancer's configuration (from the policy and the
+    command line) and what to print once it listens; a usage error exits."""
     from director import policy_gate
-    from regions.balancer import SharedStateConfig
-    from regions.balancer import serve as serve_balancer
+    from regions.balancer.config import SERVED_PORT
     from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
     from regions.balancer.signals.policy_follow import FollowPolicy
 
-    if follow_policy and no_follow_policy:
+    o = options
+    if o.follow_policy and o.no_follow_policy:
         _usage("--follow-policy and --no-follow-policy contradict each other")
-    if follow_policy and not redis_url:
+    if o.follow_policy and not o.redis_url:
         _usage("--follow-policy needs --redis")
-    following = bool(redis_url) and not no_follow_policy
+    following = bool(o.redis_url) and not o.no_follow_policy
     try:
-        mode = OverflowMode(overflow)
+        mode = OverflowMode(o.overflow)
     except ValueError:
         raise typer.BadParameter(
-            f"expected off, redirect or proxy, got '{overflow}'", param_hint="--overflow"
+            f"expected off, redirect or proxy, got '{o.overflow}'", param_hint="--overflow"
         ) from None
-    siblings = dict(parse_pairs(sibling, "--sibling", "REGION=URL"))
-    config = balancer_config(scorer, picker, late_binding, ttft_eject, provisional_growth)
-
-    acceptance = policy_gate.accept(str(policy))
+    siblings = dict(parse_pairs(o.sibling, "--sibling", "REGION=URL"))
+    config = balancer_config(o.scorer, o.picker, o.late_binding, o.ttft_eject,
+                             o.provisional_growth)
+    acceptance = policy_gate.accept(str(o.policy))
     if acceptance.policy is None:
         err.print(acceptance.error().render(), markup=False)
         raise typer.Exit(1)
     accepted = acceptance.policy
     try:
-        spec = accepted.region(region)
+        spec = accepted.region(o.region)
     except KeyError:
-        _usage(f"no region '{region}' in {policy} (regions: {', '.join(accepted.region_names)})")
+        _usage(f"no region '{o.region}' in {o.policy} "
+               f"(regions: {', '.join(accepted.region_names)})")
     endpoints = [*spec.endpoints_v4, *spec.endpoints_v6]
-    address = parse_listen(listen, 8080) if listen else (endpoints[0], 8080)
-    admin = admin_listener(admin_listen, admin_token_file, address[0])
-    residency = residency_check(accepted, region, geoip, trusted)
-    shared = shared_state(redis_url, state_prefix, accepted.stale_after, state_dir, quota_wait)
-    overflow_config = None
-    if mode is not OverflowMode.OFF:
-        overflow_config = OverflowConfig(mode, balancer_port or address[1] or None, siblings)
+    address = parse_listen(o.listen, SERVED_PORT) if o.listen else (endpoints[0], SERVED_PORT)
+    shared = shared_state(o.redis_url, o.state_prefix, accepted.stale_after, o.state_dir,
+                          o.quota_wait)
+    config = dataclasses.replace(
+        config, listen=address, jurisdiction=spec.jurisdiction, policy=accepted,
+        residency=residency_check(accepted, o.region, o.geoip, o.trusted),
+        shared_state=shared, capacity_rps=spec.capacity.rps,
+        overflow=None if mode is OverflowMode.OFF else OverflowConfig(
+            mode, o.balancer_port or address[1] or None, siblings),
+        follow_policy=FollowPolicy(shared if following else None, policy_gate.load_record,
+                                   acceptance.identity()),
+        admin=admin_listener(o.admin_listen, o.admin_token_file, address[0]))
+    return o.region, spec.gpus, config, ready_message(o.region, len(spec.gpus), config,
+                                                      following)
+
+
+def ready_message(region: str, gpus: int, config: BalancerConfig,
+                  following: bool) -> Callable[[Balancer], None]:
+    """What the balancer prints once it listens: where, in front of what, following what."""
+    from regions.balancer import SharedStateConfig
+
+    shared = config.shared_state
 
     def ready(balancer: Balancer) -> None:
-        state = f", shared state {redacted(redis_url)}" if redis_url else ""
+        state = f", shared state {redacted(shared.url)}" if shared is not None else ""
         if following:
             state += ", following the stored policy"
         if shared is not None and shared.quota_wait_s != SharedStateConfig.quota_wait_s:
             state += f", waiting {shared.quota_wait_s:g} s or more for shared quotas"
         if balancer.overflow is not None:
             names = ", ".join(s.region for s in balancer.overflow.siblings) or "none"
-            state += f", overflow {mode.value} to {names}"
-        err.print(
-            f"region {region}: balancer on {balancer.url} in front of "
-            f"{len(spec.gpus)} GPU servers{state}; admin on {balancer.admin_url}",
-            markup=False,
-        )
+            state += f", overflow {balancer.overflow.config.mode.value} to {names}"
+        err.print(f"region {region}: balancer on {balancer.url} in front of {gpus} GPU "
+                  f"servers{state}; admin on {balancer.admin_url}", markup=False)
 
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    return ready
+
+
+def run_balancer(region: str, gpus: tuple[GpuServer, ...], config: BalancerConfig,
+                 ready: Callable[[Balancer], None]) -> None:
+    """Serve until interrupted, logging to stderr."""
+    import uvloop
+
+    from regions.balancer import serve as serve_balancer
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(
-            serve_balancer(
-                region,
-                spec.gpus,
-                address,
-                spec.jurisdiction,
-                ready=ready,
-                residency=residency,
-                shared_state=shared,
-                capacity_rps=spec.capacity.rps,
-                config=config,
-                overflow=overflow_config,
-                follow_policy=FollowPolicy(shared if following else None,
-                                           policy_gate.load_record, acceptance.identity()),
-                policy=accepted,
-                admin=admin,
-            )
-        )
+        uvloop.run(serve_balancer(region, gpus, config, ready=ready))
 
 
 def balancer_config(

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from regions.balancer.app import (
         Balancer,
-        BalancerConfig,
         backends_from_region,
         build_balancer,
         serve,
     )
+    from regions.balancer.config import BalancerConfig
     from regions.balancer.scheduling.admission import AdmissionConfig
     from regions.balancer.scheduling.backends import BackendSpec, OutlierConfig
     from regions.balancer.signals.shared_state import SharedStateConfig
@@ -33,7 +33,7 @@ _HOMES = {
     "AdmissionConfig": "regions.balancer.scheduling.admission",
     "BackendSpec": "regions.balancer.scheduling.backends",
     "Balancer": "regions.balancer.app",
-    "BalancerConfig": "regions.balancer.app",
+    "BalancerConfig": "regions.balancer.config",
     "OutlierConfig": "regions.balancer.scheduling.backends",
     "SharedStateConfig": "regions.balancer.signals.shared_state",
     "backends_from_region": "regions.balancer.app",

@@ -35,37 +35,32 @@ shared state (``shared_state.StateLink``); state errors never stop serving.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from types import TracebackType
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
 
 from policies.model import Policy
+from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin import build_admin_app
 from regions.balancer.http.admin_listen import AdminListen
-from regions.balancer.http.client_timeouts import ClientGuard, ClientTimeouts, GuardedSite
+from regions.balancer.http.client_timeouts import ClientGuard
 from regions.balancer.http.connections import BackendConnections
 from regions.balancer.http.exchange import Exchange, Stage, chain
 from regions.balancer.http.metrics import BalancerMetrics, OverflowCollector
 from regions.balancer.http.parse import Parse, ParseSettings
 from regions.balancer.http.proxy import Proxy, ProxySettings
-from regions.balancer.http.request_info import parse_request
-from regions.balancer.request_chain import STAGES, check_stages
-from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
-from regions.balancer.scheduling.backends import ADMIN, BackendPool, BackendSpec, OutlierConfig
-from regions.balancer.scheduling.capacity import UNBOUNDED, Capacity, CapacityConfig
+from regions.balancer.lifecycle import Lifecycle
+from regions.balancer.reports import Reports
+from regions.balancer.request_chain import check_stages
+from regions.balancer.scheduling.admission import Dispatcher
+from regions.balancer.scheduling.backends import ADMIN, BackendPool, BackendSpec
 from regions.balancer.scheduling.kv_event_index import KvEventIndex
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.registry import (
-    DEFAULT_FILTERS,
-    DEFAULT_PICKER,
-    DEFAULT_SCORERS,
     Registry,
     build_profile,
     register_builtin_plugins,
@@ -74,11 +69,11 @@ from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinitySc
 from regions.balancer.signals.engine_scrape import EngineScraper
 from regions.balancer.signals.kv_event_follow import KvEventFollow
 from regions.balancer.signals.load_report import ArrivalRate, region_load
-from regions.balancer.signals.model_catalog import DEFAULT_TTL_S, ModelCatalog
-from regions.balancer.signals.overflow import Overflow, OverflowConfig, SpillOver
-from regions.balancer.signals.policy_follow import FollowPolicy, PolicyFollow
+from regions.balancer.signals.model_catalog import ModelCatalog
+from regions.balancer.signals.overflow import Overflow, SpillOver
+from regions.balancer.signals.policy_follow import PolicyFollow
 from regions.balancer.signals.pool_update import PoolChange
-from regions.balancer.signals.shared_state import SharedStateConfig, StateLink
+from regions.balancer.signals.shared_state import StateLink
 from regions.balancer.signals.usage_reconcile import UsageReconciler
 from regions.balancer.tenancy.access import Identify, Tenancy
 from regions.balancer.tenancy.accounting import Account, UsageRecorder
@@ -86,170 +81,125 @@ from regions.balancer.tenancy.residency_check import CheckResidency, ResidencyCh
 from regions.balancer.tenancy.tenant_quota import AdmitTenant, TenantQuotas
 from regions.balancer.types import Endpoint
 from routing import PluginTimings, TimingsCollector
-from state.aio import AsyncStateStore
 from state.policy_metrics import PolicyCollector
 from state.records import RegionLoad
 from tenants.throttles import ThrottleLedger
-from tenants.usage import UsageLedger
 
-SHUTDOWN_TIMEOUT_S = 2.0
 TIMED_EVERY = 16  # one decision in this many has its plugins timed (routing.timings)
-_NO_STATE = SharedStateConfig("")  # the defaults of a shared state attached by a test
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class BalancerConfig:
-    """Settings of one balancer (defaults suit a vLLM fleet).
-
-    ``max_concurrency``: pins every backend's capacity that the policy does not pin (None,
-    the default: learned from the backends, see ``capacity``); ``capacity``: how it is
-    learned and the headroom of requests allowed to wait at a server beyond it (everything
-    beyond waits in the region queue, late bound); ``scrape_every_s``: how often the
-    balancer reads each busy backend's metrics (0: never; then only what the shared state
-    carries), ``info_every_s`` its engine's info endpoint; ``scorer_params``: keyword
-    arguments per scorer name, e.g. ``{"size-aware": {"hold": 0.5}}``;
-    ``usage_reconcile_s``: with tenants, at most how often each backend's metrics are read
-    to add the output tokens its engine generated for cancelled requests after the last
-    piece relayed (``usage_reconcile``; independent of ``scrape_every_s``; 0: never);
-    ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
-    ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
-    ``stages``: a request's stages, in order (``request_chain``).
-    """
-
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_retries: int = 2
-    connect_timeout_s: float = 2.0
-    read_timeout_s: float = 300.0
-    prefill_ratio: float = 150.0
-    default_tokens_per_s: float = 50.0
-    max_concurrency: int | None = None
-    capacity: CapacityConfig = field(default_factory=CapacityConfig)
-    scrape_every_s: float = 1.0
-    info_every_s: float = 30.0
-    filters: tuple[str, ...] = DEFAULT_FILTERS
-    scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
-    picker: str = DEFAULT_PICKER
-    scorer_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
-    outliers: OutlierConfig = field(default_factory=OutlierConfig)
-    usage_reconcile_s: float = 1.0
-    client: ClientTimeouts = field(default_factory=ClientTimeouts)
-    models_ttl_s: float = DEFAULT_TTL_S
-    stages: tuple[str, ...] = STAGES
-
-
-class Balancer:
+class Balancer(Lifecycle, Reports):
     """One region's balancer: pool, pipeline, queue, proxy and the aiohttp app."""
 
     def __init__(
         self,
         region: str,
         backends: Iterable[Any],
-        *,
-        listen: tuple[str, int] = ("127.0.0.1", 0),
-        jurisdiction: str | None = None,
         config: BalancerConfig | None = None,
+        *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
-        residency: ResidencyCheck | None = None,
-        shared_state: SharedStateConfig | None = None,
-        capacity_rps: float | None = None,
-        overflow: OverflowConfig | None = None,
-        follow_policy: FollowPolicy | None = None,
-        policy: Policy | None = None,
-        admin: AdminListen | None = None,
     ) -> None:
         self.region = region
-        self.jurisdiction = jurisdiction
         self.config = cfg = config or BalancerConfig()
-        self.listen = listen
+        self.jurisdiction, self.listen = cfg.jurisdiction, cfg.listen
+        self.shared_state, self.capacity_rps = cfg.shared_state, cfg.capacity_rps
         specs = [BackendSpec.coerce(b, cfg.max_concurrency) for b in backends]
-        self.pool = BackendPool(
-            specs,
-            outliers=cfg.outliers,
-            default_tokens_per_s=cfg.default_tokens_per_s,
-            clock=clock,
-            capacity=cfg.capacity,
-        )
+        self._build_scheduling(specs, rng or random.Random(0), clock)
+        self._build_http(specs, clock)
+        self._build_tenancy()
+        self._build_signals()
+        self.handle = chain(self._stages(cfg.stages), self.proxy.forward)
+        self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
+        self.app = self._build_app()
+        self.admin = cfg.admin or AdminListen()
+        self.admin_app = build_admin_app(self, self.admin.token)
+        self.runner: web.AppRunner | None = None
+        self.admin_runner: web.AppRunner | None = None
+        self._port = self.listen[1]
+        self._admin_port = self.admin.port
+
+    # -- parts ---------------------------------------------------------------------------
+
+    def _build_scheduling(self, specs: list[BackendSpec], rng: random.Random,
+                          clock: Callable[[], float]) -> None:
+        """The pool, the routing profile, the dispatcher and the metrics of both."""
+        cfg = self.config
+        self.pool = BackendPool(specs, outliers=cfg.outliers,
+                                default_tokens_per_s=cfg.default_tokens_per_s, clock=clock,
+                                capacity=cfg.capacity)
         self.registry = register_builtin_plugins(Registry())
         self.timings = PluginTimings(every=TIMED_EVERY)
-        self.profile = build_profile(
-            self.registry,
-            filters=cfg.filters,
-            scorers=cfg.scorers,
-            picker=cfg.picker,
-            rng=rng or random.Random(0),
-            scorer_params=cfg.scorer_params,
-            timings=self.timings,
-        )
+        self.profile = build_profile(self.registry, filters=cfg.filters, scorers=cfg.scorers,
+                                     picker=cfg.picker, rng=rng,
+                                     scorer_params=cfg.scorer_params, timings=self.timings)
         for note in self.profile.notes:
-            log.warning("region %s: profile: %s", region, note)
+            log.warning("region %s: profile: %s", self.region, note)
         self.dispatcher = Dispatcher(self.pool, self.profile, cfg.admission)
         # e.g. prefix-affinity learns what each backend holds
         self.dispatcher.on_bind.extend(o.on_bind for o in self.profile.bind_observers)
-        self.metrics = BalancerMetrics(region, self.dispatcher)
+        self.metrics = BalancerMetrics(self.region, self.dispatcher)
         self.metrics.registry.register(TimingsCollector(
             "director_balancer_plugin_seconds",
             f"Run time of each routing plugin, one decision in {TIMED_EVERY} timed",
             self.timings))
-        self.residency_stage = CheckResidency(residency, region, self.metrics.residency_refused)
-        self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
-        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         # the prefix-affinity scorer reads the backends' KV events where they publish them
-        prefix_scorer = next((ws.scorer for ws in self.profile.scorers
-                              if isinstance(ws.scorer, PrefixAffinityScorer)), None)
-        self.prefix_scorer = prefix_scorer
+        self.prefix_scorer = next((ws.scorer for ws in self.profile.scorers
+                                   if isinstance(ws.scorer, PrefixAffinityScorer)), None)
         self.kv_index: KvEventIndex | None = None
         self.kv_follow: KvEventFollow | None = None
-        if prefix_scorer is not None and any(s.kv_events for s in specs):
-            self.kv_index = prefix_scorer.precise = KvEventIndex()
+        if self.prefix_scorer is not None and any(s.kv_events for s in specs):
+            self.kv_index = self.prefix_scorer.precise = KvEventIndex()
             self.kv_follow = KvEventFollow(self.kv_index, specs)
+
+    def _build_http(self, specs: list[BackendSpec], clock: Callable[[], float]) -> None:
+        """The connections to the backends, the parser and the proxy."""
+        cfg = self.config
+        self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
+        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         self.output_lengths = OutputLengths()
         self.parse = Parse(
             ParseSettings(cfg.max_body_bytes, cfg.prefill_ratio, cfg.admission.queue_timeout_s,
-                          prefix_hashes=prefix_scorer is not None, kv_index=self.kv_index,
-                          client_body_s=cfg.client.body_s),
+                          prefix_hashes=self.prefix_scorer is not None,
+                          kv_index=self.kv_index, client_body_s=cfg.client.body_s),
             self.output_lengths, self.metrics.slow_requests.labels("body").inc)
-        self.proxy = Proxy(
-            ProxySettings(region, cfg.max_retries, client_stall_s=cfg.client.stall_s),
-            self.pool,
-            self.dispatcher,
-            self.metrics,
-            self.connections.upstreams,
-            clock,
-            self.output_lengths,
-        )
-        self.tenancy = Tenancy(policy, None, self.metrics.auth_refused, self.dispatcher.fair,
-                               self._hold_for_tenants, region=region)
+        self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
+                                         client_stall_s=cfg.client.stall_s),
+                           self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
+                           clock, self.output_lengths)
+
+    def _build_tenancy(self) -> None:
+        """Identity, quotas, usage and the residency re-check."""
+        self.residency_stage = CheckResidency(self.config.residency, self.region,
+                                              self.metrics.residency_refused)
+        self.tenancy = Tenancy(self.config.policy, None, self.metrics.auth_refused,
+                               self.dispatcher.fair, self._hold_for_tenants,
+                               region=self.region)
         self.quotas = TenantQuotas(on_refused=self._refused)
         self.recorder = UsageRecorder(self.metrics)
         self.throttles: ThrottleLedger | None = None
-        self.shared_state = shared_state
-        self.capacity_rps = capacity_rps
+
+    def _build_signals(self) -> None:
+        """The shared state's link, overflow, the policy follower, the engine scrapes and
+        the usage reconciler."""
+        cfg = self.config
         self.arrivals = ArrivalRate()
         self.link: StateLink | None = None
         self._link_lock = asyncio.Lock()
-        self.spill = SpillOver(Overflow(region, overflow, residency) if overflow else None)
+        overflow = cfg.overflow
+        self.spill = SpillOver(Overflow(self.region, overflow, cfg.residency)
+                               if overflow else None)
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
-        self.policy_follow = PolicyFollow(self, follow_policy)
+        self.policy_follow = PolicyFollow(self, cfg.follow_policy)
         self.metrics.registry.register(PolicyCollector(
             "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load,
                                          self.recorder.reconciled, cfg.usage_reconcile_s)
-        self.handle = chain(self._stages(cfg.stages), self.proxy.forward)
-        self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
-        self.app = self._build_app()
-        self.admin = admin or AdminListen()
-        self.admin_app = build_admin_app(self, self.admin.token)
-        self.runner: web.AppRunner | None = None
-        self.admin_runner: web.AppRunner | None = None
-        self._port = listen[1]
-        self._admin_port = self.admin.port
 
     # -- app -----------------------------------------------------------------------------
 
@@ -325,126 +275,6 @@ class Balancer:
         if self.overflow is not None:
             await self.overflow.close()
 
-    # -- lifecycle -----------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return _url(self.listen[0], self._port)
-
-    @property
-    def admin_port(self) -> int:
-        return self._admin_port
-
-    @property
-    def admin_url(self) -> str:
-        """Where ``/metrics`` and ``/_admin/*`` are served (``admin``)."""
-        return _url(self.admin.host, self._admin_port)
-
-    async def start(self) -> None:
-        """Follow the shared state (if any: flags read once before the first request),
-        then listen."""
-        if self.runner is not None:
-            return
-        if self.shared_state is not None and self.link is None:
-            cfg = self.shared_state
-            store = AsyncStateStore.from_url(cfg.url, prefix=cfg.prefix,
-                                             timeout=max(cfg.timeout_s, cfg.quota_wait_s))
-            self.link = self._new_link(store)
-            await self.link.start()
-        if self.link is not None:
-            self.tenancy.attach(self.link.store, self.shared_state.key_table_file
-                                if self.shared_state is not None else None)
-            self.quotas.attach(self.link.store, (self.shared_state or _NO_STATE).quota_wait_s)
-            self.recorder.ledger = UsageLedger(self.link.store)
-            await self.recorder.ledger.__aenter__()
-            self.throttles = ThrottleLedger(self.link.store)
-            await self.throttles.__aenter__()
-        await self.tenancy.__aenter__()
-        runner = web.AppRunner(
-            self.app,
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-            access_log=None,
-            keepalive_timeout=self.config.client.idle_s,
-            lingering_time=self.config.client.linger_s,
-        )
-        await runner.setup()  # opens the backends' sessions
-        if self.tenancy.enabled:  # the engines' token counters before any request
-            await self.reconcile.baseline_all()
-        site = GuardedSite(runner, self.listen[0], self.listen[1], self.guard)
-        await site.start()
-        self._port = runner.addresses[0][1]
-        self.runner = runner
-        admin_runner = web.AppRunner(self.admin_app, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-                                     access_log=None)
-        await admin_runner.setup()
-        self.admin_runner = admin_runner
-        await web.TCPSite(admin_runner, self.admin.host, self.admin.port,
-                          reuse_address=True).start()
-        self._admin_port = admin_runner.addresses[0][1]
-        await self.scraper.__aenter__()
-        if self.kv_follow is not None:
-            await self.kv_follow.start()
-        await self.policy_follow.start()
-
-    async def stop(self) -> None:
-        await self.policy_follow.stop()
-        if self.kv_follow is not None:
-            await self.kv_follow.stop()
-        await self.scraper.__aexit__()
-        if self.admin_runner is not None:
-            admin_runner, self.admin_runner = self.admin_runner, None
-            await admin_runner.cleanup()
-        if self.runner is not None:
-            runner, self.runner = self.runner, None
-            await runner.cleanup()
-        await self.tenancy.__aexit__(None, None, None)
-        await self.quotas.close()
-        if self.recorder.ledger is not None:
-            await self.recorder.ledger.__aexit__(None, None, None)
-        if self.throttles is not None:
-            await self.throttles.__aexit__(None, None, None)
-        if self.link is not None:
-            link, self.link = self.link, None
-            await link.stop()
-            await link.store.close()
-
-    def _new_link(self, store: AsyncStateStore) -> StateLink:
-        assert self.shared_state is not None
-        config = self.shared_state
-        if self.config.scrape_every_s > 0:  # the balancer reads the servers itself, fresher
-            config = dataclasses.replace(config, follow_load=False)
-        return StateLink(store, self.region, self.pool, self.measure_load, config, self.metrics)
-
-    async def relink(self, mutate: Callable[[], None] | None = None) -> None:
-        """Rebuild the shared-state link (it follows the backends in the pool when built);
-        ``mutate`` changes the pool while no link runs."""
-        async with self._link_lock:
-            old = self.link
-            if old is not None:
-                await old.stop()
-            if mutate is not None:
-                mutate()
-            if old is not None:
-                self.link = self._new_link(old.store)
-                await self.link.start()
-
-    async def __aenter__(self) -> Balancer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     # -- operator API --------------------------------------------------------------------
 
     def drain(self, backend: str) -> None:
@@ -480,85 +310,6 @@ class Balancer:
             while self.pool[backend].in_flight:
                 await asyncio.sleep(0.01)
 
-    def explain(
-        self, path: str, body: Any, headers: dict[str, str] | None = None
-    ) -> dict[str, Any]:
-        """Why this request would go where: the pipeline's chain of steps, as data."""
-        endpoint = Endpoint(path)
-        info = parse_request(
-            endpoint,
-            body,
-            headers or {},
-            prefill_ratio=self.config.prefill_ratio,
-            lengths=self.output_lengths,
-            with_prefix=self.parse.settings.prefix_hashes,
-            token_block_size=self.parse.token_block_size(),
-        )
-        decision = self.dispatcher.explain(info)
-        return {
-            "region": self.region,
-            "profile": self.profile.name,
-            "capacity": {b.name: describe_capacity(b.cap_now, b.in_flight) for b in self.pool},
-            "request": {
-                "model": info.model,
-                "prompt_tokens": info.prompt_tokens,
-                "output_tokens": info.output_tokens,
-                "cost_tokens": info.cost_tokens,
-                "priority": info.priority,
-                "session": info.session,
-            },
-            **decision.to_json(),
-            **({"prefix": self.prefix_scorer.describe(info, self.pool.snapshot().backends)}
-               if self.prefix_scorer is not None else {}),
-            "queued": self.dispatcher.queued,
-        }
-
-    def state(self) -> dict[str, Any]:
-        snap = self.pool.snapshot()
-        link = self.link
-        return {
-            "region": self.region,
-            "queued": self.dispatcher.queued,
-            "retry_after": self.dispatcher.retry_after(),
-            "policy_version": self.policy_follow.version,
-            "overflow": None if self.overflow is None else self.overflow.describe(),
-            "shared_state": None
-            if link is None
-            else {
-                "reachable": link.reachable,
-                "published": None
-                if link.published is None
-                else {
-                    "utilization": round(link.published.utilization, 4),
-                    "capacity": round(link.published.capacity, 3),
-                    "timestamp": link.published.timestamp,
-                },
-            },
-            "backends": [
-                {
-                    "name": b.name,
-                    "healthy": b.healthy,
-                    "ejected": b.ejected,
-                    "draining": b.draining,
-                    "drained_by": sorted(self.pool[b.name].drains),
-                    "in_flight": b.in_flight,
-                    "cap": b.cap,
-                    "limit": b.limit,
-                    "capacity": {
-                        "slots": self.pool[b.name].cap_now.slots,
-                        "source": self.pool[b.name].cap_now.source,
-                        "limit": self.pool[b.name].cap_now.limit,
-                        "provisional": self.pool[b.name].cap_now.provisional,
-                    },
-                    "work_tokens": round(b.work_tokens, 3),
-                    "prefill_tokens": round(b.prefill_tokens, 3),
-                    "tokens_per_s": round(b.tokens_per_s, 3),
-                    "rate_learned": b.rate_learned,
-                }
-                for b in snap.backends
-            ],
-        }
-
     # -- handlers ------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -590,105 +341,26 @@ class Balancer:
 
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def describe_capacity(capacity: Capacity, in_flight: int) -> str:
-    """One backend's capacity in explain's words."""
-    if capacity.provisional:
-        return (f"capacity unknown, provisional limit {capacity.limit} in flight (from the most "
-                f"it was seen running, until its metrics show it saturated); "
-                f"{in_flight} in flight")
-    if capacity.slots is None:
-        held = "at most " + str(capacity.limit) if capacity.limit < UNBOUNDED else "nothing held"
-        return (f"capacity unknown ({held}: least outstanding requests until its metrics show "
-                f"it saturated); {in_flight} in flight")
-    return (f"capacity {capacity.slots} ({capacity.source}), limit {capacity.limit} in flight; "
-            f"{in_flight} in flight")
-
-
 def backends_from_region(region: Any, max_concurrency: int | None = None) -> list[BackendSpec]:
     """``BackendSpec``s from a ``policies.model.Region``'s GPU servers (capacity learned
     unless the policy, or ``max_concurrency``, pins it)."""
     return [BackendSpec.coerce(gpu, max_concurrency) for gpu in region.gpus]
 
 
-def build_balancer(
-    region_name: str,
-    backends: Iterable[Any],
-    listen: tuple[str, int] = ("127.0.0.1", 0),
-    jurisdiction: str | None = None,
-    *,
-    config: BalancerConfig | None = None,
-    rng: random.Random | None = None,
-    residency: ResidencyCheck | None = None,
-    shared_state: SharedStateConfig | None = None,
-    capacity_rps: float | None = None,
-    overflow: OverflowConfig | None = None,
-    follow_policy: FollowPolicy | None = None,
-    policy: Policy | None = None,
-    admin: AdminListen | None = None,
-) -> Balancer:
+def build_balancer(region_name: str, backends: Iterable[Any],
+                   config: BalancerConfig | None = None, *,
+                   rng: random.Random | None = None) -> Balancer:
     """Build (not start) a region's balancer. ``backends``: ``BackendSpec``s or
-    ``policies.model.GpuServer``s. ``balancer.app`` is the aiohttp app; ``start()``
-    creates ``balancer.runner`` and listens. ``residency`` re-checks every client;
-    ``shared_state`` publishes load and follows drains in Redis; ``capacity_rps`` (the
-    policy's region capacity) is what the published utilization is relative to;
-    ``overflow`` sends what would be shed to a sibling region (needs ``residency``);
-    ``follow_policy`` applies the stored policy's GPU servers live (each version through
-    its ``load``, the policy gate); ``policy``: whose ``identity`` and ``tenants`` the
-    balancer enforces (``tenancy``); ``admin``: where ``/metrics`` and ``/_admin/*`` listen
-    (default: 127.0.0.1, any free port; see ``admin``)."""
-    return Balancer(
-        region_name,
-        backends,
-        listen=listen,
-        jurisdiction=jurisdiction,
-        config=config,
-        rng=rng,
-        residency=residency,
-        shared_state=shared_state,
-        capacity_rps=capacity_rps,
-        overflow=overflow,
-        follow_policy=follow_policy,
-        policy=policy,
-        admin=admin,
-    )
+    ``policies.model.GpuServer``s; ``config``: everything else (``BalancerConfig``).
+    ``balancer.app`` is the aiohttp app; ``start()`` creates ``balancer.runner`` and
+    listens."""
+    return Balancer(region_name, backends, config, rng=rng)
 
 
-async def serve(
-    region_name: str,
-    backends: Iterable[Any],
-    listen: tuple[str, int] = ("127.0.0.1", 8080),
-    jurisdiction: str | None = None,
-    *,
-    config: BalancerConfig | None = None,
-    ready: Callable[[Balancer], None] | None = None,
-    residency: ResidencyCheck | None = None,
-    shared_state: SharedStateConfig | None = None,
-    capacity_rps: float | None = None,
-    overflow: OverflowConfig | None = None,
-    follow_policy: FollowPolicy | None = None,
-    policy: Policy | None = None,
-    admin: AdminListen | None = None,
-) -> None:
+async def serve(region_name: str, backends: Iterable[Any], config: BalancerConfig, *,
+                ready: Callable[[Balancer], None] | None = None) -> None:
     """Run a balancer until cancelled (``director region serve`` calls this)."""
-    balancer = build_balancer(
-        region_name,
-        backends,
-        listen,
-        jurisdiction,
-        config=config,
-        residency=residency,
-        shared_state=shared_state,
-        capacity_rps=capacity_rps,
-        overflow=overflow,
-        follow_policy=follow_policy,
-        policy=policy,
-        admin=admin,
-    )
-    async with balancer:
+    async with build_balancer(region_name, backends, config) as balancer:
         if ready is not None:
             ready(balancer)
         await asyncio.Event().wait()

@@ -154,14 +154,10 @@ async def stack(
                          for i, s in enumerate(specs)}
     async with fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), cap) for s in fleet]
-        if clock is None:
-            balancer = build_balancer("test-region", backends, config=config,
-                                      shared_state=shared_state, capacity_rps=capacity_rps,
-                                      policy=policy)
-        else:
-            balancer = Balancer("test-region", backends, config=config, clock=clock,
-                                shared_state=shared_state, capacity_rps=capacity_rps,
-                                policy=policy)
+        config = dataclasses.replace(config or BalancerConfig(), shared_state=shared_state,
+                                     capacity_rps=capacity_rps, policy=policy)
+        balancer = (build_balancer("test-region", backends, config) if clock is None
+                    else Balancer("test-region", backends, config, clock=clock))
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             yield fleet, balancer, client
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer import BackendSpec, build_balancer
+from regions.balancer import BackendSpec, BalancerConfig, build_balancer
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.admin_listen import AdminListen, read_token_file
 from regions.simulator import Fleet, ServerSpec
@@ -43,8 +43,11 @@ async def test_the_admin_listener_serves_metrics_state_and_drains() -> None:
 async def test_a_token_once_set_is_required() -> None:
     token = "s3cret-admin-token"
     async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=20) as fleet:
-        balancer = build_balancer("r", [BackendSpec("gpu0", fleet["gpu0"].url, (MODEL,))],
-                                  admin=AdminListen("127.0.0.1", 0, token))
+        balancer = build_balancer(
+            "r",
+            [BackendSpec("gpu0", fleet["gpu0"].url, (MODEL,))],
+            BalancerConfig(admin=AdminListen("127.0.0.1", 0, token)),
+        )
         async with balancer:
             for given in (None, "wrong", token + "x"):
                 async with admin_client(balancer, given) as adm, adm.get("/metrics") as resp:

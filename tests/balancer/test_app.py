@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.model import GpuServer
-from regions.balancer import BackendSpec, backends_from_region, build_balancer, serve
+from regions.balancer import (
+    BackendSpec,
+    BalancerConfig,
+    backends_from_region,
+    build_balancer,
+    serve,
+)
 from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
@@ -32,9 +38,8 @@ async def test_serve_accepts_policy_gpu_servers() -> None:
         ]
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
-            serve(
-                "eu-west", [gpu], ("127.0.0.1", 0), "EU", ready=lambda b: started.set_result(b.url)
-            )
+            serve("eu-west", [gpu], BalancerConfig(listen=("127.0.0.1", 0), jurisdiction="EU"),
+                  ready=lambda b: started.set_result(b.url))
         )
         url = await started
         async with aiohttp.ClientSession(base_url=url) as client:

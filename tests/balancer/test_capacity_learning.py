@@ -37,7 +37,7 @@ async def behind(server: ServerSpec, *, time_scale: float = 1.0, late_binding: b
         backend = BackendSpec(server.name, fleet[server.name].url, (MODEL,), None, None)
         config = BalancerConfig(capacity=CapacityConfig(late_binding=late_binding,
                                                         provisional=provisional))
-        balancer = build_balancer("test-region", [backend], config=config)
+        balancer = build_balancer("test-region", [backend], config)
         async with balancer, client_of(balancer) as client:
             yield fleet, balancer, client
 
@@ -173,8 +173,9 @@ async def test_a_backend_restarted_with_another_limit_is_learned_again() -> None
     async with Fleet([first]) as fleet:
         url = fleet["gpu"].url
         port = int(url.rsplit(":", 1)[1])
-        balancer = build_balancer("test-region", [BackendSpec("gpu", url, (MODEL,))],
-                                  config=BalancerConfig(info_every_s=1.0))  # idle: every 1 s
+        balancer = build_balancer(
+            "test-region", [BackendSpec("gpu", url, (MODEL,))], BalancerConfig(info_every_s=1.0)
+        )  # idle: every 1 s
         async with balancer, client_of(balancer) as client:
             backend = balancer.pool["gpu"]
             tasks = await flood(client, 40)

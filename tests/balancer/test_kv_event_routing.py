@@ -35,7 +35,7 @@ async def test_requests_follow_the_servers_kv_events_and_fall_back_when_they_sto
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 16, kv_events=pub,
                                 kv_events_replay=replay)
                     for s, (pub, replay) in zip(fleet, endpoints, strict=True)]
-        balancer = build_balancer("test-region", backends, config=config)
+        balancer = build_balancer("test-region", backends, config)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             index = balancer.kv_index
             assert index is not None

@@ -42,7 +42,7 @@ async def test_many_requests_read_each_backend_once_per_ttl() -> None:
     async with serving(models_server("a", hits, ("m1", "m2"))) as a, \
             serving(models_server("b", hits, ("m2", "m3"))) as b:
         specs = [BackendSpec("a", a, ("m1", "m2")), BackendSpec("b", b, ("m2", "m3"))]
-        balancer = build_balancer("r", specs, config=CONFIG)
+        balancer = build_balancer("r", specs, CONFIG)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             answers = await asyncio.gather(*(ids(client) for _ in range(20)))
             answers += [await ids(client) for _ in range(10)]
@@ -61,7 +61,7 @@ async def test_an_unreadable_backend_is_listed_by_its_spec_and_not_read_per_requ
     async with serving(models_server("a", hits, ("m1",))) as a, \
             serving(models_server("b", hits, ("m9",), status=500)) as b:
         specs = [BackendSpec("a", a, ("m1",)), BackendSpec("b", b, ("m2",))]
-        balancer = build_balancer("r", specs, config=CONFIG)
+        balancer = build_balancer("r", specs, CONFIG)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             for _ in range(5):
                 assert await ids(client) == ["m1", "m2"]

@@ -4,6 +4,7 @@ each in front of its own simulated GPU server; region A is saturated by a hung s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -75,7 +76,9 @@ async def region(
     fleet = await stack.enter_async_context(Fleet([ServerSpec(f"{name}-gpu")], time_scale=20))
     backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 1) for s in fleet]
     balancer = build_balancer(
-        name, backends, config=SATURABLE, residency=check(policy, name), overflow=overflow
+        name,
+        backends,
+        dataclasses.replace(SATURABLE, residency=check(policy, name), overflow=overflow),
     )
     yield fleet, await stack.enter_async_context(balancer)
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -62,9 +63,11 @@ async def following(
         balancer = build_balancer(
             "eu-west",
             policy.region("eu-west").gpus,
-            config=config,
-            shared_state=state,
-            follow_policy=FollowPolicy(state, policy_gate.load_record),
+            dataclasses.replace(
+                config,
+                shared_state=state,
+                follow_policy=FollowPolicy(state, policy_gate.load_record),
+            ),
         )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             yield fleet, balancer, client

@@ -99,8 +99,11 @@ def test_the_stage_list_is_checked() -> None:
         with pytest.raises(BalancerConfigError, match=says):
             check_stages(bad)
     with pytest.raises(BalancerConfigError, match="unknown"):
-        build_balancer("r", [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,))],
-                       config=BalancerConfig(stages=("parse", "cache")))
+        build_balancer(
+            "r",
+            [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,))],
+            BalancerConfig(stages=("parse", "cache")),
+        )
 
 
 async def test_parse_fills_the_exchange_or_refuses() -> None:

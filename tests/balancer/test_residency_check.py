@@ -10,7 +10,7 @@ import pytest
 
 from director.geo import GeoLocator
 from policies import load_policy_text
-from regions.balancer import BackendSpec, build_balancer
+from regions.balancer import BackendSpec, BalancerConfig, build_balancer
 from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
@@ -123,7 +123,7 @@ async def test_a_header_from_an_untrusted_peer_is_ignored_over_http(policy, loca
     check = ResidencyCheck(policy, "us-east", locate)
     async with Fleet([ServerSpec("gpu0")], time_scale=20) as fleet:
         spec = BackendSpec("gpu0", fleet["gpu0"].url, ("sim-model",))
-        balancer = build_balancer("us-east", [spec], residency=check)
+        balancer = build_balancer("us-east", [spec], BalancerConfig(residency=check))
         async with balancer, aiohttp.ClientSession() as session:
             body = {"model": "sim-model", "prompt": "hi", "max_tokens": 4}
             headers = {"Host": "chat.infer.example.com", "X-Director-Client-IP": US,
@@ -140,7 +140,7 @@ async def test_refused_request_never_reaches_a_gpu(policy, locate):
     check = ResidencyCheck(policy, "us-east", locate, LOOPBACK_EDGE)
     async with Fleet([ServerSpec("gpu0")], time_scale=20) as fleet:
         spec = BackendSpec("gpu0", fleet["gpu0"].url, ("sim-model",))
-        balancer = build_balancer("us-east", [spec], residency=check)
+        balancer = build_balancer("us-east", [spec], BalancerConfig(residency=check))
         async with balancer, aiohttp.ClientSession() as session:
             body = {"model": "sim-model", "prompt": "hi", "max_tokens": 4}
             url = f"{balancer.url}/v1/completions"

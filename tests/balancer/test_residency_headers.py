@@ -14,7 +14,7 @@ from multidict import CIMultiDict
 
 from director.commands.region import residency_check
 from policies import Policy, load_policy_text
-from regions.balancer import BackendSpec, build_balancer
+from regions.balancer import BackendSpec, BalancerConfig, build_balancer
 from regions.simulator import Fleet, ServerSpec
 
 HEAD = """
@@ -90,7 +90,7 @@ async def test_header_kind_by_rule_kind(policies) -> None:
         for kind, (_, _, forbidden) in RULES.items():
             check = residency_check(policies[kind], forbidden, None, ["127.0.0.0/8"])
             balancers[kind] = await stack.enter_async_context(
-                build_balancer(forbidden, [spec], residency=check))
+                build_balancer(forbidden, [spec], BalancerConfig(residency=check)))
         session = await stack.enter_async_context(aiohttp.ClientSession())
         for case, (headers, _) in CASES.items():
             statuses = []

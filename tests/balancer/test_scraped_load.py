@@ -6,6 +6,7 @@ balancer's snapshot."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -194,7 +195,9 @@ async def busy_fleet_behind(
     ]
     async with Fleet(specs, time_scale=1.0) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 16) for s in fleet]
-        balancer = build_balancer(REGION, backends, config=config, shared_state=shared_state)
+        balancer = build_balancer(
+            REGION, backends, dataclasses.replace(config, shared_state=shared_state)
+        )
         async with balancer:
             yield fleet, balancer
 

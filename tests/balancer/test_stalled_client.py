@@ -7,6 +7,7 @@ counted; a client that reads, slowly, is never cut."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -48,8 +49,9 @@ async def balancer_for(policy: Policy, shared: SharedStateConfig) -> AsyncIterat
     async with Fleet([spec], time_scale=200.0) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 4) for s in fleet]
         config = BalancerConfig(scrape_every_s=0, client=ClientTimeouts(stall_s=STALL_S))
-        async with build_balancer("r0", backends, shared_state=shared, policy=policy,
-                                  config=config) as balancer:
+        async with build_balancer(
+            "r0", backends, dataclasses.replace(config, shared_state=shared, policy=policy)
+        ) as balancer:
             yield balancer
 
 

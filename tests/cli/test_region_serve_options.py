@@ -97,7 +97,7 @@ def test_opt_in_mechanisms_reach_the_balancer(monkeypatch: pytest.MonkeyPatch, a
 
     seen = {}
 
-    async def serve(*_args: object, config: object, **_kwargs: object) -> None:
+    async def serve(_region: object, _gpus: object, config: object, **_kwargs: object) -> None:
         seen["config"] = config
 
     monkeypatch.setattr(regions.balancer, "serve", serve)

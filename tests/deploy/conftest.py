@@ -3,8 +3,6 @@ and the ports the code listens on by default."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 from cli_check import option_default, simulator_default
 from deploy_files import COMPOSE_POLICY, ROOT, k8s_policy_files, port_of
@@ -34,9 +32,8 @@ def k8s_policy(tmp_path_factory) -> Policy:
 def defaults() -> dict[str, int]:
     """The ports the code listens on by default."""
     from director.api.config import DEFAULT_LISTEN
-    from regions.balancer.app import serve as serve_balancer
+    from regions.balancer.config import SERVED_PORT as balancer
 
-    balancer = inspect.signature(serve_balancer).parameters["listen"].default[1]
     assert option_default(("up",), "--balancer-port") == balancer
     assert option_default(("api", "serve"), "--balancer-port") == balancer
     api = port_of(option_default(("api", "serve"), "--listen"))

@@ -5,6 +5,7 @@ GPU servers, each balancer on its region's endpoint address (127.0.N.1) on a fre
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -66,8 +67,12 @@ async def running_stack(policy: Policy, geo: GeoLocator,
             # the drill client is the edge: it names its clients in X-Director-Client-IP
             check = ResidencyCheck(balancer_policy or policy, name, locate,
                                    LOOPBACK_EDGE) if residency else None
-            balancer = build_balancer(name, backends, (host, 0), spec.jurisdiction,
-                                      residency=check, config=config)
+            balancer = build_balancer(
+                name,
+                backends,
+                dataclasses.replace(config or BalancerConfig(), listen=(host, 0),
+                                    jurisdiction=spec.jurisdiction, residency=check),
+            )
             await stack.enter_async_context(balancer)
             balancers[name], fleets[name] = balancer, fleet
             infos.append(RegionInfo(name, spec.jurisdiction, tuple(spec.endpoints_v4),

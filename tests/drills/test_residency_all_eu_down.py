@@ -14,6 +14,7 @@ balancer per region in front of simulated GPU servers, locations from GeoLite2 C
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from contextlib import AsyncExitStack
 
@@ -88,7 +89,7 @@ async def test_balancers_outside_the_eu_serve_no_eu_client(example_policy) -> No
             backends = [BackendSpec(s.spec.name, s.url, models) for s in fleet]
             check = residency_check(example_policy, name, None, trusted)
             balancers[name] = await stack.enter_async_context(
-                build_balancer(name, backends, residency=check))
+                build_balancer(name, backends, BalancerConfig(residency=check)))
             fleets[name] = fleet
         session = await stack.enter_async_context(aiohttp.ClientSession())
         clients = [{"X-Director-Client-IP": str(ipaddress.ip_network(s)[1])}
@@ -122,18 +123,28 @@ async def test_a_saturated_eu_region_never_overflows_eu_clients_out_of_the_eu(
             fleet = await stack.enter_async_context(
                 Fleet([ServerSpec(f"{name}-gpu", models=(LLM,))], time_scale=50))
             backends = [BackendSpec(s.spec.name, s.url, (LLM,)) for s in fleet]
-            sibling = await stack.enter_async_context(build_balancer(
-                name, backends, residency=residency_check(example_policy, name, None,
-                                                          trusted)))
+            sibling = await stack.enter_async_context(
+                build_balancer(
+                    name,
+                    backends,
+                    BalancerConfig(residency=residency_check(example_policy, name, None, trusted)),
+                )
+            )
             urls[name], fleets[name] = sibling.url, fleet
         eu = await stack.enter_async_context(
             Fleet([ServerSpec("eu-west-gpu", models=(LLM,))], time_scale=50))
         saturable = BalancerConfig(admission=AdmissionConfig(max_queue=0))
-        eu_west = await stack.enter_async_context(build_balancer(
-            "eu-west", [BackendSpec(s.spec.name, s.url, (LLM,), 1) for s in eu],
-            config=saturable, residency=residency_check(example_policy, "eu-west", None,
-                                                        trusted),
-            overflow=OverflowConfig(OverflowMode.PROXY, urls=urls)))
+        eu_west = await stack.enter_async_context(
+            build_balancer(
+                "eu-west",
+                [BackendSpec(s.spec.name, s.url, (LLM,), 1) for s in eu],
+                dataclasses.replace(
+                    saturable,
+                    residency=residency_check(example_policy, "eu-west", None, trusted),
+                    overflow=OverflowConfig(OverflowMode.PROXY, urls=urls),
+                ),
+            )
+        )
         for server in eu:
             server.set_fault(Fault(FaultMode.HANG))
         session = await stack.enter_async_context(aiohttp.ClientSession())

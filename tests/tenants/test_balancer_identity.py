@@ -107,9 +107,13 @@ async def test_the_credential_is_not_forwarded_to_the_gpu(example_policy: Policy
         seen.append(dict(request.headers))
 
     async with serving(recording_gpu(record)) as url:
-        balancer = build_balancer("r", [BackendSpec("rec", url, (MODEL,), 4)],
-                                  shared_state=shared, policy=tenant_policy(example_policy),
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "r",
+            [BackendSpec("rec", url, (MODEL,), 4)],
+            BalancerConfig(
+                scrape_every_s=0, shared_state=shared, policy=tenant_policy(example_policy)
+            ),
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client, \
                 client.post("/v1/completions", json=completion(3, stream=False),
                             headers={"Authorization": f"Bearer {made.token}",
@@ -181,8 +185,9 @@ async def test_a_tenants_tier_reaches_an_engine_that_schedules_by_priority(
     async with serving(recorder("fcfs")) as fcfs, serving(recorder("prio")) as prio:
         backends = [BackendSpec("fcfs", fcfs, (MODEL,), 4),
                     BackendSpec("prio", prio, (MODEL,), 4, priority_scheduling=True)]
-        balancer = build_balancer("r", backends, shared_state=shared, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "r", backends, BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy)
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             for _ in range(6):
                 async with client.post("/v1/completions", json=completion(3, stream=False),
@@ -214,9 +219,11 @@ async def test_a_tenant_is_served_only_in_its_regions(example_policy: Policy,
         seen.append(request.path)
 
     async with serving(recording_gpu(record)) as url:
-        balancer = build_balancer("eu-west", [BackendSpec("rec", url, (MODEL,), 4)],
-                                  shared_state=shared, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "eu-west",
+            [BackendSpec("rec", url, (MODEL,), 4)],
+            BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             def post(name: str) -> Any:
                 return client.post("/v1/completions", json=completion(3, stream=False),

@@ -50,9 +50,14 @@ async def two_balancers(policy: Policy, shared: SharedStateConfig, time_scale: f
     """One simulated GPU server behind two balancers (each with its own state client)."""
     async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=time_scale) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 64) for s in fleet]
-        balancers = [build_balancer(f"r{i}", backends, shared_state=shared, policy=policy,
-                                    config=BalancerConfig(scrape_every_s=0))
-                     for i in range(2)]
+        balancers = [
+            build_balancer(
+                f"r{i}",
+                backends,
+                BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+            )
+            for i in range(2)
+        ]
         async with balancers[0], balancers[1], \
                 aiohttp.ClientSession(base_url=balancers[0].url) as one, \
                 aiohttp.ClientSession(base_url=balancers[1].url) as two:
@@ -194,9 +199,11 @@ async def test_the_quota_wait_of_the_shared_state_bounds_the_gate(
     policy = with_tenants(example_policy, Tenant("acme", quota=TenantQuota(concurrent=2)))
     patient = dataclasses.replace(shared, quota_wait_s=1.5)
     for config, bound in ((shared, 0.25), (patient, 1.5)):
-        balancer = build_balancer("r0", [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,), 4)],
-                                  shared_state=config, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "r0",
+            [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,), 4)],
+            BalancerConfig(scrape_every_s=0, shared_state=config, policy=policy),
+        )
         async with balancer:
             gate = balancer.quotas.gate
             assert gate is not None and gate.bound_s == bound

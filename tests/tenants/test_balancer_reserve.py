@@ -49,9 +49,11 @@ async def test_a_reserve_keeps_its_unheld_slots_free_of_another_tenants_flood(
     seen: Counter[str] = Counter()
     release = asyncio.Event()
     async with serving(holding_gpu(seen, release)) as gpu:
-        balancer = build_balancer("r", [BackendSpec("gpu0", gpu, (MODEL,), SLOTS)],
-                                  shared_state=shared, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "r",
+            [BackendSpec("gpu0", gpu, (MODEL,), SLOTS)],
+            BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
 
             async def send(tenant: str) -> int:

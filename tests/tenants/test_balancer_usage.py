@@ -51,8 +51,11 @@ async def test_usage_equals_the_simulators_counts(example_policy: Policy,
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,)) for i in range(2)]
     async with Fleet(specs, time_scale=40.0) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 32) for s in fleet]
-        balancer = build_balancer("eu-west", backends, shared_state=shared, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "eu-west",
+            backends,
+            BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
 
             async def one(n: int) -> None:
@@ -127,8 +130,11 @@ async def test_each_usage_entry_carries_the_request_id_its_answer_names(
     answered = []
     async with Fleet([ServerSpec("gpu0", models=(MODEL,))], time_scale=40.0) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 8) for s in fleet]
-        balancer = build_balancer("eu-west", backends, shared_state=shared, policy=policy,
-                                  config=BalancerConfig(scrape_every_s=0))
+        balancer = build_balancer(
+            "eu-west",
+            backends,
+            BalancerConfig(scrape_every_s=0, shared_state=shared, policy=policy),
+        )
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             for sent in ("client-abc-1", None, "not sane: spaces", "x" * 129):
                 headers = {**auth, **({"X-Request-Id": sent} if sent else {})}

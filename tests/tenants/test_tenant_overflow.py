@@ -7,6 +7,7 @@ its credential (the sibling identifies it again)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -74,10 +75,17 @@ async def region(stack: AsyncExitStack, policy: Policy, name: str, shared: Share
                  overflow: OverflowConfig | None = None) -> AsyncIterator[tuple[Gpu, Balancer]]:
     gpu = Gpu()
     url = await stack.enter_async_context(serving(recording_gpu(gpu.record)))
-    balancer = build_balancer(name, [BackendSpec(f"{name}-gpu", url, (MODEL,), 1)],
-                              config=SATURABLE,
-                              residency=ResidencyCheck(policy, name, nowhere, LOOPBACK_EDGE),
-                              overflow=overflow, shared_state=shared, policy=policy)
+    balancer = build_balancer(
+        name,
+        [BackendSpec(f"{name}-gpu", url, (MODEL,), 1)],
+        dataclasses.replace(
+            SATURABLE,
+            residency=ResidencyCheck(policy, name, nowhere, LOOPBACK_EDGE),
+            overflow=overflow,
+            shared_state=shared,
+            policy=policy,
+        ),
+    )
     yield gpu, await stack.enter_async_context(balancer)
 
 
