@@ -57,7 +57,8 @@ from benchkit.routing_procs import (
     start_smg,
 )
 from regions.balancer.scheduling.admission import Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import Endpoint, RequestInfo
 

@@ -28,7 +28,7 @@ from regions.balancer import BackendSpec, BalancerConfig
 from regions.balancer.app import Balancer
 from regions.balancer.errors import ShedError
 from regions.balancer.http.request_info import parse_request
-from regions.balancer.scheduling.backends import ScrapedLoad
+from regions.balancer.scheduling.backend import ScrapedLoad
 from regions.balancer.types import Endpoint
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SequenceAborted

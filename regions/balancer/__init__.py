@@ -26,15 +26,15 @@ if TYPE_CHECKING:
     )
     from regions.balancer.config import BalancerConfig
     from regions.balancer.scheduling.admission import AdmissionConfig
-    from regions.balancer.scheduling.backends import BackendSpec, OutlierConfig
+    from regions.balancer.scheduling.backend import BackendSpec, OutlierConfig
     from regions.balancer.signals.shared_state import SharedStateConfig
 
 _HOMES = {
     "AdmissionConfig": "regions.balancer.scheduling.admission",
-    "BackendSpec": "regions.balancer.scheduling.backends",
+    "BackendSpec": "regions.balancer.scheduling.backend",
     "Balancer": "regions.balancer.app",
     "BalancerConfig": "regions.balancer.config",
-    "OutlierConfig": "regions.balancer.scheduling.backends",
+    "OutlierConfig": "regions.balancer.scheduling.backend",
     "SharedStateConfig": "regions.balancer.signals.shared_state",
     "backends_from_region": "regions.balancer.app",
     "build_balancer": "regions.balancer.app",

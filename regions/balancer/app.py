@@ -4,7 +4,7 @@
 The server side is aiohttp (``handler_cancellation=True`` turns a client disconnect into
 the cancellation of the handler, which closes the upstream connection and so aborts the
 work on the GPU). Inference requests go to each GPU server over its own pool of
-keep-alive HTTP/1.1 connections (``upstream.UpstreamPool``), whose body pieces are written
+keep-alive HTTP/1.1 connections (``upstream_pool.UpstreamPool``), whose body pieces are written
 on to the client from the connection's callback (``relay``), unbuffered and without a
 task wake-up per token. Control traffic to the servers (metric scrapes, ``/v1/models``,
 engine info) uses one aiohttp ``ClientSession`` per backend.
@@ -57,9 +57,11 @@ from regions.balancer.lifecycle import Lifecycle
 from regions.balancer.reports import Reports
 from regions.balancer.request_chain import check_stages
 from regions.balancer.scheduling.admission import Dispatcher
-from regions.balancer.scheduling.backends import ADMIN, BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.kv_event_index import KvEventIndex
 from regions.balancer.scheduling.output_lengths import OutputLengths
+from regions.balancer.scheduling.pool_health import ADMIN
 from regions.balancer.scheduling.registry import (
     Registry,
     build_profile,

@@ -13,7 +13,7 @@ from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
 from regions.balancer.request_chain import STAGES
 from regions.balancer.scheduling.admission import AdmissionConfig
-from regions.balancer.scheduling.backends import OutlierConfig
+from regions.balancer.scheduling.backend import OutlierConfig
 from regions.balancer.scheduling.capacity import CapacityConfig
 from regions.balancer.scheduling.registry import DEFAULT_FILTERS, DEFAULT_PICKER, DEFAULT_SCORERS
 from regions.balancer.signals.model_catalog import DEFAULT_TTL_S

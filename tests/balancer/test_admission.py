@@ -10,7 +10,8 @@ import pytest
 
 from regions.balancer.errors import NoBackendError, ShedError
 from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from tests.balancer.helpers import MODEL, req
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.scheduling.backend import BackendSpec, OutlierConfig
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.speed import Ewma, StreamMeter
 from regions.balancer.signals.pool_update import apply_specs
 

@@ -14,7 +14,8 @@ import pytest
 
 from regions.balancer.errors import ShedError
 from regions.balancer.scheduling.admission import AdmissionConfig, Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.fair_share import FairShare, FairShareConfig
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.types import RequestInfo

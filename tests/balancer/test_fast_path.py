@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec, ScrapedLoad
+from regions.balancer.scheduling.backend import BackendSpec, ScrapedLoad
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.capacity import GUESS_SLOTS, UNBOUNDED, CapacityConfig
 from regions.balancer.scheduling.filters.capacity import CapacityFilter
 from regions.balancer.scheduling.filters.health import HealthFilter

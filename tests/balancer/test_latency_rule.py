@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec, OutlierConfig
+from regions.balancer.scheduling.backend import BackendSpec, OutlierConfig
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.latency import RegionTtft, is_ttft_outlier
 
 RULE_CASES = [

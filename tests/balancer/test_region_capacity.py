@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 
 from regions.balancer.scheduling.admission import Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec, ScrapedLoad
+from regions.balancer.scheduling.backend import BackendSpec, ScrapedLoad
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.capacity import UNBOUNDED, CapacityConfig
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from tests.balancer.helpers import MODEL, req

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from regions.balancer.http.relay import RelayEnd, relay, response_for
-from regions.balancer.http.upstream import UpstreamPool
+from regions.balancer.http.upstream_pool import UpstreamPool
 
 CHUNKS = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 

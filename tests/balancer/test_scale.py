@@ -8,7 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.name_positions import NamePositions
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.scheduling.scorers.session_affinity import rendezvous_weight

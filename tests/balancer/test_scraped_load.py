@@ -21,7 +21,8 @@ from regions.balancer import (
     SharedStateConfig,
     build_balancer,
 )
-from regions.balancer.scheduling.backends import BackendPool, ScrapedLoad
+from regions.balancer.scheduling.backend import ScrapedLoad
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.registry import Registry, register_builtin_plugins
 from regions.balancer.scheduling.scorers.scraped_load import ScrapedLoadScorer
 from regions.simulator import EngineConfig, Fleet, ServerSpec

@@ -12,7 +12,8 @@ import random
 import pytest
 
 from regions.balancer.scheduling.admission import HOLD, Dispatcher
-from regions.balancer.scheduling.backends import BackendPool, BackendSpec, Lease
+from regions.balancer.scheduling.backend import BackendSpec, Lease
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.registry import Registry, build_profile, register_builtin_plugins
 from regions.balancer.scheduling.scorers.size_aware import SizeAwareScorer
 from tests.balancer.helpers import MODEL, req

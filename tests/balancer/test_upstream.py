@@ -14,12 +14,8 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from regions.balancer.http.upstream import (
-    BodySink,
-    UpstreamPool,
-    UpstreamProtocolError,
-    _request_bytes,
-)
+from regions.balancer.http.upstream import BodySink, UpstreamProtocolError
+from regions.balancer.http.upstream_pool import UpstreamPool, _request_bytes
 
 
 class Scripted:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 
 import engines
-from regions.balancer.scheduling.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import Backend, BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.signals.engine_scrape import MetricsStatus
 from regions.balancer.signals.usage_reconcile import Tally, UsageReconciler, split
 from tenants.usage import UsageKey

@@ -27,7 +27,8 @@ from aiohttp import web
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.http.metrics import CONTENT_TYPE, BalancerMetrics
 from regions.balancer.http.refusals import error_response
-from regions.balancer.scheduling.backends import ADMIN, BackendPool
+from regions.balancer.scheduling.backends import BackendPool
+from regions.balancer.scheduling.pool_health import ADMIN
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

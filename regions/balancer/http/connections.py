@@ -10,7 +10,7 @@ import asyncio
 
 import aiohttp
 
-from regions.balancer.http.upstream import UpstreamPool
+from regions.balancer.http.upstream_pool import UpstreamPool
 from regions.balancer.scheduling.backends import BackendPool
 
 ConnectionPool = aiohttp.ClientSession | UpstreamPool

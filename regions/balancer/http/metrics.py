@@ -147,6 +147,13 @@ class BalancerMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(_PoolCollector(region, dispatcher))
         r = self.registry
+        self._routing(r)
+        self._tenancy(r)
+        self._clients(r)
+        self._data_path(r)
+
+    def _routing(self, r: CollectorRegistry) -> None:
+        """Decisions, retries, ejections, shedding and residency refusals."""
         self.decisions = Counter(
             "director_balancer_decisions", "Requests bound to a backend", ["backend"], registry=r
         )
@@ -163,6 +170,9 @@ class BalancerMetrics:
             ["service"],
             registry=r,
         )
+
+    def _tenancy(self, r: CollectorRegistry) -> None:
+        """Per tenant and model: requests, tokens, cancellations, GPU time; identity refusals."""
         self.tenant_requests = Counter(
             "director_balancer_tenant_requests", "Answered requests per tenant and model",
             ["tenant", "model"], registry=r)
@@ -185,6 +195,9 @@ class BalancerMetrics:
             ["reason"],
             registry=r,
         )
+
+    def _clients(self, r: CollectorRegistry) -> None:
+        """Clients that left, stalled or sent their request too slowly."""
         self.client_gone = Counter(
             "director_balancer_client_gone",
             "Clients that closed their connection before the answer's end (not errors)",
@@ -203,6 +216,9 @@ class BalancerMetrics:
             ["phase"],
             registry=r,
         )
+
+    def _data_path(self, r: CollectorRegistry) -> None:
+        """Backend errors and latencies, and the shared state's link."""
         self.upstream_errors = Counter(
             "director_balancer_upstream_errors",
             "Backend errors seen in the data path",

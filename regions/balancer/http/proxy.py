@@ -44,10 +44,12 @@ from regions.balancer.http.relay import (
     relay,
     response_for,
 )
-from regions.balancer.http.upstream import UpstreamPool, UpstreamResponse
+from regions.balancer.http.upstream import UpstreamResponse
+from regions.balancer.http.upstream_pool import UpstreamPool
 from regions.balancer.http.usage_stream import UsageEventFilter, ask_for_usage
 from regions.balancer.scheduling.admission import Dispatcher
-from regions.balancer.scheduling.backends import Backend, BackendPool, Lease
+from regions.balancer.scheduling.backend import Backend, Lease
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.speed import StreamMeter
 from regions.balancer.types import RequestInfo

@@ -174,45 +174,60 @@ async def relay(
         sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock, progress,
                          transform)
         upstream.stream(sink)
-        while sink.end_state is None:
-            await sink.wake
-            sink.wake = asyncio.get_running_loop().create_future()
-            if sink.paused and sink.end_state is None:
-                try:
-                    if not await _drained(request, progress):
-                        transport.abort()
-                        return RelayEnd.CLIENT_STALLED
-                except ConnectionError:  # reset, or lost while waiting
-                    return RelayEnd.CLIENT_GONE
-                sink.paused = False
-                upstream.resume()
-        end = sink.end_state
+        end = await _pump(request, upstream, sink, progress)
         if end in (RelayEnd.UPSTREAM_FAILED, RelayEnd.CLIENT_STALLED):
             transport.abort()
             return end
         if end is not RelayEnd.FINISHED:
             return end
         finished = True
-        if transport.is_closing():
-            return RelayEnd.CLIENT_GONE_AT_END
-        if transform is not None:
+        if transform is not None and not transport.is_closing():
             sink.write(transform.rest())
-        try:
-            if not await _drained(request, progress):
-                transport.abort()  # the answer is whole upstream: its connection goes back
-                return RelayEnd.CLIENT_STALLED
-            await asyncio.wait_for(resp.write_eof(), stall_s)
-        except ConnectionError:
-            return RelayEnd.CLIENT_GONE_AT_END
-        except TimeoutError:
-            transport.abort()
-            return RelayEnd.CLIENT_STALLED
-        return RelayEnd.FINISHED
+        return await _end_answer(request, resp, progress, stall_s)
     finally:
         if finished:
             upstream.release()
         else:
             upstream.close()
+
+
+async def _pump(request: web.Request, upstream: UpstreamResponse, sink: _ToClient,
+                progress: SendProgress) -> RelayEnd:
+    """Wait while the body goes to the client from the sink's callbacks, resuming the
+    upstream each time the client has taken what was paused for; how it ended."""
+    while sink.end_state is None:
+        await sink.wake
+        sink.wake = asyncio.get_running_loop().create_future()
+        if sink.paused and sink.end_state is None:
+            try:
+                if not await _drained(request, progress):
+                    sink.transport.abort()
+                    return RelayEnd.CLIENT_STALLED
+            except ConnectionError:  # reset, or lost while waiting
+                return RelayEnd.CLIENT_GONE
+            sink.paused = False
+            upstream.resume()
+    return sink.end_state
+
+
+async def _end_answer(request: web.Request, resp: web.StreamResponse, progress: SendProgress,
+                      stall_s: float) -> RelayEnd:
+    """The answer is whole upstream (its connection goes back to the pool): see the client
+    take the rest, and end the response."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return RelayEnd.CLIENT_GONE_AT_END
+    try:
+        if not await _drained(request, progress):
+            transport.abort()
+            return RelayEnd.CLIENT_STALLED
+        await asyncio.wait_for(resp.write_eof(), stall_s)
+    except ConnectionError:
+        return RelayEnd.CLIENT_GONE_AT_END
+    except TimeoutError:
+        transport.abort()
+        return RelayEnd.CLIENT_STALLED
+    return RelayEnd.FINISHED
 
 
 async def _drained(request: web.Request, progress: SendProgress) -> bool:

@@ -19,19 +19,15 @@ answer) or ``TimeoutError`` (connect, or no byte for ``read_timeout_s``): both a
 from __future__ import annotations
 
 import asyncio
-import ssl
-from collections.abc import Iterable
-from urllib.parse import urlsplit
+from typing import Protocol
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
+
+from regions.balancer.http.response_head import UpstreamProtocolError, keeps_alive, parse_head
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CHUNK_LINE = 4096
 NO_BODY_STATUS = frozenset({204, 304})
-
-
-class UpstreamProtocolError(ConnectionError):
-    """The server's answer is not valid HTTP/1.1."""
 
 
 class BodySink:
@@ -70,10 +66,20 @@ class _Collect(BodySink):
             self.done.set_exception(error)
 
 
-class _Connection(asyncio.Protocol):
+class ConnectionOwner(Protocol):
+    """What a connection needs of the pool it belongs to (``upstream_pool.UpstreamPool``)."""
+
+    url: str
+    read_timeout_s: float
+    _idle: list[Connection]
+
+    def _forget(self, conn: Connection) -> None: ...
+
+
+class Connection(asyncio.Protocol):
     """One TCP connection; one request at a time (no pipelining)."""
 
-    def __init__(self, pool: UpstreamPool) -> None:
+    def __init__(self, pool: ConnectionOwner) -> None:
         self.pool = pool
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -184,13 +190,13 @@ class _Connection(asyncio.Protocol):
                     raise UpstreamProtocolError(f"{self.pool.url}: response head too large")
                 self._buf = buf
                 return
-            status, reason, version, headers = _parse_head(buf[:end])
+            status, reason, version, headers = parse_head(buf[:end])
             buf = buf[end + 4:]
             if 100 <= status < 200:  # an interim answer (100 Continue, 103): skip it
                 continue
             break
         self._buf = b""
-        self.keep_alive = _keeps_alive(version, headers)
+        self.keep_alive = keeps_alive(version, headers)
         if status in NO_BODY_STATUS:
             self._framing = "none"
         elif "chunked" in headers.get("transfer-encoding", "").lower():
@@ -330,7 +336,7 @@ class UpstreamResponse:
     __slots__ = ("_conn", "headers", "reason", "status")
 
     def __init__(
-        self, conn: _Connection, status: int, reason: str, headers: CIMultiDictProxy[str]
+        self, conn: Connection, status: int, reason: str, headers: CIMultiDictProxy[str]
     ) -> None:
         self._conn = conn
         self.status = status
@@ -374,153 +380,3 @@ class UpstreamResponse:
         """Done, maybe mid-answer: close the connection (a GPU server then aborts the
         sequence)."""
         self._conn.abort()
-
-
-class UpstreamPool:
-    """Keep-alive HTTP/1.1 connections to one server (``http://`` or ``https://``)."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        connect_timeout_s: float,
-        read_timeout_s: float,
-        keepalive_s: float = 30.0,
-    ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        self.url = url.rstrip("/")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = (
-            ssl.create_default_context() if parts.scheme == "https" else None
-        )
-        self.base_path = parts.path.rstrip("/")
-        self.host_header = parts.netloc.encode("idna")
-        self.connect_timeout_s = connect_timeout_s
-        self.read_timeout_s = read_timeout_s
-        self.keepalive_s = keepalive_s
-        self._idle: list[_Connection] = []
-        self._open: set[_Connection] = set()
-        self._closed = False
-
-    @property
-    def idle(self) -> int:
-        return len(self._idle)
-
-    @property
-    def open(self) -> int:
-        return len(self._open)
-
-    async def request(
-        self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes
-    ) -> UpstreamResponse:
-        """Send a request; its response once the head has arrived."""
-        if self._closed:
-            raise ConnectionError(f"{self.url}: pool closed")
-        wire = _request_bytes(method, self.base_path + path, self.host_header, headers, body)
-        conn = self._take_idle()
-        if conn is not None:
-            try:
-                return await self._exchange(conn, wire)
-            except ConnectionError:
-                if conn.received:  # the server did answer something: not a stale socket
-                    raise
-            # the server had closed the kept-alive connection: once more on a new one
-        return await self._exchange(await self._connect(), wire)
-
-    @staticmethod
-    async def _exchange(conn: _Connection, wire: bytes) -> UpstreamResponse:
-        try:
-            return await conn.send(wire)
-        except asyncio.CancelledError:
-            conn.abort()  # the client left before the head: the server drops the request
-            raise
-
-    def _take_idle(self) -> _Connection | None:
-        now = asyncio.get_running_loop().time()
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.closed:
-                continue
-            if now - conn.idle_since > self.keepalive_s:
-                conn.abort()
-                continue
-            return conn
-        return None
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(self), self.host, self.port, ssl=self.ssl
-                )
-        except TimeoutError:
-            raise TimeoutError(
-                f"{self.url}: no connection within {self.connect_timeout_s:g} s"
-            ) from None
-        self._open.add(conn)
-        return conn
-
-    def _forget(self, conn: _Connection) -> None:
-        self._open.discard(conn)
-        if conn in self._idle:
-            self._idle.remove(conn)
-
-    async def close(self) -> None:
-        """Close every connection (answers in flight are cut)."""
-        self._closed = True
-        for conn in list(self._open):
-            conn.abort()
-        self._idle.clear()
-
-
-def _request_bytes(
-    method: str, target: str, host: bytes, headers: Iterable[tuple[str, str]], body: bytes
-) -> bytes:
-    """The request on the wire; a ``Host`` in ``headers`` replaces the server's own."""
-    lines = [b"%s %s HTTP/1.1\r\nContent-Length: %d\r\n"
-             % (method.encode("ascii"), target.encode("utf-8", "surrogateescape"), len(body))]
-    has_host = False
-    for name, value in headers:
-        lower = name.lower()
-        if lower == "content-length":
-            continue
-        has_host = has_host or lower == "host"
-        if "\r" in value or "\n" in value:
-            raise ValueError(f"header {name}: a line break in its value")
-        lines.append(b"%s: %s\r\n" % (name.encode("ascii", "surrogateescape"),
-                                      value.encode("utf-8", "surrogateescape")))
-    if not has_host:
-        lines.append(b"Host: %s\r\n" % host)
-    lines.append(b"\r\n")
-    lines.append(body)
-    return b"".join(lines)
-
-
-def _parse_head(raw: bytes) -> tuple[int, str, str, CIMultiDict[str]]:
-    text = raw.decode("latin-1")
-    status_line, _, rest = text.partition("\r\n")
-    version, _, tail = status_line.partition(" ")
-    code, _, reason = tail.partition(" ")
-    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
-        raise UpstreamProtocolError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in rest.split("\r\n") if rest else ():
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise UpstreamProtocolError(f"bad header line {line[:80]!r}")
-        headers.add(name, value.strip())
-    if len(headers.getall("content-length", ())) > 1 and \
-            len(set(headers.getall("content-length"))) > 1:
-        raise UpstreamProtocolError("conflicting Content-Length headers")
-    return int(code), reason, version, headers
-
-
-def _keeps_alive(version: str, headers: CIMultiDict[str]) -> bool:
-    tokens = {t.strip().lower() for v in headers.getall("connection", ()) for t in v.split(",")}
-    if version == "HTTP/1.0":
-        return "keep-alive" in tokens
-    return "close" not in tokens

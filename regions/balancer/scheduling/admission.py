@@ -9,9 +9,8 @@ backend has a free slot (late binding), or shed it with 429 and a real Retry-Aft
 - Late binding: the profile's refiners (the ``size-aware`` scorer) first refine each
   request's predicted size (``refine``, once per ``acquire``); its hold policies
   (``size-aware``, ``expected-finish``) are then asked about each pick. When one answers
-  ``h > 0`` seconds (the pick
-  is far slower for this request than a backend that is full right now) and the request
-  has waited less than ``h``, it is not bound: it waits in the queue
+  ``h > 0`` seconds (the pick is far slower for this request than a backend that is full
+  right now) and the request has waited less than ``h``, it is not bound: it waits in the queue
   (``Decision.stopped_at == HOLD``) and is offered the next free slots like any queued
   request, until it binds or its ``h`` runs out (then it takes what is free).
 - The queue is ordered by priority (higher first), then arrival, less the advisors'
@@ -54,7 +53,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from regions.balancer.errors import NoBackendError, ShedError
-from regions.balancer.scheduling.backends import BackendPool, Lease
+from regions.balancer.scheduling.backend import Lease
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.capacity import UNBOUNDED
 from regions.balancer.scheduling.fair_share import FairShare
 from regions.balancer.scheduling.pipeline import Decision, Profile

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 import engines
-from regions.balancer.scheduling.backends import Backend, BackendPool, ScrapedLoad
+from regions.balancer.scheduling.backend import Backend, ScrapedLoad
+from regions.balancer.scheduling.backends import BackendPool
 
 log = logging.getLogger(__name__)
 

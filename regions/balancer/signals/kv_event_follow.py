@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from engines.kv_event_subscriber import KvEventSubscriber
 from engines.kv_events import KvEvent
-from regions.balancer.scheduling.backends import BackendSpec
+from regions.balancer.scheduling.backend import BackendSpec
 from regions.balancer.scheduling.kv_event_index import KvEventIndex
 
 log = logging.getLogger(__name__)

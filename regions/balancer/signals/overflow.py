@@ -50,7 +50,7 @@ from regions.balancer.http.parse import DEADLINE_HEADER
 from regions.balancer.http.proxy import BACKEND_HEADER, REGION_HEADER
 from regions.balancer.http.relay import UPSTREAM_ERRORS, relay, response_for
 from regions.balancer.http.request_info import PRIORITY_HEADER, SESSION_HEADER
-from regions.balancer.http.upstream import UpstreamPool
+from regions.balancer.http.upstream_pool import UpstreamPool
 from regions.balancer.tenancy.residency_check import (
     CLIENT_COUNTRY_HEADER,
     CLIENT_IP_HEADER,

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from policies.model import Policy
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.connections import BackendConnections, ConnectionPool
-from regions.balancer.scheduling.backends import Backend, BackendPool, BackendSpec
+from regions.balancer.scheduling.backend import Backend, BackendSpec
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.signals.overflow import Overflow
 from regions.balancer.signals.pool_update import (
     PoolChange,

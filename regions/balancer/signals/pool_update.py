@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from regions.balancer.errors import BalancerConfigError
-from regions.balancer.scheduling.backends import Backend, BackendPool, BackendSpec, model_set
+from regions.balancer.scheduling.backend import Backend, BackendSpec, model_set
+from regions.balancer.scheduling.backends import BackendPool
 
 POLICY = "policy"
 

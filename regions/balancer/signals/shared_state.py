@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regions.balancer.http.metrics import BalancerMetrics
-from regions.balancer.scheduling.backends import STATE, BackendPool, ScrapedLoad
+from regions.balancer.scheduling.backend import ScrapedLoad
+from regions.balancer.scheduling.backends import STATE, BackendPool
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError

@@ -53,7 +53,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import engines
-from regions.balancer.scheduling.backends import Backend, BackendPool
+from regions.balancer.scheduling.backend import Backend
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.signals.engine_scrape import SCRAPE_ERRORS, MetricsStatus
 from state.tasks import cancel_and_wait
 from tenants.usage import UsageKey

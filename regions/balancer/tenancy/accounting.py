@@ -20,7 +20,8 @@ from regions.balancer.http.exchange import Exchange, Next
 from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.relay import RelayEnd
 from regions.balancer.http.request_info import host_name
-from regions.balancer.scheduling.backends import Backend, BackendPool
+from regions.balancer.scheduling.backend import Backend
+from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.tenancy.access import Tenancy
 from regions.balancer.tenancy.tenant_quota import UsageMeter
 from tenants.usage import RECONCILE, UsageEvent, UsageKey, UsageLedger
