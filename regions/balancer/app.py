@@ -29,7 +29,7 @@ shared state (``shared_state.StateLink``); state errors never stop serving.
                                                       ("llama-3-8b",))])
     async with balancer:             # listens on balancer.url
         ...
-    # or: await serve("eu-west", region.gpus, listen=("0.0.0.0", 8080))
+    # or: await serve("eu-west", region.gpus, BalancerConfig(listen=("0.0.0.0", 8080)))
 """
 
 from __future__ import annotations
