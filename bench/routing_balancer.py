@@ -46,7 +46,7 @@ PROFILES = {
 
 
 async def run(listen: tuple[str, int], backends: list[BackendSpec], config: BalancerConfig) -> None:
-    task = asyncio.create_task(serve("bench", backends, listen, config=config))
+    task = asyncio.create_task(serve("bench", backends, dataclasses.replace(config, listen=listen)))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)
