@@ -18,6 +18,7 @@ from regions.balancer.http.admin_listen import DEFAULT_ADMIN_PORT
 from regions.balancer.scheduling.capacity import CapacityConfig
 from state.credentials import redacted
 from state.ports import hostport, parse_hostport
+from tenants.quota_link import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from director.geo import IPAddress
@@ -77,7 +78,7 @@ def serve(
     redis_url: opt.RedisUrlOption = None,
     state_prefix: opt.StatePrefixOption = "director",
     state_dir: opt.StateDirOption = None,
-    quota_wait: opt.QuotaWaitOption = 0.25,
+    quota_wait: opt.QuotaWaitOption = DEFAULT_TIMEOUT_S,
     admin_listen: opt.AdminListenOption = None,
     admin_token_file: opt.AdminTokenFileOption = None,
     follow_policy: opt.FollowPolicyOption = False,
@@ -293,7 +294,7 @@ def residency_check(
 
 def shared_state(
     redis_url: str | None, prefix: str, stale_after: float, state_dir: Path | None = None,
-    quota_wait_s: float = 0.25,
+    quota_wait_s: float = DEFAULT_TIMEOUT_S,
 ) -> SharedStateConfig | None:
     """Where the shared state is (None: the balancer runs without one), and where the
     balancer keeps its copy of the tenant key table (``state_dir``)."""

@@ -50,6 +50,7 @@ from state.errors import RecordError, StateError
 from state.keys import DEFAULT_PREFIX
 from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
 from state.tasks import cancel_and_wait
+from tenants.quota_link import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class SharedStateConfig:
     key_table_file: Path | None = None  # the tenant key table's local copy (api_keys)
     # the least a request waits for the shared quota before the balancer decides it by its
     # local limits; the wait adapts to measured round trips, up to QUOTA_MAX_WAIT_S
-    quota_wait_s: float = 0.25
+    quota_wait_s: float = DEFAULT_TIMEOUT_S
 
 
 class StateLink:
