@@ -8,7 +8,10 @@ One Lua script per probe result: it bumps the success or failure streak and flip
 
 A result is ignored when its probe id was already applied (a redelivered task) or when it is
 older than the stored one (an out-of-order result), which makes probe tasks idempotent. The
-key's name is published on the change channel only when ``up`` changes.
+key's name is published on the change channel when ``up`` changes, and when a target that
+is up fails its first probe in a row or passes one after failing: the global tier answers
+for a region whose balancer is failing (not yet down) with the short degraded TTL, so that
+clients already hold short-lived answers when it goes down.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if cur[4] and tonumber(cur[4]) > tonumber(now) then return 0 end
 local up = cur[1] or ''
 local oks = tonumber(cur[2] or '0')
 local fails = tonumber(cur[3] or '0')
+local suspect_before = up == '1' and fails > 0
 if ok then oks = oks + 1; fails = 0 else fails = fails + 1; oks = 0 end
 local new = up
 if ok then
@@ -42,6 +46,9 @@ if new ~= up then
   redis.call('HSET', key, 'changed_at', now)
   redis.call('PUBLISH', ARGV[9], key)
   return 2
+end
+if up == '1' and (fails > 0) ~= suspect_before then
+  redis.call('PUBLISH', ARGV[9], key)
 end
 return 1
 """

@@ -24,8 +24,8 @@ from director.dns.policy_thread import policy_follower_thread
 from director.dns.ratelimit import RrlMode, default_mode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
-from director.dns.transports.sockets import BoundSockets, parse_listen
-from director.dns.transports.workers import run_workers
+from director.dns.transports.sockets import parse_listen
+from director.dns.transports.workers import SocketSource, run_workers
 from director.geo import GeoLocator
 from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
@@ -93,7 +93,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode, rrl_rate=rrl_rate,
                       rrl_slip=rrl_slip, precompile=precompile)
 
-    def worker_main(sockets: list[BoundSockets] | None,
+    def worker_main(sockets: SocketSource | None,
                     report: Callable[[DnsStats], Awaitable[None]] | None) -> int:
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
@@ -111,7 +111,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
 
 
 async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSource,
-               config: ServerConfig, sockets: list[BoundSockets] | None,
+               config: ServerConfig, sockets: SocketSource | None,
                report: Callable[[DnsStats], Awaitable[None]] | None,
                metrics_listen: str | None, follow_policy: str | None = None,
                reload_policy: Callable[[], Policy] | None = None,
@@ -144,7 +144,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
-        server = DnsServer(app, config, sockets)
+        server = DnsServer(app, config, sockets() if sockets is not None else None)
         await server.start()
         settle_when_ready(app.map_ready)
         stack.push_async_callback(server.stop)

@@ -4,7 +4,10 @@ Per region:
 
 - ``healthy``: None when nothing is known yet (never probed); False when the balancer is
   known down, or when the region has GPU servers and every one is known down; else True.
-- ``degraded``: some, not all, of its GPU servers are known down.
+- ``degraded``: some, not all, of its GPU servers are known down, or its balancer is up but
+  failed its last probe (suspect: one more failure may take it down). Answers on it get the
+  service's short ``degraded-ttl``, so a client holds a region that is going down for
+  ``degraded-ttl`` rather than ``ttl`` after it is declared down.
 - ``utilization``: as the region's balancer last published it; None if it never did.
 - ``draining``: an operator drain flag is set on the region.
 - ``stale``: some record the region's state rests on (balancer health, GPU health, published
@@ -23,6 +26,7 @@ from types import MappingProxyType
 
 from director.engine.snapshot import RegionState, Snapshot
 from policies.model import Policy, Region
+from state.records import HealthRecord
 from state.view import StateView
 
 
@@ -59,9 +63,13 @@ def region_state(
         utilization=load.utilization if load is not None else None,
         draining=region.name in view.drains.regions,
         stale=oldest is not None and oldest > stale_after,
-        degraded=down > 0 and not all_gpus_down,
+        degraded=(down > 0 and not all_gpus_down) or _suspect(balancer),
     )
     return state, oldest
+
+
+def _suspect(balancer: HealthRecord | None) -> bool:
+    return balancer is not None and balancer.up is True and balancer.fail_streak > 0
 
 
 def build_snapshot(

@@ -4,10 +4,8 @@ balancer in front of a real simulated fleet, all on 127.0.0.1 port 0."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +21,7 @@ from regions.balancer import (
 )
 from regions.balancer.types import BackendSnapshot, Endpoint, RequestInfo
 from regions.simulator import Fleet, ServerSpec, SimServer
+from tests.run_clock import RunClock, SimRunClock
 
 MODEL = "sim-model"
 
@@ -69,69 +68,6 @@ def completion(output_tokens: int = 10, *, stream: bool = True, **extra: Any) ->
     }
 
 
-class RunClock:
-    """Seconds this process's event loop ran: ``time.monotonic()`` less the stretches in
-    which the loop could not run at all (a host that deschedules the VM, other processes
-    on every core, on CI: stretches of 60-450 ms, dozens in a few seconds;
-    docs/research/test-machine.md).
-
-    A task reads the clock every ``TICK_S`` (``async with RunClock() as clock``), and every
-    caller reads it too; two reads more than ``GAP_S`` apart are a stretch the loop did
-    not run, and all but ``TICK_S`` of it is not counted. What the simulator and the
-    balancer time on this clock (a time to first token, a token rate, an ejection's
-    length) is the servers' doing, not the machine's: the simulator, the balancer and the
-    client run on this one loop, so while it stands still none of them does anything."""
-
-    TICK_S = 0.005
-    GAP_S = 0.012  # a tick late by 7 ms: the loop did not run (a busy one ticks on time)
-
-    def __init__(self) -> None:
-        self._last = time.monotonic()
-        self.lost_s = 0.0  # time not counted so far
-        self._ticker: asyncio.Task[None] | None = None
-
-    def __call__(self) -> float:
-        now = time.monotonic()
-        gap = now - self._last
-        if gap > self.GAP_S:
-            self.lost_s += gap - self.TICK_S
-        self._last = now
-        return now - self.lost_s
-
-    async def _tick(self) -> None:
-        while True:
-            self()
-            await asyncio.sleep(self.TICK_S)
-
-    async def __aenter__(self) -> RunClock:
-        self()
-        self._ticker = asyncio.create_task(self._tick(), name="run-clock")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            await asyncio.gather(self._ticker, return_exceptions=True)
-
-
-class SimRunClock:
-    """The simulator's ``Clock`` on a ``RunClock``: model time runs ``time_scale`` times
-    faster than the process runs, and stands still while it is off the CPU."""
-
-    def __init__(self, run: RunClock, time_scale: float) -> None:
-        self.run = run
-        self.time_scale = time_scale
-
-    def now(self) -> float:
-        return self.run() * self.time_scale
-
-    async def sleep_until(self, deadline: float) -> None:
-        # a sleep that ends late because the process was off the CPU ends early on this
-        # clock: sleep the rest
-        while (delay := (deadline - self.now()) / self.time_scale) > 0:
-            await asyncio.sleep(delay)
-
-
 @asynccontextmanager
 async def stack(
     speeds: Sequence[float] = (1.0, 1.0),
@@ -175,12 +111,3 @@ async def stream_completion(
     async with client.post("/v1/completions", json=body, headers=headers) as resp:
         data = await resp.read()
         return resp.status, resp.headers.get("x-director-backend", ""), data
-
-
-async def eventually(check: Callable[[], Any], *, timeout: float = 5.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while True:
-            value = check()
-            if value:
-                return value
-            await asyncio.sleep(0.01)

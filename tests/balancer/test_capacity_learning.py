@@ -7,7 +7,6 @@ and ``explain``."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,7 +18,8 @@ from regions.balancer import BackendSpec, Balancer, BalancerConfig, build_balanc
 from regions.balancer.scheduling.capacity import UNBOUNDED, CapacityConfig
 from regions.simulator import Fleet, ServerSpec
 from regions.simulator.config import EngineConfig
-from tests.balancer.helpers import MODEL, admin_client, completion, eventually
+from tests.balancer.helpers import MODEL, admin_client, completion
+from tests.run_clock import RunClock, eventually
 
 LEARN_WITHIN_S = 10.0
 
@@ -65,10 +65,10 @@ async def cancel(tasks: list[asyncio.Task]) -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
 async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> None:
     """With late binding on, so that the learned capacity is also the limit."""
-    async with behind(spec("gpu", slots, engine), late_binding=True) as (fleet, balancer,
-                                                                         client):
+    async with RunClock() as clock, behind(spec("gpu", slots, engine), late_binding=True) as (
+            fleet, balancer, client):
         backend = balancer.pool["gpu"]
-        started = time.monotonic()
+        started = clock()
         tasks = await flood(client, slots + 24)
         try:
             if engine == "tgi" and slots > 128:
@@ -81,7 +81,7 @@ async def test_capacity_is_learned_within_seconds(engine: str, slots: int) -> No
                 assert backend.cap_now.slots is None
             else:
                 await eventually(lambda: backend.cap_now.slots == slots, timeout=LEARN_WITHIN_S)
-                assert time.monotonic() - started <= LEARN_WITHIN_S
+                assert clock() - started <= LEARN_WITHIN_S
                 expected = "engine" if engine == "sglang" else "observed"
                 assert backend.cap_now.source in (expected, "observed")
                 await eventually(lambda: fleet["gpu"].engine.state().running == slots)
@@ -115,8 +115,9 @@ async def test_a_burst_before_the_capacity_is_known_waits_in_the_region_queue() 
                              "provisional": True}
             tasks += await flood(client, 60)
             most_at_engine = most_queued = 0
-            deadline = time.monotonic() + LEARN_WITHIN_S
-            while backend.cap_now.slots is None and time.monotonic() < deadline:
+            clock = RunClock(0.01)
+            deadline = clock() + LEARN_WITHIN_S
+            while backend.cap_now.slots is None and clock() < deadline:
                 state = engine.state()
                 most_at_engine = max(most_at_engine, state.running + state.waiting)
                 most_queued = max(most_queued, balancer.dispatcher.queued)

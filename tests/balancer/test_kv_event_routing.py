@@ -13,8 +13,9 @@ from policies.errors import PolicyError
 from regions.balancer import BackendSpec, BalancerConfig
 from regions.balancer.app import build_balancer
 from regions.simulator.fleet import Fleet, ServerSpec
-from tests.balancer.helpers import MODEL, completion, eventually, stream_completion
+from tests.balancer.helpers import MODEL, completion, stream_completion
 from tests.free_ports import free_port
+from tests.run_clock import eventually
 
 LONG = "You are a helpful assistant who answers briefly. " * 40  # 1,960 characters
 

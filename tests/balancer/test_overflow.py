@@ -26,7 +26,8 @@ from regions.balancer.signals.overflow import (
 )
 from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, CheckedClient, ResidencyCheck
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
-from tests.balancer.helpers import MODEL, completion, eventually
+from tests.balancer.helpers import MODEL, completion
+from tests.run_clock import eventually
 
 POLICY = """
 zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }

@@ -30,7 +30,8 @@ from regions.balancer.signals.pool_update import POLICY
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
 from state import EmbeddedValkey, StateStore
 from state.ports import free_port
-from tests.balancer.helpers import completion, eventually, stream_completion
+from tests.balancer.helpers import completion, stream_completion
+from tests.run_clock import eventually
 
 POLICY_TEXT = """
 zone infer.example.com {{ ns ns1.infer.example.com 127.0.0.1 }}

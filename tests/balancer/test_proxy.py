@@ -22,15 +22,8 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
-from tests.balancer.helpers import (
-    MODEL,
-    RunClock,
-    admin_client,
-    completion,
-    eventually,
-    stack,
-    stream_completion,
-)
+from tests.balancer.helpers import MODEL, admin_client, completion, stack, stream_completion
+from tests.run_clock import RunClock, eventually
 
 
 def sim_running(fleet) -> int:

@@ -29,7 +29,8 @@ from regions.simulator import EngineConfig, Fleet, ServerSpec
 from routing import Kind, RegistryError
 from state import EmbeddedValkey, StateStore
 from state.records import GpuLoad
-from tests.balancer.helpers import MODEL, completion, eventually, req, snap, stack
+from tests.balancer.helpers import MODEL, completion, req, snap, stack
+from tests.run_clock import eventually
 from workers.probes.metrics_scrape import scrape_gpu_metrics
 from workers.targets import GpuTarget
 

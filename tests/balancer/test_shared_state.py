@@ -11,7 +11,8 @@ from contextlib import asynccontextmanager
 
 from regions.balancer import SharedStateConfig
 from state import AsyncStateStore, EmbeddedValkey, RegionLoad, StateUnavailable
-from tests.balancer.helpers import admin_client, completion, eventually, stack, stream_completion
+from tests.balancer.helpers import admin_client, completion, stack, stream_completion
+from tests.run_clock import eventually
 
 REGION = "test-region"
 

@@ -27,7 +27,8 @@ from regions.balancer import (
 from regions.balancer.http.client_timeouts import ClientTimeouts
 from regions.simulator import EngineConfig, Fleet, ServerSpec
 from state import EmbeddedValkey
-from tests.balancer.helpers import MODEL, completion, eventually
+from tests.balancer.helpers import MODEL, completion
+from tests.run_clock import eventually
 from tests.tenants.test_balancer_quota import keyed, with_tenants
 
 STALL_S = 1.0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from regions.balancer import BalancerConfig, OutlierConfig
 from regions.simulator import Fault, FaultMode
-from tests.balancer.helpers import admin_client, completion, eventually, stack, stream_completion
+from tests.balancer.helpers import admin_client, completion, stack, stream_completion
+from tests.run_clock import RunClock, eventually
 
 # 2,000 prompt tokens at time scale 5: about 30 ms to the first token, 0.3 s when 10x slower
 BODY = completion(2, x_prompt_tokens=2000)
@@ -23,11 +24,10 @@ OUTLIERS = OutlierConfig(
 
 async def test_a_slowed_server_is_ejected_and_returns_after_the_fault_clears() -> None:
     config = BalancerConfig(outliers=OUTLIERS)
-    async with stack((1.0, 1.0, 1.0), time_scale=5.0, config=config) as (
-        fleet,
-        balancer,
-        client,
-    ):
+    # the engines and the balancer keep time on a RunClock: a stretch without a CPU must
+    # not read as a slow first token (a second ejection after the fault cleared)
+    async with RunClock() as clock, stack((1.0, 1.0, 1.0), time_scale=5.0, config=config,
+                                          clock=clock) as (fleet, balancer, client):
         slow = balancer.pool["gpu0"]
         for _ in range(12):  # a healthy baseline: nobody is ejected
             assert (await stream_completion(client, BODY))[0] == 200

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 import urllib.request
 
+import dns.exception
+import dns.message
 import pytest
 from dns_helpers import ServerProcess, a_addresses, ask, bulk_udp, make_query
 
@@ -103,8 +105,20 @@ def test_a_dead_worker_is_replaced():
             time.sleep(0.1)
         assert len(workers()) == 2 and first[0] not in workers()
         query = make_query("chat.infer.example.com", ecs="2.2.2.0/24")
-        for _ in range(20):  # both sockets of the port answer
-            assert a_addresses(ask(server.address, query)) == {"127.0.3.1"}
+        assert a_addresses(ask_as_a_resolver(server.address, query)) == {"127.0.3.1"}
+        for third in range(20):  # both sockets of the port answer (steered by subnet)
+            query = make_query("chat.infer.example.com", ecs=f"2.2.{third}.0/24")
+            assert a_addresses(ask_as_a_resolver(server.address, query))
+
+
+def ask_as_a_resolver(address: tuple[str, int], query: dns.message.Message) -> dns.message.Message:
+    """Ask over UDP and ask again once after 3 s without an answer, as a resolver does: the
+    test machine leaves processes without a CPU for up to a second at a time. A socket of a
+    worker that does not read still fails: a subnet always reaches the same socket."""
+    try:
+        return ask(address, query)
+    except dns.exception.Timeout:
+        return ask(address, query)
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -33,7 +33,7 @@ from policies.model import Policy
 from regions.balancer import AdmissionConfig, BackendSpec, BalancerConfig, build_balancer
 from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
 from regions.simulator import Fault, FaultMode, Fleet, ServerSpec
-from tests.balancer.helpers import eventually
+from tests.run_clock import eventually
 
 EU = frozenset({"eu-west", "eu-central"})
 OUTSIDE = ("us-east", "ap-south")

@@ -12,8 +12,8 @@ NOW = 10_000.0
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)
 
 
-def _h(up: bool | None, age: float = 1.0) -> HealthRecord:
-    return HealthRecord(up, 0, 0, checked_at=NOW - age, changed_at=NOW - age)
+def _h(up: bool | None, age: float = 1.0, fails: int = 0) -> HealthRecord:
+    return HealthRecord(up, 0, fails, checked_at=NOW - age, changed_at=NOW - age)
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,11 @@ def _h(up: bool | None, age: float = 1.0) -> HealthRecord:
             _h(True), {"a": _h(False), "b": _h(False)}, RegionState(healthy=False), id="all-gpus"
         ),
         pytest.param(None, {"a": _h(True)}, RegionState(healthy=True), id="gpus-only"),
+        pytest.param(_h(True, fails=1), {"a": _h(True)}, RegionState(healthy=True, degraded=True),
+                     id="balancer-failing"),
+        pytest.param(_h(True), {"a": _h(True, fails=1)}, RegionState(healthy=True),
+                     id="a-gpu-failing-is-not-the-region"),
+        pytest.param(_h(False, fails=3), {}, RegionState(healthy=False), id="down-not-degraded"),
         pytest.param(_h(None), {"a": _h(None)}, RegionState(), id="unknown-results"),
         pytest.param(
             _h(True, age=31), {}, RegionState(healthy=True, stale=True), id="stale-kept-up"

@@ -153,3 +153,29 @@ async def test_only_a_drain_whose_ttl_ended_is_removed(valkey, prefix) -> None:
         assert flags.regions == {"ap"} and flags.gpus == {("us", "g1")}
     finally:
         await store.close()
+
+
+def test_a_failing_target_that_is_still_up_is_published_when_it_starts_and_stops_failing(
+        store: StateStore) -> None:
+    """The global tier shortens the TTL of a region whose balancer is failing (not yet down):
+    it hears of the first failure, and of the pass that ends the streak, not of each probe."""
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(store.keys.changes)
+    pubsub.get_message(timeout=1.0)  # subscribe confirmation
+    key = store.keys.gpu_health("eu", "g")
+    results = [(True, "up"), (False, "first failure"), (False, None), (True, "streak ends"),
+               (True, None), (False, "first failure"), (False, None), (False, "down")]
+    expected = []
+    for n, (ok, heard) in enumerate(results, start=1):
+        store.record_probe("eu", "g", ok=ok, rise=2, fall=3, now=float(n))
+        if heard:
+            expected.append(key)
+    seen = []
+    deadline = time.monotonic() + 5
+    while len(seen) < len(expected) and time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.2)
+        if message:
+            seen.append(message["data"].decode())
+    assert pubsub.get_message(timeout=0.3) is None  # and nothing more
+    pubsub.close()
+    assert seen == expected

@@ -21,7 +21,8 @@ from policies.model import Identity, JwtIdentity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
-from tests.balancer.helpers import MODEL, admin_client, completion, eventually, stack
+from tests.balancer.helpers import MODEL, admin_client, completion, stack
+from tests.run_clock import eventually
 
 SIGNER = rsa_signer()
 

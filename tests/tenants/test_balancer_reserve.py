@@ -18,7 +18,8 @@ from policies.model import Identity, Policy, Tenant
 from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, build_balancer
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import new_key, store_key
-from tests.balancer.helpers import MODEL, admin_client, completion, eventually
+from tests.balancer.helpers import MODEL, admin_client, completion
+from tests.run_clock import eventually
 
 SLOTS = 8
 

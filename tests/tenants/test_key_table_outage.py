@@ -19,7 +19,8 @@ from state import AsyncStateStore, EmbeddedValkey
 from state.errors import StateError
 from tenants.api_keys import KeysUnknown, KeyTable, new_key, store_key
 from tenants.key_table_file import KEY_TABLE_FILE, KeyTableFileError, load_table
-from tests.balancer.helpers import completion, eventually, stack
+from tests.balancer.helpers import completion, stack
+from tests.run_clock import eventually
 
 BAD_KEY = "dk_0123456789ab_" + "x" * 43
 

@@ -32,7 +32,8 @@ from regions.balancer.signals.overflow import OVERFLOW_PARAM, Overflow, Overflow
 from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from state import AsyncStateStore, EmbeddedValkey
 from tenants.api_keys import NewKey, new_key, store_key
-from tests.balancer.helpers import MODEL, completion, eventually
+from tests.balancer.helpers import MODEL, completion
+from tests.run_clock import eventually
 
 POLICY = """
 zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }

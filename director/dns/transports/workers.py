@@ -5,9 +5,11 @@ own share of the subnets, and by source /24 (/56) without ECS, the rate limiter'
 (``director.dns.transports.reuseport``); TCP connections by the kernel's hash.
 
 The parent binds first (so port 0 resolves to one port for everyone), forks the workers
-(worker 0 takes over the parent's sockets, the others bind their own to the same address),
-then only supervises: it serves the merged metrics (each worker sends its counters every
-second over a pipe), forwards SIGTERM/SIGINT/SIGHUP, and replaces a worker that dies.
+(worker 0 takes over the parent's sockets; the others, and every replacement, bind their
+own to the same address once they can answer, so the kernel sends a starting worker no
+query it would hold unanswered), then only supervises: it serves the merged metrics (each
+worker sends its counters every second over a pipe), forwards SIGTERM/SIGINT/SIGHUP, and
+replaces a worker that dies.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from director.dns.transports.sockets import BoundSockets, bind_sockets
 
 log = logging.getLogger(__name__)
 
-WorkerMain = Callable[[list[BoundSockets], Callable[[DnsStats], Awaitable[None]]], int]
+# the worker's sockets come from a call it makes once it is ready to answer
+SocketSource = Callable[[], list[BoundSockets]]
+WorkerMain = Callable[[SocketSource, Callable[[DnsStats], Awaitable[None]]], int]
 
 
 def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
@@ -58,14 +62,12 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
             os.close(read_fd)
             if sockets is None:
-                sockets = [bind_sockets(host, port, reuse_port=True) for host, port in addresses]
-            for bound in first:
-                if sockets is not first:
+                for bound in first:
                     bound.udp.close()
                     bound.tcp.close()
             code = 1
             try:
-                code = worker_main(sockets, _reporter(write_fd))
+                code = worker_main(_source(sockets, addresses), _reporter(write_fd))
             finally:
                 os._exit(code)
         os.close(write_fd)
@@ -115,6 +117,14 @@ def run_workers(config: ServerConfig, workers: int, worker_main: WorkerMain,
         if not stopping:
             spawn(gone, None)
     return 0
+
+
+def _source(sockets: list[BoundSockets] | None,
+            addresses: list[tuple[str, int]]) -> SocketSource:
+    """The parent's sockets (worker 0), or a call that binds the worker's own."""
+    if sockets is not None:
+        return lambda: sockets
+    return lambda: [bind_sockets(host, port, reuse_port=True) for host, port in addresses]
 
 
 class _Backoff:
