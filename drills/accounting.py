@@ -17,7 +17,8 @@ A request's outcome is decided by its attempts (``records.AttemptOutcome``):
   left, a 5xx without Retry-After, or a stream cut or stalled before ``[DONE]``.
   ``in_flight_at_fault`` names the fault when a lost request's last attempt was already in
   flight in the region (or on the GPU) that a destructive fault (kill, freeze, hang, fail)
-  hit as it started: reported apart, since no router can save those.
+  hit as it started (it started before the injection call returned, and had not ended
+  when the call was sent): reported apart, since no router can save those.
 - ``not_sent``: the generator was at ``max_in_flight``; ``cancelled``: the drill stopped
   first; ``pending``: not finished yet.
 """
@@ -70,7 +71,9 @@ class Classified:
 def _hit_by(attempt: Attempt, fault: FaultRecord) -> bool:
     if fault.type not in DESTRUCTIVE_FAULTS or fault.t_start is None:
         return False
-    started = attempt.t_start <= fault.t_start
+    # the fault lands somewhere between the call's sending and its return
+    landed_by = fault.t_applied if fault.t_applied is not None else fault.t_start
+    started = attempt.t_start <= landed_by
     ended_after = attempt.t_end is None or attempt.t_end >= fault.t_start
     if not (started and ended_after):
         return False

@@ -116,7 +116,8 @@ class FaultRecord:
     type: str
     planned_start: float
     planned_end: float
-    t_start: float | None = None       # when the injection call returned successfully
+    t_start: float | None = None       # when the injection call was sent (on from then)
+    t_applied: float | None = None     # when it returned: surely on by then
     t_end: float | None = None         # when it was restored
     regions: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()         # "region/gpu"

@@ -267,6 +267,7 @@ class Runner:
             record.t_start = self.clock()
             try:
                 await self.injector.inject(plan, record)
+                record.t_applied = self.clock()
             except DrillError as exc:
                 if not any(r is record for r, _ in self.injector.ledger):
                     record.t_start = None  # refused: nothing of it was injected

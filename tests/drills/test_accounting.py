@@ -114,3 +114,14 @@ def test_ttft_is_measured_on_the_attempt_that_completed() -> None:
     (list(range(1, 101)), 0.5, 50), ([3.0, 1.0, 2.0], 1.0, 3.0)])
 def test_quantile_nearest_rank(values, q, expected) -> None:
     assert quantile(values, q) == expected
+
+
+def test_an_attempt_sent_while_the_kill_was_being_applied_was_in_flight_at_it() -> None:
+    """The runner sends the kill at 10.0 and it returns at 10.4: the fault landed somewhere
+    in between, so a stream sent at 10.1 and cut was already inside the region."""
+    kill = fault()
+    kill.t_applied = 10.4
+    cut = request("eu", 10.1, attempt("eu-west", A.STREAM_CUT, t=10.1, duration=0.5))
+    assert classify(cut, [kill]).in_flight_at_fault == "kill"
+    later = request("eu", 10.5, attempt("eu-west", A.STREAM_CUT, t=10.5, duration=0.5))
+    assert classify(later, [kill]).in_flight_at_fault is None

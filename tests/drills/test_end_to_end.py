@@ -37,8 +37,10 @@ def journal(report_dir: Path) -> dict:
 def test_ci_drill_passes(system: UpSystem, tmp_path: Path) -> None:
     result = system.drill(ROOT / "drills" / "ci-kill-eu-west.yaml", tmp_path,
                           "--junit", str(tmp_path / "junit.xml"))
-    assert result.returncode == 0, result.stdout + result.stderr + system.log()
     data = journal(tmp_path)
+    verdicts = [(c["name"], c.get("value"), c.get("passed")) for c in data["checks"]]
+    assert result.returncode == 0, (f"{data['verdict']}: {data.get('reason')}; {verdicts}\n"
+                                    + result.stdout + result.stderr + system.log())
     assert data["verdict"] == "passed"
     checks = {c["name"]: c for c in data["checks"]}
     assert checks["residency-held"]["value"] == 0
