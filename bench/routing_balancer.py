@@ -94,8 +94,10 @@ def main() -> int:
     for item in args.backend:
         name, _, url = item.partition("=")
         pub, _, replay = events.get(name, "").partition(",")
+        # the benchmark's servers are the simulator: its tokenizer keys their KV blocks
         backends.append(BackendSpec(name, url, (MODEL,), config.max_concurrency,
-                                    kv_events=pub or None, kv_events_replay=replay or None))
+                                    kv_events=pub or None, kv_events_replay=replay or None,
+                                    tokenizer="simulator"))
     host, _, port = args.listen.rpartition(":")
     if args.loop == "uvloop":
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -134,12 +134,13 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
                       "<count>")
     kv_events, kv_replay = _kv_events(found.get("kv-events", ()), report)
     scheduling = single("scheduling", _scheduling, "fcfs | priority") or "fcfs"
+    tokenizer = single("tokenizer", _tokenizer, TOKENIZER_USAGE)
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
                      engine=engine, max_seqs=max_seqs, kv_events=kv_events,
                      kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
-                     pos=directive.pos)
+                     tokenizer=tokenizer, pos=directive.pos)
 
 
 _KV_EVENTS_USAGE = "<zmq address> [replay <zmq address>]"
@@ -166,6 +167,19 @@ def _scheduling(text: str) -> str:
         raise values.ValueProblem(f"unknown scheduling '{text}'", expected=one_of(SCHEDULING),
                                   hint=did_you_mean(text, SCHEDULING))
     return text
+
+
+TOKENIZER_USAGE = "<directory> | simulator | estimate"
+
+
+def _tokenizer(text: str) -> str:
+    """A directory holding the model's tokenizer.json (read by the balancer at its start),
+    or one of the two names."""
+    if text in ("simulator", "estimate") or text.startswith(("/", "./", "../")):
+        return text
+    raise values.ValueProblem(f"'{text}' is not a tokenizer", expected=TOKENIZER_USAGE,
+                              hint="a directory is written as a path: /models/llama or "
+                                   "./tokenizers/llama")
 
 
 def _engine(text: str) -> str:

@@ -81,6 +81,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "max-seqs": Spec("<count>"),
         "kv-events": Spec("<zmq address> [replay <zmq address>]"),
         "scheduling": Spec("fcfs | priority"),
+        "tokenizer": Spec("<directory> | simulator | estimate"),
     },
     "service": {
         "ttl": Spec("<duration>"),

@@ -101,6 +101,9 @@ class GpuServer:
     kv_events_replay: str | None = None
     # the engine schedules by a request's "priority" (vLLM's --scheduling-policy priority)
     priority_scheduling: bool = False
+    # the model's tokenizer: a directory with its tokenizer.json, "simulator" or "estimate"
+    # (None: the estimate); the balancer reads it (regions.balancer.http.tokenizers)
+    tokenizer: str | None = None
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -53,6 +53,7 @@ from regions.balancer.http.exchange import Exchange, Stage, chain
 from regions.balancer.http.metrics import BalancerMetrics, OverflowCollector
 from regions.balancer.http.parse import Parse, ParseSettings
 from regions.balancer.http.proxy import Proxy, ProxySettings
+from regions.balancer.http.tokenizers import Tokenizers
 from regions.balancer.lifecycle import Lifecycle
 from regions.balancer.reports import Reports
 from regions.balancer.request_chain import check_stages
@@ -165,7 +166,8 @@ class Balancer(Lifecycle, Reports):
         self.parse = Parse(
             ParseSettings(cfg.max_body_bytes, cfg.prefill_ratio, cfg.admission.queue_timeout_s,
                           prefix_hashes=self.prefix_scorer is not None,
-                          kv_index=self.kv_index, client_body_s=cfg.client.body_s),
+                          kv_index=self.kv_index, client_body_s=cfg.client.body_s,
+                          tokenizers=Tokenizers.of_backends(specs)),
             self.output_lengths, self.metrics.slow_requests.labels("body").inc)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s),

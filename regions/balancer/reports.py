@@ -50,6 +50,7 @@ class Reports:
             lengths=self.output_lengths,
             with_prefix=self.parse.settings.prefix_hashes,
             token_block_size=self.parse.token_block_size(),
+            tokenizer=(tokenizer := self.parse.tokenizer(body)),
         )
         decision = self.dispatcher.explain(info)
         return {
@@ -59,6 +60,8 @@ class Reports:
             "request": {
                 "model": info.model,
                 "prompt_tokens": info.prompt_tokens,
+                # a path, "simulator", or "estimate" (4 characters a token, no token ids)
+                "tokens_by": tokenizer.source,
                 "output_tokens": info.output_tokens,
                 "cost_tokens": info.cost_tokens,
                 "priority": info.priority,

@@ -17,6 +17,7 @@ from engines.kv_events import (
     decode_batch,
     encode_batch,
 )
+from engines.sim_tokens import stream_bytes
 from regions.balancer.scheduling.kv_event_index import KvEventIndex, token_keys
 from regions.balancer.scheduling.scorers.prefix_affinity import PrefixAffinityScorer
 from regions.balancer.types import Endpoint, RequestInfo
@@ -64,7 +65,7 @@ def test_the_index_holds_what_the_servers_cache_holds(prompts) -> None:
         for seen in streams:
             blocks = prompt_blocks(seen, 16)
             held = s.prefix.lookup(blocks.hashes, len(blocks.hashes))
-            assert index.match(token_keys(seen, 16, 1024)).get("gpu0", 0) == held
+            assert index.match(token_keys(stream_bytes(seen), 16, 1024)).get("gpu0", 0) == held
 
 
 def test_blocks_whose_parent_was_never_seen_are_left_out() -> None:
@@ -89,7 +90,7 @@ def test_offloaded_copies_do_not_count() -> None:
 
 def request(stream: str) -> RequestInfo:
     return RequestInfo(Endpoint.COMPLETIONS, "m", len(stream) // 4, None, 1.0, 1.0, False,
-                       prefix=(), token_prefix=token_keys(stream, 16, 1024))
+                       prefix=(), token_prefix=token_keys(stream_bytes(stream), 16, 1024))
 
 
 def test_the_scorer_reads_exact_backends_from_events_and_the_rest_from_its_own_record() -> None:

@@ -34,7 +34,7 @@ async def test_requests_follow_the_servers_kv_events_and_fall_back_when_they_sto
     config = BalancerConfig(scorers=(("prefix-affinity", 3.0), ("queue-depth", 1.0)))
     async with Fleet(specs, time_scale=20.0) as fleet:
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 16, kv_events=pub,
-                                kv_events_replay=replay)
+                                kv_events_replay=replay, tokenizer="simulator")
                     for s, (pub, replay) in zip(fleet, endpoints, strict=True)]
         balancer = build_balancer("test-region", backends, config)
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -20,6 +20,7 @@ from regions.balancer.http.client_timeouts import BodyTimeout, read_body
 from regions.balancer.http.exchange import Exchange, Next
 from regions.balancer.http.refusals import error_response
 from regions.balancer.http.request_info import parse_request
+from regions.balancer.http.tokenizers import PromptTokenizer, Tokenizers
 from regions.balancer.scheduling.kv_event_index import DEFAULT_KV_BLOCK_SIZE, KvEventIndex
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.types import Endpoint, RequestInfo
@@ -35,6 +36,7 @@ class ParseSettings:
     prefix_hashes: bool = False  # hash the prompt's leading blocks (a scorer reads them)
     client_body_s: float = 30.0  # a request body that pauses longer: 408
     kv_index: KvEventIndex | None = None  # key the prompt's token blocks for this index
+    tokenizers: Tokenizers = field(default_factory=lambda: Tokenizers({}))  # by model
 
 
 class Parse:
@@ -82,8 +84,14 @@ class Parse:
             lengths=self.lengths,
             with_prefix=self.settings.prefix_hashes,
             token_block_size=self.token_block_size(),
+            tokenizer=self.tokenizer(body),
         )
         return raw, info
+
+    def tokenizer(self, body: object) -> PromptTokenizer:
+        """The tokenizer of the model ``body`` asks for (the estimate for any other)."""
+        model = body.get("model") if isinstance(body, dict) else None
+        return self.settings.tokenizers.of(model if isinstance(model, str) else "")
 
     def token_block_size(self) -> int | None:
         """The block size to key the prompt's tokens by, while some backend's KV events

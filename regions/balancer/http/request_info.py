@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Parse an OpenAI request body once into the ``RequestInfo`` the pipeline reads.
 
-- prompt tokens: ``ceil(chars / 4)`` over the prompt (chat: message contents, plus 4 per
-  message; embeddings: the inputs); a tokenized prompt counts its ids. The non-standard
+- prompt tokens: as the model's tokenizer counts them (``tokenizers``; without one,
+  ``ceil(chars / 4)`` over the prompt, chat: message contents, plus 4 per message;
+  embeddings: the inputs; a tokenized prompt counts its ids). The non-standard
   ``x_prompt_tokens`` body field (the simulator's exact count) may raise the estimate,
   never lower it: the count is what a tenant's input-token quota is charged at admission,
   and a client's word must not make a 4 MB prompt one token (the engine's ``usage``
@@ -27,60 +28,36 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from engines.sim_tokens import chat_stream, completion_stream
 from regions.balancer.errors import RequestRejected
+from regions.balancer.http.tokenizers import CharEstimate, PromptTokenizer
 from regions.balancer.scheduling.kv_event_index import token_keys
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.prefix_blocks import (
-    CHARS_PER_TOKEN,
     MAX_PREFIX_BLOCKS,
     PREFIX_BLOCK_CHARS,
     PREFIX_BLOCK_IDS,
 )
 from regions.balancer.types import Endpoint, RequestInfo
 
-CHAT_TOKENS_PER_MESSAGE = 4
+ESTIMATE = CharEstimate()
 DEFAULT_OUTPUT = {Endpoint.COMPLETIONS: 16, Endpoint.CHAT: 256, Endpoint.EMBEDDINGS: 0}
 PRIORITY_HEADER = "x-director-priority"
 SESSION_HEADER = "x-director-session"
 MAX_PRIORITY = 1000
 
 
-def _chars(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        if value and all(isinstance(t, int) for t in value):
-            return len(value) * CHARS_PER_TOKEN  # token ids
-        return sum(_chars(v) for v in value)
-    if isinstance(value, dict):  # chat content part
-        return _chars(value.get("text", ""))
-    return 0
-
-
-def prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
-    """The prompt's tokens as estimated from its size, or as the client declares them in
-    ``x_prompt_tokens`` when that is more."""
-    estimate = _estimated_prompt_tokens(endpoint, body)
+def prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any],
+                  tokenizer: PromptTokenizer) -> tuple[int, bytes | None]:
+    """The prompt's tokens as ``tokenizer`` counts them, or as the client declares them in
+    ``x_prompt_tokens`` when that is more; and its token ids, when known."""
+    count, ids = tokenizer.read(endpoint, body)
     declared = body.get("x_prompt_tokens")
     if isinstance(declared, int) and not isinstance(declared, bool):
-        return max(declared, estimate)
-    return estimate
-
-
-def _estimated_prompt_tokens(endpoint: Endpoint, body: Mapping[str, Any]) -> int:
-    if endpoint is Endpoint.CHAT:
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            return 1
-        chars = sum(_chars(m.get("content")) for m in messages if isinstance(m, dict))
-        return max(1, math.ceil(chars / CHARS_PER_TOKEN)) + CHAT_TOKENS_PER_MESSAGE * len(messages)
-    field = "input" if endpoint is Endpoint.EMBEDDINGS else "prompt"
-    return max(1, math.ceil(_chars(body.get(field)) / CHARS_PER_TOKEN))
+        return max(declared, count), ids
+    return count, ids
 
 
 def _content_text(content: Any) -> str:
@@ -172,18 +149,19 @@ def parse_request(
     lengths: OutputLengths | None = None,
     with_prefix: bool = True,
     token_block_size: int | None = None,
+    tokenizer: PromptTokenizer | None = None,
 ) -> RequestInfo:
     """Build the ``RequestInfo``; raise ``RequestRejected`` (400) on a malformed body.
     ``lengths``: what was learned of answer lengths (None: take ``max_tokens`` as it is).
     ``with_prefix=False`` skips the prefix hashes (no scorer of the profile reads them);
     ``token_block_size`` also keys the prompt's token blocks of that size, for the KV-event
-    index (``kv_event_index.token_keys``)."""
+    index (``kv_event_index.token_keys``), when ``tokenizer`` knows its token ids."""
     if not isinstance(body, dict):
         raise RequestRejected(400, "request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestRejected(400, "you must provide a model parameter", "model")
-    prompt = prompt_tokens(endpoint, body)
+    prompt, ids = prompt_tokens(endpoint, body, tokenizer or ESTIMATE)
     max_tokens = None
     if endpoint is Endpoint.CHAT:
         max_tokens = _opt_positive_int(body, "max_completion_tokens") or _opt_positive_int(
@@ -211,16 +189,6 @@ def parse_request(
         session=headers.get(SESSION_HEADER) or user,
         user=user,
         prefix=prefix_hashes(endpoint, body, model) if with_prefix else (),
-        token_prefix=(token_keys(prompt_stream(endpoint, body), token_block_size,
-                                 MAX_PREFIX_BLOCKS) if token_block_size else ()),
+        token_prefix=(token_keys(ids, token_block_size, MAX_PREFIX_BLOCKS)
+                      if token_block_size and ids else ()),
     )
-
-
-def prompt_stream(endpoint: Endpoint, body: Mapping[str, Any]) -> str:
-    """The prompt as the servers' tokenizer reads it (``engines.sim_tokens``)."""
-    if endpoint is Endpoint.CHAT:
-        messages = body.get("messages")
-        return chat_stream(messages) if isinstance(messages, list) else ""
-    if endpoint is Endpoint.COMPLETIONS:
-        return completion_stream(body.get("prompt"))
-    return ""

@@ -30,6 +30,7 @@ class BackendSpec:
     kv_events: str | None = None  # its KV-event publisher (vLLM's --kv-events-config endpoint)
     kv_events_replay: str | None = None  # and that publisher's replay endpoint
     priority_scheduling: bool = False  # send requests' priority (vLLM, scheduling priority)
+    tokenizer: str | None = None  # its model's tokenizer (``http.tokenizers``); None: estimate
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -59,7 +60,8 @@ class BackendSpec:
         return cls(str(obj.name), str(obj.url).rstrip("/"), tuple(obj.models), pinned,
                    getattr(obj, "engine", None), getattr(obj, "kv_events", None),
                    getattr(obj, "kv_events_replay", None),
-                   bool(getattr(obj, "priority_scheduling", False)))
+                   bool(getattr(obj, "priority_scheduling", False)),
+                   getattr(obj, "tokenizer", None))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}

@@ -7,7 +7,7 @@ A server's block hashes cannot be reproduced here (vLLM seeds its chain with a r
 per process), so the index keys blocks by their tokens instead: a stored block's key is
 ``hash((parent key, its token ids as bytes))``, its parent key the one recorded for the
 event's ``parent_block_hash`` on that backend (0 for a prompt's first block). A request's
-prompt gets the same keys from the same tokenizer (``token_keys``). A block whose parent
+prompt gets the same keys from the model's tokenizer (``token_keys``). A block whose parent
 this index never saw (its event was lost) cannot be keyed and is left out: the index only
 ever holds blocks a backend really has, so it may miss a hit but never invents one.
 
@@ -22,17 +22,16 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from engines.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
-from engines.sim_tokens import TOKEN_BYTES, ids_bytes, stream_bytes
+from engines.sim_tokens import TOKEN_BYTES, ids_bytes
 from regions.balancer.scheduling.block_owners import BlockOwners
 
 ROOT = 0
 DEFAULT_KV_BLOCK_SIZE = 16  # vLLM's on CUDA, until a server's events say otherwise
 
 
-def token_keys(stream: str, block_size: int, limit: int) -> tuple[int, ...]:
-    """The index keys of a prompt's full blocks (its token stream, ``engines.sim_tokens``),
-    at most ``limit``."""
-    data = stream_bytes(stream)
+def token_keys(data: bytes, block_size: int, limit: int) -> tuple[int, ...]:
+    """The index keys of a prompt's full blocks (its token ids, ``TOKEN_BYTES`` each, as
+    the model's tokenizer gives them: ``http.tokenizers``), at most ``limit``."""
     width = block_size * TOKEN_BYTES
     keys: list[int] = []
     key = ROOT
