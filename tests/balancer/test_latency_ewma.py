@@ -12,6 +12,7 @@ from regions.balancer.scheduling.scorers.latency_ewma import LatencyEwmaScorer
 from regions.simulator import Fault, FaultMode
 from routing import Kind
 from tests.balancer.helpers import completion, req, snap, stack, stream_completion
+from tests.run_clock import RunClock
 
 
 def timed(name: str, index: int, ewma: float | None, samples: int = 10):
@@ -78,7 +79,9 @@ async def test_proxy_feeds_the_ttft_average_and_the_scorer_prefers_the_fast_serv
         picker="round-robin",  # both get traffic whatever the scores
         outliers=OutlierConfig(ttft_factor=0.0),  # measured here, never ejected
     )
-    async with stack(time_scale=5.0, config=config) as (fleet, balancer, client):
+    # on a RunClock: a stretch without a CPU must not read as a slow first token
+    async with RunClock() as clock, stack(time_scale=5.0, config=config, clock=clock) as (
+            fleet, balancer, client):
         fleet["gpu1"].set_fault(Fault(FaultMode.SLOW, factor=8.0))
         body = completion(2, x_prompt_tokens=2000)
         for _ in range(8):
