@@ -70,6 +70,7 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
         if gpu is not None:
             gpus.append(gpu)
 
+    splits = _splits(found.get("split", ()), gpus, report)
     if name is None:
         if not directive.args:
             return None
@@ -77,8 +78,45 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
     return Region(
         name=name, latitude=lat, longitude=lon, jurisdiction=jurisdiction,
         endpoints_v4=tuple(v4), endpoints_v6=tuple(v6), capacity=capacity, weight=weight,
-        gpus=tuple(gpus), healthcheck=healthcheck, pos=directive.pos,
+        gpus=tuple(gpus), healthcheck=healthcheck, splits=splits, pos=directive.pos,
     )
+
+
+_SPLIT_USAGE = "<model> <revision> <percent>% ..."
+
+
+def _splits(found: Iterable[Directive], gpus: list[GpuServer], report: Reporter
+            ) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """``split`` directives: a model, then revisions each with its share; the shares add to
+    100 %, a revision is named once, and some GPU server of the region declares it."""
+    splits: dict[str, tuple[tuple[str, float], ...]] = {}
+    for d in found:
+        args = Args(d, report)
+        model = args.take(lambda t: values.name(t, "model name"), _SPLIT_USAGE)
+        pairs: list[tuple[str, float]] = []
+        while args.remaining:
+            revision = args.take(lambda t: values.name(t, "revision"), _SPLIT_USAGE)
+            share = args.take(values.percent, _SPLIT_USAGE)
+            if revision is not None and share is not None:
+                pairs.append((revision, share * 100.0))
+        if model is None or not pairs:
+            continue
+        declared = {r for g in gpus for m, r in g.revisions if m == model}
+        names = [r for r, _ in pairs]
+        if model in splits:
+            report.at_name(d.pos, f"model {model} is split twice in this region")
+        elif len(set(names)) != len(names):
+            report.at_name(d.pos, f"split {model}: a revision is named twice")
+        elif abs(sum(p for _, p in pairs) - 100.0) > 1e-6:
+            report.at_name(d.pos, f"split {model}: the shares add to "
+                                  f"{sum(p for _, p in pairs):g}%, not 100%")
+        elif missing := sorted(set(names) - declared):
+            report.at_name(d.pos, f"split {model}: no gpu of this region declares revision "
+                                  f"{', '.join(missing)} (gpu ... {{ revision {model} "
+                                  f"{missing[0]} }})")
+        else:
+            splits[model] = tuple(pairs)
+    return tuple(splits.items())
 
 
 _CAPACITY_USAGE = "<rate> | <gpus> gpus x <rate>"
@@ -135,12 +173,24 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     kv_events, kv_replay = _kv_events(found.get("kv-events", ()), report)
     scheduling = single("scheduling", _scheduling, "fcfs | priority") or "fcfs"
     tokenizer = single("tokenizer", _tokenizer, TOKENIZER_USAGE)
+    revisions: dict[str, str] = {}
+    for d in found.get("revision", ()):
+        a = Args(d, report)
+        model = a.take(lambda t: values.name(t, "model name"), "<model> <revision>")
+        revision = a.take(lambda t: values.name(t, "revision"), "<model> <revision>")
+        a.end("<model> <revision>")
+        if model is not None and revision is not None:
+            if model not in models:
+                report.at_name(d.pos, f"revision of {model}, which this gpu does not serve")
+            elif revisions.setdefault(model, revision) != revision:
+                report.at_name(d.pos, f"two revisions of {model} on one gpu")
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
                      engine=engine, max_seqs=max_seqs, kv_events=kv_events,
                      kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
-                     tokenizer=tokenizer, pos=directive.pos)
+                     tokenizer=tokenizer, revisions=tuple(revisions.items()),
+                     pos=directive.pos)
 
 
 _KV_EVENTS_USAGE = "<zmq address> [replay <zmq address>]"

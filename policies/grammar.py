@@ -70,6 +70,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "weight": Spec("<number>"),
         "healthcheck": Spec("<healthcheck name>"),
         "gpu": Spec("<name>", block="gpu", repeat=True),
+        "split": Spec("<model> <revision> <percent>% ...", repeat=True),
         "include": Spec('"<file>"', repeat=True),
     },
     "gpu": {
@@ -82,6 +83,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "kv-events": Spec("<zmq address> [replay <zmq address>]"),
         "scheduling": Spec("fcfs | priority"),
         "tokenizer": Spec("<directory> | simulator | estimate"),
+        "revision": Spec("<model> <revision>", repeat=True),
     },
     "service": {
         "ttl": Spec("<duration>"),

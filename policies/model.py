@@ -104,6 +104,8 @@ class GpuServer:
     # the model's tokenizer: a directory with its tokenizer.json, "simulator" or "estimate"
     # (None: the estimate); the balancer reads it (regions.balancer.http.tokenizers)
     tokenizer: str | None = None
+    # the revision it serves of a model: (model, revision), as the operator declares it
+    revisions: tuple[tuple[str, str], ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 
@@ -119,6 +121,9 @@ class Region:
     weight: float
     gpus: tuple[GpuServer, ...]
     healthcheck: str | None
+    # a model's traffic over its revisions: (model, ((revision, percent), ...)), percents
+    # adding to 100 (regions.balancer.scheduling.revision_split)
+    splits: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

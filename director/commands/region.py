@@ -134,6 +134,7 @@ def balancer_setup(
     command line) and what to print once it listens; a usage error exits."""
     from director import policy_gate
     from regions.balancer.config import SERVED_PORT
+    from regions.balancer.scheduling.revision_split import RevisionSplit
     from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
     from regions.balancer.signals.policy_follow import FollowPolicy
 
@@ -174,7 +175,8 @@ def balancer_setup(
             mode, o.balancer_port or address[1] or None, siblings),
         follow_policy=FollowPolicy(shared if following else None, policy_gate.load_record,
                                    acceptance.identity()),
-        admin=admin_listener(o.admin_listen, o.admin_token_file, address[0]))
+        admin=admin_listener(o.admin_listen, o.admin_token_file, address[0]),
+        splits=tuple(RevisionSplit(model, weights) for model, weights in spec.splits))
     return o.region, spec.gpus, config, ready_message(o.region, len(spec.gpus), config,
                                                       following)
 

@@ -53,6 +53,7 @@ from regions.balancer.http.exchange import Exchange, Stage, chain
 from regions.balancer.http.metrics import BalancerMetrics, OverflowCollector
 from regions.balancer.http.parse import Parse, ParseSettings
 from regions.balancer.http.proxy import Proxy, ProxySettings
+from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.http.tokenizers import Tokenizers
 from regions.balancer.lifecycle import Lifecycle
 from regions.balancer.reports import Reports
@@ -220,6 +221,8 @@ class Balancer(Lifecycle, Reports):
 
     def _stages(self, names: Iterable[str]) -> list[Stage]:
         """The request's stages, in the configured order (``request_chain``)."""
+        self.revisions = ChooseRevision({s.model: s for s in self.config.splits}, self.pool,
+                                        self.profile.rng)
         built: dict[str, Stage] = {
             "identify": Identify(self.tenancy),
             "overflow": self.spill,
@@ -228,6 +231,7 @@ class Balancer(Lifecycle, Reports):
             "parse": self.parse,
             "residency": self.residency_stage,
             "tenant": AdmitTenant(self.tenancy, self.quotas),
+            "revision": self.revisions,
         }
         return [built[name] for name in check_stages(names)]
 

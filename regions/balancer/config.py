@@ -16,6 +16,7 @@ from regions.balancer.scheduling.admission import AdmissionConfig
 from regions.balancer.scheduling.backend import OutlierConfig
 from regions.balancer.scheduling.capacity import CapacityConfig
 from regions.balancer.scheduling.registry import DEFAULT_FILTERS, DEFAULT_PICKER, DEFAULT_SCORERS
+from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.balancer.signals.model_catalog import DEFAULT_TTL_S
 from regions.balancer.signals.overflow import OverflowConfig
 from regions.balancer.signals.policy_follow import FollowPolicy
@@ -73,6 +74,7 @@ class BalancerConfig:
     client: ClientTimeouts = field(default_factory=ClientTimeouts)
     models_ttl_s: float = DEFAULT_TTL_S
     stages: tuple[str, ...] = STAGES
+    splits: tuple[RevisionSplit, ...] = ()  # models split over revisions (``revision_split``)
     listen: tuple[str, int] = ("127.0.0.1", 0)
     jurisdiction: str | None = None
     policy: Policy | None = None

@@ -9,6 +9,7 @@ from typing import Any
 from regions.balancer.config import BalancerConfig
 from regions.balancer.http.parse import Parse
 from regions.balancer.http.request_info import parse_request
+from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.scheduling.admission import Dispatcher
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.capacity import UNBOUNDED, Capacity
@@ -36,6 +37,7 @@ class Reports:
     link: StateLink | None
     policy_follow: PolicyFollow
     spill: SpillOver
+    revisions: ChooseRevision
 
     def explain(
         self, path: str, body: Any, headers: dict[str, str] | None = None
@@ -52,6 +54,8 @@ class Reports:
             token_block_size=self.parse.token_block_size(),
             tokenizer=(tokenizer := self.parse.tokenizer(body)),
         )
+        if "revision" in self.config.stages:  # as the request's own stage would
+            info = self.revisions.choose(info)
         decision = self.dispatcher.explain(info)
         return {
             "region": self.region,
@@ -66,6 +70,7 @@ class Reports:
                 "cost_tokens": info.cost_tokens,
                 "priority": info.priority,
                 "session": info.session,
+                "revision": info.revision,
             },
             **decision.to_json(),
             **({"prefix": self.prefix_scorer.describe(info, self.pool.snapshot().backends)}

@@ -10,6 +10,8 @@
 5. ``residency`` (``tenancy.residency_check.CheckResidency``): 451 for a client this
    region may not serve the model to.
 6. ``tenant`` (``tenancy.tenant_quota.AdmitTenant``): the tenant's model and quota; 403/429.
+7. ``revision`` (``http.revision_choice.ChooseRevision``): the model's revision, when the
+   region splits it over several (its session's, ``scheduling.revision_split``).
 
 Then ``http.proxy.Proxy.forward`` binds it to a GPU server and relays the answer. A stage
 may be left out (``BalancerConfig.stages``); ``parse`` may not, and the stages that read
@@ -22,8 +24,8 @@ from collections.abc import Iterable
 
 from regions.balancer.errors import BalancerConfigError
 
-STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant")
-AFTER_PARSE = frozenset({"residency", "tenant"})  # they read the parsed request
+STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant", "revision")
+AFTER_PARSE = frozenset({"residency", "tenant", "revision"})  # they read the parsed request
 
 
 def check_stages(names: Iterable[str]) -> tuple[str, ...]:

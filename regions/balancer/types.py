@@ -44,6 +44,7 @@ class RequestInfo:
     prefix: tuple[int, ...] = ()  # chained hashes of the prompt's leading blocks
     token_prefix: tuple[int, ...] = ()  # keys of its token blocks (the KV-event index)
     tenant: str | None = None  # who sent it, when the policy identifies tenants
+    revision: str | None = None  # of its model, when a split chose one (``revision_split``)
 
     @property
     def prompt_cost(self) -> float:
@@ -99,6 +100,14 @@ class BackendSnapshot:
     spt_base: float | None = None  # learned seconds per token: base + slope * concurrency
     spt_slope: float = 0.0
     kv_tokens: int | None = None  # KV cache capacity in tokens, as its metrics publish it
+    revisions: tuple[tuple[str, str], ...] = ()  # (model, revision) it declares serving
+
+    def revision_of(self, model: str) -> str | None:
+        """The revision of ``model`` it serves, as declared (None: undeclared)."""
+        for name, revision in self.revisions:
+            if name == model:
+                return revision
+        return None
 
     def seconds_per_token(self, concurrency: float) -> float:
         """One stream's time per token with ``concurrency`` streams there (learned; the

@@ -43,6 +43,7 @@ def test_picks_fast_idle_backend_and_explains() -> None:
     steps = decision.to_json()["steps"]
     assert [s["plugin"] for s in steps] == [
         "model",
+        "revision",
         "health",
         "not-tried",
         "capacity",
@@ -108,8 +109,8 @@ def test_the_default_profile_is_least_requests_and_prefix_affinity_behind_the_fi
     decision = profile().run(region, req(), explain=True)
     steps = decision.to_json()["steps"]
     assert [s["plugin"] for s in steps] == [
-        "model", "health", "not-tried", "capacity", "least-requests", "prefix-affinity",
-        "max-score"]
+        "model", "revision", "health", "not-tried", "capacity", "least-requests",
+        "prefix-affinity", "max-score"]
     assert decision.chosen is not None and decision.chosen.name == "b"  # fewest, not freest
 
 

@@ -58,6 +58,7 @@ WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
 REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
+REVISION_HEADER = "x-director-revision"  # of the model, as the serving backend declares it
 QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
 RETRYABLE_STATUS = frozenset({502, 503})
 MAX_ERROR_BODY = 64 * 1024
@@ -200,11 +201,13 @@ class Proxy:
         backend, request = lease.backend, exchange.request
         exchange.served_by = backend.name
         metrics = self.metrics.backend(backend.name)
-        resp = response_for(
-            upstream, {**exchange.extra_headers, REGION_HEADER: self.settings.region,
-                       BACKEND_HEADER: backend.name,
-                       QUEUE_HEADER: str(round((sent_at - start) * 1000))}
-        )
+        headers = {**exchange.extra_headers, REGION_HEADER: self.settings.region,
+                   BACKEND_HEADER: backend.name,
+                   QUEUE_HEADER: str(round((sent_at - start) * 1000))}
+        if exchange.info is not None and (
+                revision := backend.spec.revision_of(exchange.info.model)) is not None:
+            headers[REVISION_HEADER] = revision
+        resp = response_for(upstream, headers)
         sse = upstream.content_type == "text/event-stream"
         meter = exchange.meter or StreamMeter()
         first = True

@@ -31,6 +31,7 @@ class BackendSpec:
     kv_events_replay: str | None = None  # and that publisher's replay endpoint
     priority_scheduling: bool = False  # send requests' priority (vLLM, scheduling priority)
     tokenizer: str | None = None  # its model's tokenizer (``http.tokenizers``); None: estimate
+    revisions: tuple[tuple[str, str], ...] = ()  # (model, revision) it serves, as declared
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -48,6 +49,10 @@ class BackendSpec:
                 raise BalancerConfigError(
                     f"backend {self.name}: kv_events: expected tcp:// or ipc://, got {endpoint!r}")
 
+    def revision_of(self, model: str) -> str | None:
+        """The revision of ``model`` it declares serving (None: undeclared)."""
+        return next((r for m, r in self.revisions if m == model), None)
+
     @classmethod
     def coerce(cls, obj: Any, max_concurrency: int | None = None) -> BackendSpec:
         """Accept a ``BackendSpec`` or anything with ``name``, ``url``, ``models`` (such as
@@ -61,7 +66,8 @@ class BackendSpec:
                    getattr(obj, "engine", None), getattr(obj, "kv_events", None),
                    getattr(obj, "kv_events_replay", None),
                    bool(getattr(obj, "priority_scheduling", False)),
-                   getattr(obj, "tokenizer", None))
+                   getattr(obj, "tokenizer", None),
+                   tuple(getattr(obj, "revisions", ())))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}

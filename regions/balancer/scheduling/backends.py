@@ -154,6 +154,7 @@ class BackendPool(PoolHealth, PoolCapacity):
                     spt_base,
                     spt_slope,
                     scraped.kv_tokens,
+                    b.spec.revisions,
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -222,6 +223,7 @@ class BackendPool(PoolHealth, PoolCapacity):
             spt_base,
             spt_slope,
             scraped.kv_tokens,
+            b.spec.revisions,
         )
         return view, valid_until
 

@@ -32,6 +32,7 @@ from regions.balancer.scheduling.filters.capacity import CapacityFilter
 from regions.balancer.scheduling.filters.health import HealthFilter
 from regions.balancer.scheduling.filters.model import ModelFilter
 from regions.balancer.scheduling.filters.not_tried import NotTriedFilter
+from regions.balancer.scheduling.filters.revision import RevisionFilter
 from regions.balancer.scheduling.pickers.max_score import MaxScorePicker
 from regions.balancer.scheduling.pickers.power_of_two import PowerOfTwoPicker
 from regions.balancer.scheduling.pickers.round_robin import RoundRobinPicker
@@ -52,7 +53,7 @@ from regions.balancer.scheduling.scorers.queue_depth import QueueDepthScorer
 from routing import Kind, PluginSpec, PluginTimings, Registry, RegistryError, Role, WeightedScorer
 from routing import Profile as CoreProfile
 
-DEFAULT_FILTERS = ("model", "health", "not-tried", "capacity")
+DEFAULT_FILTERS = ("model", "revision", "health", "not-tried", "capacity")
 # prefix-affinity scores nothing where no backend holds the prompt's first block, so without
 # shared prefixes the default orders exactly as least-requests alone
 DEFAULT_SCORERS = (("least-requests", 1.0), ("prefix-affinity", 2.0))
@@ -64,6 +65,7 @@ NOMINATOR, REFINER, HOLD, BIND = Role.NOMINATOR, Role.REFINER, Role.HOLD_POLICY,
 
 BUILTIN = (
     PluginSpec(FILTER, "model", ModelFilter),
+    PluginSpec(FILTER, "revision", RevisionFilter),
     PluginSpec(FILTER, "health", HealthFilter),
     PluginSpec(FILTER, "not-tried", NotTriedFilter),
     PluginSpec(FILTER, "capacity", CapacityFilter, roles=frozenset({Role.WAITABLE})),
