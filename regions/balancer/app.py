@@ -170,6 +170,8 @@ class Balancer(Lifecycle, Reports):
                           kv_index=self.kv_index, client_body_s=cfg.client.body_s,
                           tokenizers=Tokenizers.of_backends(specs)),
             self.output_lengths, self.metrics.slow_requests.labels("body").inc)
+        self.revisions = ChooseRevision({s.model: s for s in cfg.splits}, self.pool,
+                                        self.profile.rng)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
@@ -221,8 +223,6 @@ class Balancer(Lifecycle, Reports):
 
     def _stages(self, names: Iterable[str]) -> list[Stage]:
         """The request's stages, in the configured order (``request_chain``)."""
-        self.revisions = ChooseRevision({s.model: s for s in self.config.splits}, self.pool,
-                                        self.profile.rng)
         built: dict[str, Stage] = {
             "identify": Identify(self.tenancy),
             "overflow": self.spill,

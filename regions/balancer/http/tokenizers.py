@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -253,6 +253,3 @@ class Tokenizers:
 
     def of(self, model: str) -> PromptTokenizer:
         return self._by_model.get(model, self._estimate)
-
-    def models(self) -> Sequence[str]:
-        return sorted(self._by_model)
