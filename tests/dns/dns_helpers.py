@@ -109,11 +109,16 @@ def ecs_option(response: dns.message.Message) -> dns.edns.ECSOption | None:
 
 
 class ServerProcess:
-    """``director dns serve`` in a subprocess on a free port; what it logged is ``log``."""
+    """``director dns serve`` in a subprocess on a free port; what it logged is ``log``.
+    Without the GeoIP network map unless ``precompile``: these servers answer a handful of
+    subnets, the map is tested in process, and its build (CPU seconds per worker, at low
+    priority) is what the test machine has least of."""
 
-    def __init__(self, *args: str, policy: Path | None = None) -> None:
+    def __init__(self, *args: str, policy: Path | None = None,
+                 precompile: bool = False) -> None:
         self.args = ["--policy", str(policy or ROOT / "policies/examples/global.dp"),
-                     "--listen", "127.0.0.1:0", *args]
+                     "--listen", "127.0.0.1:0", *args,
+                     *(() if precompile or "--no-precompile" in args else ("--no-precompile",))]
         self.proc: subprocess.Popen[str] | None = None
         self.address: tuple[str, int] = ("127.0.0.1", 0)
         self.metrics: tuple[str, int] | None = None

@@ -90,7 +90,7 @@ def test_enforced_over_the_wire_with_tcp_capped_per_network():
     """The shipped deployments' settings through the command line: RRL enforced with slip
     2 on UDP, and TCP connections capped per client /24, both counted in the metrics."""
     with ServerProcess("--rrl", "enforce", "--rrl-rate", "5", "--rrl-slip", "2",
-                       "--tcp-max-per-network", "1", "--no-precompile",
+                       "--tcp-max-per-network", "1",
                        "--metrics", "127.0.0.1:0") as server:
         queries = [make_query("chat.infer.example.com", ecs="8.8.8.0/24", qid=i).to_wire()
                    for i in range(100)]
