@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import typer
 
-from director.commands import api, dns, drill, policy, region, state, up, workers
+# name: (module, attribute, a command group or a single command); imported only when used,
+# so that ``director dns serve`` does not load the balancer's and the API's libraries (each
+# process director starts pays for what it imports, and ``up`` starts many)
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "policy": ("director.commands.policy", "app", True),
+    "workers": ("director.commands.workers", "workers", False),
+    "region": ("director.commands.region", "app", True),
+    "dns": ("director.commands.dns", "app", True),
+    "drill": ("director.commands.drill", "app", True),
+    "api": ("director.commands.api", "app", True),
+    "up": ("director.commands.up", "up", False),
+    "state": ("director.commands.state", "app", True),
+}
 
-app = typer.Typer(
-    help="director: a multi-region traffic director for AI inference.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(policy.app, name="policy")
-app.command(name="workers")(workers.workers)
-app.add_typer(region.app, name="region")
-app.add_typer(dns.app, name="dns")
-app.add_typer(drill.app, name="drill")
-app.add_typer(api.app, name="api")
-app.command(name="up")(up.up)
-app.add_typer(state.app, name="state")
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The command with every subcommand, or with ``only`` that one (what ``main`` runs
+    when the command line names it)."""
+    command = typer.Typer(
+        help="director: a multi-region traffic director for AI inference.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+    )
+
+    @command.callback()
+    def _group() -> None:  # a group even with one command: ``director up`` stays ``up``
+        pass
+
+    for name, (module, attribute, group) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(module), attribute)
+        if group:
+            command.add_typer(target, name=name)
+        else:
+            command.command(name=name)(target)
+    return command
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # ``from director.cli import app``: the whole command, built on first use
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(name)
 
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    named = sys.argv[1] if len(sys.argv) > 1 else None
+    build_app(named if named in COMMANDS else None)()
