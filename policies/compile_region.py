@@ -174,23 +174,42 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     scheduling = single("scheduling", _scheduling, "fcfs | priority") or "fcfs"
     tokenizer = single("tokenizer", _tokenizer, TOKENIZER_USAGE)
     revisions: dict[str, str] = {}
+    fingerprints: dict[str, str] = {}
     for d in found.get("revision", ()):
         a = Args(d, report)
-        model = a.take(lambda t: values.name(t, "model name"), "<model> <revision>")
-        revision = a.take(lambda t: values.name(t, "revision"), "<model> <revision>")
-        a.end("<model> <revision>")
+        model = a.take(lambda t: values.name(t, "model name"), _REVISION_USAGE)
+        revision = a.take(lambda t: values.name(t, "revision"), _REVISION_USAGE)
+        fingerprint = None
+        if a.peek() == "fingerprint":
+            a.index += 1
+            fingerprint = a.take(_fingerprint, _REVISION_USAGE)
+        a.end(_REVISION_USAGE)
         if model is not None and revision is not None:
             if model not in models:
                 report.at_name(d.pos, f"revision of {model}, which this gpu does not serve")
             elif revisions.setdefault(model, revision) != revision:
                 report.at_name(d.pos, f"two revisions of {model} on one gpu")
+            elif fingerprint is not None:
+                fingerprints[model] = fingerprint
     if name is None or url is None:
         return None
     return GpuServer(name=name, url=url, models=tuple(models), kind=kind, speed=speed,
                      engine=engine, max_seqs=max_seqs, kv_events=kv_events,
                      kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
                      tokenizer=tokenizer, revisions=tuple(revisions.items()),
-                     pos=directive.pos)
+                     fingerprints=tuple(fingerprints.items()), pos=directive.pos)
+
+
+_REVISION_USAGE = "<model> <revision> [fingerprint <text>]"
+
+
+def _fingerprint(text: str) -> str:
+    """What a probe must read for the model on this server: its ``/v1/models`` entry's
+    ``root`` (vLLM and SGLang: the weights' path or hub name), compared exactly."""
+    if not 0 < len(text) <= 512 or not text.isprintable():
+        raise values.ValueProblem(f"'{text[:40]}' is not a fingerprint",
+                                  expected="up to 512 printable characters")
+    return text
 
 
 _KV_EVENTS_USAGE = "<zmq address> [replay <zmq address>]"

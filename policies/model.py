@@ -106,6 +106,8 @@ class GpuServer:
     tokenizer: str | None = None
     # the revision it serves of a model: (model, revision), as the operator declares it
     revisions: tuple[tuple[str, str], ...] = ()
+    # what its probe must read of a model (its /v1/models entry's root): (model, text)
+    fingerprints: tuple[tuple[str, str], ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -5,6 +5,8 @@ can share one server)::
 
     {p}:health:gpu:{region}:{gpu}     hash  rise/fall health of one GPU server
     {p}:health:balancer:{region}      hash  rise/fall health of a region's balancer
+    {p}:health:version:{region}:{gpu} hash  the revisions one GPU server reports and the
+                                      models it is refused for (state.records.VersionRecord)
     {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
     {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
@@ -29,6 +31,7 @@ DEFAULT_PREFIX = "director"
 
 class KeyKind(enum.Enum):
     GPU_HEALTH = "health:gpu"
+    GPU_VERSION = "health:version"
     BALANCER_HEALTH = "health:balancer"
     GPU_LOAD = "load:gpu"
     REGION_LOAD = "load:region"
@@ -76,6 +79,9 @@ class Keys:
     def balancer_health(self, region: str) -> str:
         return f"{self.prefix}:health:balancer:{region}"
 
+    def gpu_version(self, region: str, gpu: str) -> str:
+        return f"{self.prefix}:health:version:{region}:{gpu}"
+
     def health(self, region: str, gpu: str | None = None) -> str:
         """A GPU server's health key, or the region balancer's when ``gpu`` is None."""
         return self.balancer_health(region) if gpu is None else self.gpu_health(region, gpu)
@@ -101,6 +107,8 @@ class Keys:
                 return ParsedKey(KeyKind.DRAIN)
             case ["health", "gpu", region, gpu]:
                 return ParsedKey(KeyKind.GPU_HEALTH, region, gpu)
+            case ["health", "version", region, gpu]:
+                return ParsedKey(KeyKind.GPU_VERSION, region, gpu)
             case ["health", "balancer", region]:
                 return ParsedKey(KeyKind.BALANCER_HEALTH, region)
             case ["load", "gpu", region, gpu]:

@@ -124,6 +124,42 @@ class GpuLoad:
 
 
 @dataclass(frozen=True)
+class VersionRecord:
+    """What one GPU server reported of its models at ``timestamp`` (each model's
+    fingerprint: its ``/v1/models`` entry's ``root``) and the models it is refused for,
+    each with the reason (``workers.probes.versions``)."""
+
+    seen: Mapping[str, str]
+    refused: Mapping[str, str]
+    timestamp: float
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.timestamp)
+
+    def to_fields(self) -> dict[str, str]:
+        return {"seen": json.dumps(dict(self.seen), sort_keys=True),
+                "refused": json.dumps(dict(self.refused), sort_keys=True),
+                "timestamp": repr(float(self.timestamp))}
+
+    @classmethod
+    def from_fields(cls, raw: RawHash) -> VersionRecord:
+        fields = _text(raw)
+        return cls(seen=_text_map(fields, "seen"), refused=_text_map(fields, "refused"),
+                   timestamp=_required(fields, "timestamp"))
+
+
+def _text_map(fields: dict[str, str], name: str) -> dict[str, str]:
+    try:
+        value = json.loads(fields.get(name) or "{}")
+    except ValueError as exc:
+        raise RecordError(f"{name}: not JSON") from exc
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise RecordError(f"{name}: expected an object of strings")
+    return value
+
+
+@dataclass(frozen=True)
 class RegionLoad:
     """Aggregate load of a region as its balancer publishes it (about once a second).
 

@@ -8,6 +8,10 @@ task probes all of its servers concurrently and writes their results in one pipe
     gpu-metrics:{region}/{interval}s#{slot}  director.probe.gpu_metrics_batch  gpu interval
     balancer:{region}                        director.probe.balancer           balancer interval
     latency:{region}                         director.probe.latency            max(5 s, balancer)
+    gpu-versions:{region}                    director.probe.gpu_versions       gpu interval
+
+A region's version probe covers all its GPU servers in one task (a mixed pool is judged
+over the whole region: ``workers.probes.versions``), at the shortest of their intervals.
 
 Jitter is deterministic (CRC-32 of names, so every beat computes the same schedule and the
 same fire times after a restart):
@@ -48,6 +52,7 @@ GPU_HEALTH_BATCH_TASK = "director.probe.gpu_health_batch"
 GPU_METRICS_BATCH_TASK = "director.probe.gpu_metrics_batch"
 BALANCER_TASK = "director.probe.balancer"
 LATENCY_TASK = "director.probe.latency"
+GPU_VERSIONS_TASK = "director.probe.gpu_versions"
 
 BATCH_TASKS = {GPU_HEALTH: GPU_HEALTH_BATCH_TASK, GPU_METRICS: GPU_METRICS_BATCH_TASK}
 
@@ -129,6 +134,14 @@ def build_schedule(
     targets = probe_targets(policy, balancer_port=balancer_port, balancer_urls=balancer_urls)
     entries = _batches(GPU_HEALTH, targets.gpus)
     entries.update(_batches(GPU_METRICS, [g for g in targets.gpus if g.metrics_path is not None]))
+    by_region: dict[str, list[GpuTarget]] = {}
+    for gpu in targets.gpus:
+        by_region.setdefault(gpu.region, []).append(gpu)
+    for region, members in by_region.items():
+        name = f"gpu-versions:{region}"
+        interval = min(gpu.interval for gpu in members)
+        entries[name] = _entry(GPU_VERSIONS_TASK, ([gpu.to_dict() for gpu in members],),
+                               region, interval, phase_for(name, interval))
     for balancer in targets.balancers:
         name = f"balancer:{balancer.region}"
         entries[name] = _entry(

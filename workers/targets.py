@@ -44,13 +44,23 @@ class GpuTarget:
     timeout: float
     rise: int
     fall: int
+    # what the version probe checks (workers.probes.versions): the models it serves, the
+    # revision the policy declares of some, and the fingerprint it must report of some
+    models: tuple[str, ...] = ()
+    revisions: tuple[tuple[str, str], ...] = ()
+    fingerprints: tuple[tuple[str, str], ...] = ()
+    models_path: str = "/v1/models"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuTarget:
-        return cls(**data)
+        fields = dict(data)
+        for name in ("revisions", "fingerprints"):  # JSON made the pairs lists
+            fields[name] = tuple(tuple(pair) for pair in fields.get(name, ()))
+        fields["models"] = tuple(fields.get("models", ()))
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,9 @@ def probe_targets(
                     timeout=min(gpu_check.timeout, gpu_check.interval),
                     rise=rise,
                     fall=fall,
+                    models=gpu.models,
+                    revisions=gpu.revisions,
+                    fingerprints=gpu.fingerprints,
                 )
             )
         url = overrides.get(region.name) or _balancer_url(region, balancer_port)

@@ -19,10 +19,12 @@ from workers.probes.balancer_check import check_balancer
 from workers.probes.batch import probe_gpu_health_batch, scrape_gpu_metrics_batch
 from workers.probes.latency import measure_latency
 from workers.probes.session import shared_session
+from workers.probes.versions import probe_versions
 from workers.schedule import (
     BALANCER_TASK,
     GPU_HEALTH_BATCH_TASK,
     GPU_METRICS_BATCH_TASK,
+    GPU_VERSIONS_TASK,
     LATENCY_TASK,
 )
 from workers.targets import BalancerTarget, GpuTarget, LatencyTarget
@@ -60,6 +62,11 @@ def gpu_health_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
 @shared_task(name=GPU_METRICS_BATCH_TASK, **_OPTIONS)
 def gpu_metrics_batch(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
     scrape_gpu_metrics_batch(self.store, [GpuTarget.from_dict(target) for target in targets])
+
+
+@shared_task(name=GPU_VERSIONS_TASK, **_OPTIONS)
+def gpu_versions(self: ProbeTask, targets: list[dict[str, Any]]) -> None:
+    probe_versions(self.store, [GpuTarget.from_dict(target) for target in targets])
 
 
 @shared_task(name=BALANCER_TASK, **_OPTIONS)

@@ -119,6 +119,7 @@ class Reports:
                     "prefill_tokens": round(b.prefill_tokens, 3),
                     "tokens_per_s": round(b.tokens_per_s, 3),
                     "rate_learned": b.rate_learned,
+                    "refused": dict(b.refused),  # model -> why (the version probe)
                 }
                 for b in snap.backends
             ],

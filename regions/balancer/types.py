@@ -101,6 +101,7 @@ class BackendSnapshot:
     spt_slope: float = 0.0
     kv_tokens: int | None = None  # KV cache capacity in tokens, as its metrics publish it
     revisions: tuple[tuple[str, str], ...] = ()  # (model, revision) it declares serving
+    refused: tuple[tuple[str, str], ...] = ()  # (model, why) the version probe refuses
 
     def revision_of(self, model: str) -> str | None:
         """The revision of ``model`` it serves, as declared (None: undeclared)."""

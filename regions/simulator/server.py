@@ -53,6 +53,9 @@ class SimContext:
     engine_name: str = "vllm"  # whose metric names /metrics uses, whose info endpoints
     # TGI's router limit (queued + running); None: the engine's default (TGI: 128)
     max_concurrent_requests: int | None = None
+    # what /v1/models says each model was loaded from (its "root"; default the model's
+    # name), as vLLM reports the weights' path; ``POST /_sim/root`` swaps one silently
+    roots: dict[str, str] = field(default_factory=dict)
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
@@ -86,6 +89,7 @@ class SimContext:
         return {
             "name": self.name,
             "models": list(self.models),
+            "roots": {m: self.roots.get(m, m) for m in self.models},
             "speed": self.engine.config.speed,
             "running": s.running,
             "waiting": s.waiting,
@@ -120,6 +124,7 @@ def build_app(ctx: SimContext) -> web.Application:
     if ctx.engine_name == "tgi":
         app.router.add_get("/info", _tgi_info)
     app.router.add_post("/_sim/fault", _set_fault)
+    app.router.add_post("/_sim/root", _set_root)
     app.router.add_get("/_sim/state", _state)
     return app
 
@@ -260,7 +265,7 @@ async def _models(request: web.Request) -> web.Response:
             "object": "model",
             "created": created,
             "owned_by": "director-simulator",
-            "root": m,
+            "root": ctx.roots.get(m, m),
             "parent": None,
             "max_model_len": ctx.engine.config.max_model_len,
         }
@@ -308,6 +313,24 @@ async def _set_fault(request: web.Request) -> web.Response:
         return _error(400, str(exc), "invalid_request_error")
     ctx.set_fault(fault)
     return web.json_response(fault.to_json())
+
+
+async def _set_root(request: web.Request) -> web.Response:
+    """``{"model": m, "root": r}``: from now on the server says it serves ``m`` from ``r``
+    (a revision swapped under the operator's feet: a redeploy, a cold start from another
+    snapshot); nothing else about it changes."""
+    ctx = request.app[CTX]
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _error(400, "root: body is not valid JSON", "invalid_request_error")
+    model = body.get("model") if isinstance(body, dict) else None
+    root = body.get("root") if isinstance(body, dict) else None
+    if model not in ctx.models or not isinstance(root, str) or not root:
+        return _error(400, f"root: expected {{\"model\": one of {list(ctx.models)}, "
+                           "\"root\": a non-empty string}", "invalid_request_error")
+    ctx.roots[model] = root
+    return web.json_response({"model": model, "root": root})
 
 
 async def _state(request: web.Request) -> web.Response:

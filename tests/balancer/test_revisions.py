@@ -18,6 +18,7 @@ from regions.balancer.http.proxy import REVISION_HEADER
 from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.simulator import Fleet, ServerSpec
 from tests.balancer.helpers import MODEL, completion
+from workers.targets import GpuTarget, probe_targets
 
 KEYS = [f"session-{i}" for i in range(4000)]
 
@@ -123,3 +124,16 @@ def test_a_revision_of_a_model_the_gpu_does_not_serve_is_refused() -> None:
     text = POLICY.format(split="").replace("revision m r2", "revision other r2")
     with pytest.raises(PolicyError, match="does not serve"):
         load_policy_text(text)
+
+
+def test_a_revision_may_name_the_fingerprint_its_probe_must_read() -> None:
+    text = POLICY.format(split="").replace(
+        "revision m r2", 'revision m r2 fingerprint "/models/m@2026-11-01"')
+    gpu = load_policy_text(text).regions[0].gpus[1]
+    assert (gpu.revisions, gpu.fingerprints) == ((("m", "r2"),), (("m", "/models/m@2026-11-01"),))
+    target = probe_targets(load_policy_text(text)).gpus[1]
+    assert GpuTarget.from_dict(target.to_dict()) == target  # as a Celery task carries it
+    assert target.fingerprints == (("m", "/models/m@2026-11-01"),)
+    with pytest.raises(PolicyError, match="revision"):
+        load_policy_text(POLICY.format(split="").replace("revision m r2",
+                                                         "revision m r2 fingerprint"))

@@ -44,7 +44,8 @@ def _as_entries(scheduler: PolicyScheduler) -> dict:
 def test_entry_names_tasks_and_queues() -> None:
     entries = build_schedule(POLICY, balancer_port=8080)
     gpu_entries = {n for n in entries if n.startswith(("gpu-health:", "gpu-metrics:"))}
-    assert set(entries) - gpu_entries == {"balancer:us", "balancer:eu", "latency:us", "latency:eu"}
+    assert set(entries) - gpu_entries == {"balancer:us", "balancer:eu", "latency:us", "latency:eu",
+                                          "gpu-versions:us", "gpu-versions:eu"}
     for name in gpu_entries:  # one entry per (kind, region, interval, slot)
         kind, _, rest = name.partition(":")
         assert re.fullmatch(r"(us|eu)/2s#[0-7]", rest), name
@@ -58,6 +59,11 @@ def test_entry_names_tasks_and_queues() -> None:
     [b] = [t for t in b_entry["args"][0] if t["name"] == "b"]
     assert b["url"] == "http://127.0.1.12:8000"
     assert entries["balancer:eu"]["task"] == "director.probe.balancer"
+    # the version probe: one entry per region with all its servers, at their interval
+    versions = entries["gpu-versions:us"]
+    assert versions["task"] == "director.probe.gpu_versions"
+    assert [t["name"] for t in versions["args"][0]] == ["a", "b"]
+    assert versions["options"]["queue"] == "probes.us"
     assert entries["balancer:eu"]["args"][0]["url"] == "http://127.0.2.1:8080"
     assert entries["latency:eu"]["task"] == "director.probe.latency"
     assert entries["latency:eu"]["args"][0]["port"] == 8080

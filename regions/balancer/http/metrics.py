@@ -99,7 +99,16 @@ class _PoolCollector(Collector):
             "Requests of a tenant bound to a backend and not ended", labels=["tenant"])
         for tenant, held in sorted(self.dispatcher.fair.in_flight.items()):
             tenants.add_metric([tenant], held)
-        yield from (in_flight, work, prefill, rate, queue, capacity, limit, tenants)
+        refused = GaugeMetricFamily(
+            "director_balancer_model_refused",
+            "1 for each model a backend is refused for by the version probe (kind: "
+            "fingerprint, mixed, unlisted)",
+            labels=["backend", "model", "kind"],
+        )
+        for b in snap.backends:
+            for model, why in b.refused:
+                refused.add_metric([b.name, model, why.split(":", 1)[0]], 1)
+        yield from (in_flight, work, prefill, rate, queue, capacity, limit, tenants, refused)
 
 
 @dataclass(frozen=True, slots=True)

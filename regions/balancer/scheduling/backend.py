@@ -162,6 +162,9 @@ class Backend:
     spt: tuple[float, float] | None = None  # batch_rate.model() as of its last sample
     busy_integral: float = 0.0  # in_flight integrated over time (request-seconds)
     busy_at: float = 0.0  # when busy_integral was last brought up to date
+    # models the version probe refuses it for, with why (workers.probes.versions): they
+    # are left out of ``models``, so the model filter passes it by for them
+    refused: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         self.models = model_set(self.spec.models)

@@ -155,6 +155,7 @@ class BackendPool(PoolHealth, PoolCapacity):
                     spt_slope,
                     scraped.kv_tokens,
                     b.spec.revisions,
+                    b.refused,
                 )
         if views is None or now >= self._valid_until:
             views = self._rebuild_all(now)
@@ -224,6 +225,7 @@ class BackendPool(PoolHealth, PoolCapacity):
             spt_slope,
             scraped.kv_tokens,
             b.spec.revisions,
+            b.refused,
         )
         return view, valid_until
 

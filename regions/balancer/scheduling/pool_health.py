@@ -21,10 +21,10 @@ lifts the other's drain.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from regions.balancer.scheduling.backend import Backend, OutlierConfig
+from regions.balancer.scheduling.backend import Backend, OutlierConfig, model_set
 from regions.balancer.scheduling.latency import RegionTtft, is_ttft_outlier, ttft_ewma
 
 ADMIN = "admin"  # a drain's source: the loopback admin endpoint (``Balancer.drain``)
@@ -135,6 +135,18 @@ class PoolHealth:
             drains.discard(source)
         if bool(drains) != before:
             self.changed()
+
+    def set_refused(self, name: str, refused: Mapping[str, str]) -> bool:
+        """The models ``name`` is refused for (the version probe's verdict), with why;
+        True if that changed. It keeps serving its other models."""
+        b = self._lookup(name)
+        pairs = tuple(sorted((m, why) for m, why in refused.items() if m in b.spec.models))
+        if pairs == b.refused:
+            return False
+        b.refused = pairs
+        b.models = model_set(m for m in b.spec.models if m not in dict(pairs))
+        self.changed(b.index)
+        return True
 
     def set_healthy(self, name: str, healthy: bool) -> None:
         b = self._lookup(name)

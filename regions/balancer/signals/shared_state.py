@@ -14,6 +14,11 @@ Three background tasks, none on the request path:
 - **listen**: subscribes to the change channel; after a reconnect it reads everything
   again, since messages sent meanwhile are lost.
 
+Versions: the version probe's record of a GPU server (``workers.probes.versions``) names the
+models it is refused for (a fingerprint that differs from the policy's, a mixed pool); the
+pool stops sending it those models, and sends them again once the record clears or is older
+than ``stale_after_s``.
+
 Health: a probe record (rise/fall applied by the workers) that says down takes the GPU out
 of the candidates; one older than ``stale_after_s`` is no longer believed and the GPU counts
 as healthy again (data-path retries and outlier ejection still guard it), so dead probes
@@ -48,7 +53,7 @@ from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
 from state.keys import DEFAULT_PREFIX
-from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad
+from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad, VersionRecord
 from state.tasks import cancel_and_wait
 from tenants.quota_link import DEFAULT_TIMEOUT_S
 
@@ -106,13 +111,18 @@ class StateLink:
             if config.follow_health
             else {}
         )
+        self._version_keys = (
+            {self.store.keys.gpu_version(region, b.name): b.name for b in pool}
+            if config.follow_health
+            else {}
+        )
         self._load_keys = (
             {self.store.keys.gpu_load(region, b.name): b.name for b in pool}
             if config.follow_load
             else {}
         )
         self.loads: dict[str, GpuLoad] = {}
-        self._followed = {self.store.keys.drain, *self._health_keys}
+        self._followed = {self.store.keys.drain, *self._health_keys, *self._version_keys}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -148,7 +158,8 @@ class StateLink:
 
     async def read(self) -> bool:
         """Read the flags now and apply them; False (last known flags kept) on failure."""
-        keys = [self.store.keys.drain, *self._health_keys, *self._load_keys]
+        keys = [self.store.keys.drain, *self._health_keys, *self._version_keys,
+                *self._load_keys]
         try:
             fetched = await self.store.fetch(keys)
         except StateError as exc:
@@ -165,9 +176,26 @@ class StateLink:
                     self._apply_health(gpu, HealthRecord.from_fields(raw), now)
                 except RecordError as exc:
                     log.warning("state: ignoring malformed record %s: %s", key, exc)
+        for key, gpu in self._version_keys.items():
+            raw = fetched.get(key)
+            try:
+                record = VersionRecord.from_fields(raw) if raw else None
+            except RecordError as exc:
+                log.warning("state: ignoring malformed record %s: %s", key, exc)
+                continue
+            self._apply_versions(gpu, record, now)
         self._read_loads(fetched)
         self._apply_loads(now)
         return True
+
+    def _apply_versions(self, gpu: str, record: VersionRecord | None, now: float) -> None:
+        """The models the version probe refuses ``gpu`` for; none once its record is older
+        than ``stale_after_s`` (dead probes must not keep a model away for good)."""
+        refused = ({} if record is None or record.age(now) > self.config.stale_after_s
+                   else record.refused)
+        if self.pool.set_refused(gpu, refused):
+            log.warning("state: GPU %s/%s refused for %s", self.region, gpu,
+                        ", ".join(f"{m} ({why})" for m, why in refused.items()) or "nothing")
 
     def _apply_drains(self, flags: DrainFlags) -> None:
         self.drains = flags
