@@ -11,7 +11,8 @@ api         read and write every ``{p}:*`` key and channel: policies, drains, te
             API keys, usage reads (the admin API, and ``director up`` storing the policy)
 balancer    read ``{p}:*``; write its load (``{p}:load:region:*``), the tenants' quotas
             (``{p}:quota:*``), usage (``{p}:usage:*``) and refusal counts
-            (``{p}:throttle:*``); publish and subscribe ``{p}:changes``
+            (``{p}:throttle:*``), its revisions' answer counts (``{p}:outcomes:*``);
+            publish and subscribe ``{p}:changes``
 worker      read ``{p}:*``; write probe health (``{p}:health:*``), scraped and probed
             load (``{p}:load:*``) and latency (``{p}:latency``); the Celery broker
             (``{p}:celery:*`` keys and channels, and the remote control channel
@@ -64,7 +65,7 @@ def role_rules(role: str, prefix: str = "director", db: int = 0) -> str:
             keys = [f"~{p}:*", f"&{p}:*"]
         case "balancer":
             keys = [read_all, f"~{p}:load:region:*", f"~{p}:quota:*", f"~{p}:usage:*",
-                    f"~{p}:throttle:*", changes]
+                    f"~{p}:throttle:*", f"~{p}:outcomes:*", changes]
         case "worker":
             celery = celery_prefix(p)
             keys = [read_all, f"~{p}:health:*", f"~{p}:load:*", f"~{p}:latency",

@@ -113,6 +113,11 @@ class AsyncStateStore:
             queue_region_load(pipe, self.keys, region, load)
             await pipe.execute()
 
+    async def write_outcomes(self, region: str, fields: dict[str, str]) -> None:
+        """Publish a region's cumulative answer counts by revision (``state.outcomes``)."""
+        with redis_errors(self._where):
+            await self.client.hset(self.keys.outcomes(region), mapping=fields)
+
     async def region_load(self, region: str) -> RegionLoad | None:
         raw = await self.fetch([self.keys.region_load(region)])
         return RegionLoad.from_fields(next(iter(raw.values()))) if raw else None

@@ -9,6 +9,9 @@ can share one server)::
                                       models it is refused for (state.records.VersionRecord)
     {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
+    {p}:outcomes:{region}             hash  field "{model}|{revision}" -> the cumulative
+                                      answer counts of one revision (state.outcomes), and
+                                      "epoch": the balancer run that counted them
     {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
     {p}:policy                        hash  text, version, epoch, digest, timestamp of the
                                       active policy (state.policy_identity)
@@ -91,6 +94,9 @@ class Keys:
 
     def region_load(self, region: str) -> str:
         return f"{self.prefix}:load:region:{region}"
+
+    def outcomes(self, region: str) -> str:
+        return f"{self.prefix}:outcomes:{region}"
 
     def parse(self, key: str) -> ParsedKey | None:
         """The kind and names a key was built from; None for a key that is not ours."""

@@ -54,6 +54,7 @@ from regions.balancer.http.metrics import BalancerMetrics, OverflowCollector
 from regions.balancer.http.parse import Parse, ParseSettings
 from regions.balancer.http.proxy import Proxy, ProxySettings
 from regions.balancer.http.revision_choice import ChooseRevision
+from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.http.tokenizers import Tokenizers
 from regions.balancer.lifecycle import Lifecycle
 from regions.balancer.reports import Reports
@@ -164,6 +165,7 @@ class Balancer(Lifecycle, Reports):
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
         self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
         self.output_lengths = OutputLengths()
+        self.outcomes = RevisionOutcomes()
         self.parse = Parse(
             ParseSettings(cfg.max_body_bytes, cfg.prefill_ratio, cfg.admission.queue_timeout_s,
                           prefix_hashes=self.prefix_scorer is not None,
@@ -175,7 +177,7 @@ class Balancer(Lifecycle, Reports):
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
-                           clock, self.output_lengths)
+                           clock, self.output_lengths, self.outcomes)
 
     def _build_tenancy(self) -> None:
         """Identity, quotas, usage and the residency re-check."""

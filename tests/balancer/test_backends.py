@@ -202,3 +202,18 @@ def test_ewma() -> None:
 def test_backend_spec_validation(kwargs, match) -> None:
     with pytest.raises(BalancerConfigError, match=match):
         BackendSpec(**kwargs)
+
+
+@pytest.mark.parametrize(("chunks", "finish"), [
+    ([b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n',
+      b'data: {"choices":[{"text":"b","finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'], "stop"),
+    ([b'data: {"choices": [{"delta": {}, "finish_reason": "length"}]}\n\n'], "length"),
+    ([b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n'], None),
+    ([b'data: {"choices":[{"text":"a","finish_reason":"' + b"x" * 60 + b'"}]}\n\n'], None),
+    ([b'data: {"choices":[{"text":"a","finish_reason":"tool_calls"}]}\n\n'], "tool_calls"),
+])
+def test_the_stream_meter_reads_the_finish_reason(chunks: list[bytes], finish) -> None:
+    meter = StreamMeter()
+    for i, chunk in enumerate(chunks):
+        meter.observe(chunk, float(i))
+    assert meter.finish == finish

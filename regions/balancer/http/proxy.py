@@ -44,6 +44,7 @@ from regions.balancer.http.relay import (
     relay,
     response_for,
 )
+from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.http.upstream import UpstreamResponse
 from regions.balancer.http.upstream_pool import UpstreamPool
 from regions.balancer.http.usage_stream import UsageEventFilter, ask_for_usage
@@ -85,6 +86,7 @@ class Proxy:
         upstreams: dict[str, UpstreamPool],
         clock: Callable[[], float],
         output_lengths: OutputLengths,
+        outcomes: RevisionOutcomes | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -93,6 +95,7 @@ class Proxy:
         self.upstreams = upstreams
         self.clock = clock
         self.output_lengths = output_lengths  # learned here, read by parsing
+        self.outcomes = outcomes or RevisionOutcomes()  # by declared revision, for rollouts
 
     # -- forwarding ----------------------------------------------------------------------
 
@@ -132,13 +135,14 @@ class Proxy:
                         "POST", path, headers.items(), body)
                 except UPSTREAM_ERRORS as exc:
                     self._failed(backend, "connect")
+                    self._count_revision(exchange, backend, ok=False)
                     excluded.add(backend.name)
                     last_failure = error_response(
                         502, f"backend {backend.name} unreachable: {type(exc).__name__}",
                         "bad_gateway")
                     continue
                 if upstream.status in RETRYABLE_STATUS and attempt < self.settings.max_retries:
-                    last_failure = await self._consume_failure(upstream, backend)
+                    last_failure = await self._consume_failure(exchange, upstream, backend)
                     excluded.add(backend.name)
                     continue
                 return await self._relay(exchange, upstream, lease, start, sent_at,
@@ -168,7 +172,7 @@ class Proxy:
                 self.dispatcher.finished(info, produced)
 
     async def _consume_failure(
-        self, upstream: UpstreamResponse, backend: Backend
+        self, exchange: Exchange, upstream: UpstreamResponse, backend: Backend
     ) -> web.Response:
         try:
             body = await upstream.read(MAX_ERROR_BODY)
@@ -177,6 +181,7 @@ class Proxy:
         finally:
             upstream.close()
         self._failed(backend, f"http_{upstream.status}")
+        self._count_revision(exchange, backend, ok=upstream.status < 500)
         return web.Response(
             status=upstream.status,
             body=body,
@@ -211,11 +216,13 @@ class Proxy:
         sse = upstream.content_type == "text/event-stream"
         meter = exchange.meter or StreamMeter()
         first = True
+        first_byte_s: float | None = None
 
         def on_chunk(chunk: bytes, now: float) -> None:
-            nonlocal first
+            nonlocal first, first_byte_s
             if first:  # the backend's first byte, even if the client left
                 first = False
+                first_byte_s = now - sent_at
                 lease.started()
                 metrics.ttft.observe(now - start)
                 if upstream.status == 200:
@@ -234,8 +241,18 @@ class Proxy:
             self.metrics.client_gone.labels("before_end").inc()
             raise
         self._count_end(end, backend, request)
+        if end is RelayEnd.UPSTREAM_FAILED:
+            self._count_revision(exchange, backend, ok=False, ttft_s=first_byte_s)
         if end not in WHOLE_ANSWER:
             return resp
+        if upstream.status != 200 or not sse:
+            self._count_revision(exchange, backend, ok=upstream.status < 500,
+                                 ttft_s=first_byte_s)
+        else:
+            rate = meter.rate()
+            self._count_revision(exchange, backend, ok=True, ttft_s=first_byte_s,
+                                 itl_s=1.0 / rate if rate else None, finish=meter.finish,
+                                 output_tokens=meter.output_tokens())
         metrics.e2e.observe(self.clock() - start)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")
@@ -244,6 +261,18 @@ class Proxy:
             if upstream.status == 200 and exchange.info is not None:
                 self._learn(lease, exchange.info, meter)
         return resp
+
+    def _count_revision(self, exchange: Exchange, backend: Backend, *, ok: bool,
+                        ttft_s: float | None = None, itl_s: float | None = None,
+                        finish: str | None = None, output_tokens: int | None = None) -> None:
+        """Count the answer for its revision (a backend that declares one of the model)."""
+        info = exchange.info
+        if info is None or not backend.spec.revisions:
+            return
+        revision = backend.spec.revision_of(info.model)
+        if revision is not None:
+            self.outcomes.record(info.model, revision, ok=ok, ttft_s=ttft_s, itl_s=itl_s,
+                                 finish=finish, output_tokens=output_tokens)
 
     def _count_end(self, end: RelayEnd, backend: Backend, request: web.Request) -> None:
         if end is RelayEnd.UPSTREAM_FAILED:

@@ -89,13 +89,17 @@ class BatchRate:
         return base, slope
 
 
+FINISH_REASON = b'"finish_reason":'
+
+
 class StreamMeter:
     """Counts streamed token events and their timing for one response."""
 
-    __slots__ = ("events", "first_at", "last_at", "tokens_after_first")
+    __slots__ = ("events", "finish", "first_at", "last_at", "tokens_after_first")
 
     def __init__(self) -> None:
         self.events = 0
+        self.finish: str | None = None  # the last finish_reason the stream named
         self.tokens_after_first = 0
         self.first_at: float | None = None
         self.last_at: float | None = None
@@ -104,6 +108,15 @@ class StreamMeter:
         tokens = chunk.count(b"data:") - chunk.count(b"[DONE]") - chunk.count(b'"choices":[]')
         if tokens <= 0:
             return
+        at = chunk.rfind(FINISH_REASON)  # OpenAI streams send it null until the last chunk
+        if at >= 0:
+            start = at + len(FINISH_REASON)
+            while chunk[start:start + 1] == b" ":
+                start += 1
+            if chunk[start:start + 1] == b'"':
+                end = chunk.find(b'"', start + 1, start + 41)
+                if end > start + 1:
+                    self.finish = chunk[start + 1:end].decode("ascii", "replace")
         self.events += tokens
         if self.first_at is None:
             self.first_at = now

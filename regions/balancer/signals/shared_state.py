@@ -4,7 +4,8 @@
 Three background tasks, none on the request path:
 
 - **publish**: every ``publish_every_s`` the region's ``RegionLoad`` (see ``load_report``)
-  is written with ``AsyncStateStore.write_region_load`` for the global tier's spillover;
+  is written with ``AsyncStateStore.write_region_load`` for the global tier's spillover,
+  and the answer counts of declared revisions (``http.revision_outcomes``) when they changed;
 - **read**: every ``read_every_s``, and at once when the change channel names a key it
   follows, one pipelined read of the drain flags (and of its GPU servers' probe health when
   ``follow_health``, and their scraped load when ``follow_load``) is applied to the pool. A
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regions.balancer.http.metrics import BalancerMetrics
+from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.scheduling.backend import ScrapedLoad
 from regions.balancer.scheduling.backends import STATE, BackendPool
 from state.aio import AsyncStateStore
@@ -95,6 +97,7 @@ class StateLink:
         metrics: BalancerMetrics,
         *,
         wall_clock: Callable[[], float] = time.time,
+        outcomes: RevisionOutcomes | None = None,
     ) -> None:
         self.store = store
         self.region = region
@@ -103,6 +106,7 @@ class StateLink:
         self.config = config
         self.metrics = metrics
         self.wall_clock = wall_clock
+        self.outcomes = outcomes
         self.reachable: bool | None = None
         self.drains = DrainFlags()
         self.published: RegionLoad | None = None
@@ -147,9 +151,15 @@ class StateLink:
     async def publish(self) -> bool:
         """Write the region's load now; False (logged, counted) if the state failed."""
         load = self.measure()
+        outcomes = self.outcomes
         try:
             await self.store.write_region_load(self.region, load)
+            if outcomes is not None and outcomes.changed:
+                outcomes.changed = False
+                await self.store.write_outcomes(self.region, outcomes.fields())
         except StateError as exc:
+            if outcomes is not None:
+                outcomes.changed = True  # try again with the next round
             self._failed("publish", exc)
             return False
         self.published = load

@@ -1,0 +1,1 @@
+"""Rollouts of a new revision of a model: analysis gates (``gates``)."""

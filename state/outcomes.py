@@ -1,0 +1,180 @@
+"""What the answers of one revision of a model were like, as counts that subtract and add.
+
+A balancer counts, per model and declared revision, every answer it relayed: requests,
+errors (5xx, a stream cut upstream), output tokens, finish reasons, and histograms of the
+time to first token and of the inter-token latency on fixed bounds. It publishes the
+cumulative counts; a rollout's analysis takes the difference between two readings (its
+window) and adds the regions together, as Prometheus does with counters. A balancer that
+restarted starts from zero again under a new ``epoch``: a reading of another epoch, or one
+whose counts went down, is a reset, and the later reading counts whole.
+
+Bounds grow by 10 % from 1 ms to about two minutes, so a quantile read from them is
+within 10 % of the true one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from state.errors import RecordError
+
+BOUND_RATIO = 1.1
+BOUNDS: tuple[float, ...] = tuple(0.001 * BOUND_RATIO ** i for i in range(124))  # to 134 s
+
+
+def bucket_of(seconds: float) -> int:
+    """The index of the first bound at or above ``seconds`` (the last bucket: above all)."""
+    return bisect.bisect_left(BOUNDS, seconds)
+
+
+@dataclass
+class Outcomes:
+    """Cumulative counts of one (model, revision) at one balancer."""
+
+    requests: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    answered: int = 0  # requests with a whole answer (their output_tokens are counted)
+    finish: dict[str, int] = field(default_factory=dict)
+    ttft: dict[int, int] = field(default_factory=dict)  # bucket -> count
+    itl: dict[int, int] = field(default_factory=dict)
+
+    def record(self, *, ok: bool, ttft_s: float | None = None, itl_s: float | None = None,
+               finish: str | None = None, output_tokens: int | None = None) -> None:
+        """Count one request: ``ok`` False for an error (5xx, cut upstream); the rest as
+        far as the answer told them."""
+        self.requests += 1
+        if not ok:
+            self.errors += 1
+        if ttft_s is not None:
+            index = bucket_of(ttft_s)
+            self.ttft[index] = self.ttft.get(index, 0) + 1
+        if itl_s is not None:
+            index = bucket_of(itl_s)
+            self.itl[index] = self.itl.get(index, 0) + 1
+        if finish is not None:
+            self.finish[finish] = self.finish.get(finish, 0) + 1
+        if output_tokens is not None and ok:
+            self.answered += 1
+            self.output_tokens += output_tokens
+
+    # -- windows and sums ------------------------------------------------------------------
+
+    def minus(self, earlier: Outcomes) -> Outcomes:
+        """The counts since ``earlier``; all of these when any went down (a reset)."""
+        pairs = ((self.requests, earlier.requests), (self.errors, earlier.errors),
+                 (self.output_tokens, earlier.output_tokens), (self.answered, earlier.answered))
+        maps: tuple[tuple[Mapping[Any, int], Mapping[Any, int]], ...] = (
+            (self.finish, earlier.finish), (self.ttft, earlier.ttft), (self.itl, earlier.itl))
+        if any(now < then for now, then in pairs) or any(
+                mine.get(k, 0) < count for mine, theirs in maps for k, count in theirs.items()):
+            return self.copy()
+        return Outcomes(self.requests - earlier.requests, self.errors - earlier.errors,
+                        self.output_tokens - earlier.output_tokens,
+                        self.answered - earlier.answered,
+                        _sub(self.finish, earlier.finish), _sub(self.ttft, earlier.ttft),
+                        _sub(self.itl, earlier.itl))
+
+    def plus(self, other: Outcomes) -> Outcomes:
+        return Outcomes(self.requests + other.requests, self.errors + other.errors,
+                        self.output_tokens + other.output_tokens, self.answered + other.answered,
+                        _add(self.finish, other.finish), _add(self.ttft, other.ttft),
+                        _add(self.itl, other.itl))
+
+    def copy(self) -> Outcomes:
+        return Outcomes(self.requests, self.errors, self.output_tokens, self.answered,
+                        dict(self.finish), dict(self.ttft), dict(self.itl))
+
+    # -- what an analysis reads ------------------------------------------------------------
+
+    def quantile(self, which: str, q: float) -> float | None:
+        """The ``q`` quantile of ``"ttft"`` or ``"itl"`` (seconds), read from the bounds
+        (interpolated within the bucket); None without samples."""
+        counts = self.ttft if which == "ttft" else self.itl
+        total = sum(counts.values())
+        if total == 0:
+            return None
+        rank = q * total
+        seen = 0
+        for index in sorted(counts):
+            count = counts[index]
+            if seen + count >= rank:
+                upper = BOUNDS[min(index, len(BOUNDS) - 1)]
+                lower = BOUNDS[index - 1] if 0 < index <= len(BOUNDS) else 0.0
+                if index >= len(BOUNDS):
+                    return upper
+                return lower + (upper - lower) * max(0.0, rank - seen) / count
+            seen += count
+        return BOUNDS[-1]
+
+    def samples(self, which: str) -> int:
+        return sum((self.ttft if which == "ttft" else self.itl).values())
+
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    def mean_output_tokens(self) -> float | None:
+        return self.output_tokens / self.answered if self.answered else None
+
+    def finish_shares(self) -> dict[str, float]:
+        total = sum(self.finish.values())
+        return {k: v / total for k, v in self.finish.items()} if total else {}
+
+    # -- as stored ---------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps({"requests": self.requests, "errors": self.errors,
+                           "output_tokens": self.output_tokens, "answered": self.answered,
+                           "finish": self.finish,
+                           "ttft": {str(k): v for k, v in sorted(self.ttft.items())},
+                           "itl": {str(k): v for k, v in sorted(self.itl.items())}},
+                          separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Outcomes:
+        try:
+            data = json.loads(text)
+            return cls(_count(data, "requests"), _count(data, "errors"),
+                       _count(data, "output_tokens"), _count(data, "answered"),
+                       _counts(data.get("finish", {}), str),
+                       _counts(data.get("ttft", {}), int), _counts(data.get("itl", {}), int))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise RecordError(f"outcomes: {exc}") from exc
+
+
+def _count(data: Mapping[str, Any], name: str) -> int:
+    value = data.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: not a count: {value!r}")
+    return value
+
+
+def _counts(raw: Any, key: type) -> dict[Any, int]:
+    if not isinstance(raw, dict):
+        raise ValueError("expected an object")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{k}: not a count: {v!r}")
+        out[key(k)] = v
+    return out
+
+
+def _sub(a: Mapping[Any, int], b: Mapping[Any, int]) -> dict[Any, int]:
+    return {k: v - b.get(k, 0) for k, v in a.items() if v - b.get(k, 0) > 0}
+
+
+def _add(a: Mapping[Any, int], b: Mapping[Any, int]) -> dict[Any, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def outcome_field(model: str, revision: str) -> str:
+    """The hash field of one model's revision in ``Keys.outcomes(region)``."""
+    return f"{model}|{revision}"
