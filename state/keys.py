@@ -9,6 +9,8 @@ can share one server)::
                                       models it is refused for (state.records.VersionRecord)
     {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
+    {p}:split:{region}                hash  field model -> JSON [[revision, percent], ...]:
+                                      a rollout's split, in place of the policy's
     {p}:outcomes:{region}             hash  field "{model}|{revision}" -> the cumulative
                                       answer counts of one revision (state.outcomes), and
                                       "epoch": the balancer run that counted them
@@ -94,6 +96,9 @@ class Keys:
 
     def region_load(self, region: str) -> str:
         return f"{self.prefix}:load:region:{region}"
+
+    def split(self, region: str) -> str:
+        return f"{self.prefix}:split:{region}"
 
     def outcomes(self, region: str) -> str:
         return f"{self.prefix}:outcomes:{region}"

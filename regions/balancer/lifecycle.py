@@ -18,6 +18,7 @@ from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientGuard, GuardedSite
 from regions.balancer.http.metrics import BalancerMetrics
+from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.signals.engine_scrape import EngineScraper
@@ -55,6 +56,7 @@ class Lifecycle:
     throttles: ThrottleLedger | None
     reconcile: UsageReconciler
     outcomes: RevisionOutcomes
+    revisions: ChooseRevision
     scraper: EngineScraper
     kv_follow: KvEventFollow | None
     policy_follow: PolicyFollow
@@ -162,7 +164,7 @@ class Lifecycle:
         if self.config.scrape_every_s > 0:  # the balancer reads the servers itself, fresher
             config = dataclasses.replace(config, follow_load=False)
         return StateLink(store, self.region, self.pool, self.measure_load, config, self.metrics,
-                         outcomes=self.outcomes)
+                         outcomes=self.outcomes, revisions=self.revisions)
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None:
         """Rebuild the shared-state link (it follows the backends in the pool when built);

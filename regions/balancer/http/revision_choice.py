@@ -2,7 +2,10 @@
 """Stage: a request for a model with a split gets its revision (``revision_split``): the
 one its session key picks, or, when no usable server of that revision is left, the next
 in the split's order that has one. The ``revision`` filter then keeps only that revision's
-servers, and the answer says which revision served it (``x-director-revision``)."""
+servers, and the answer says which revision served it (``x-director-revision``).
+
+A split in the shared state (a rollout's step, ``set_overrides``) takes the place of the
+policy's split of the same model until it is withdrawn."""
 
 from __future__ import annotations
 
@@ -24,8 +27,25 @@ class ChooseRevision:
     def __init__(self, splits: Mapping[str, RevisionSplit], pool: BackendPool,
                  rng: random.Random) -> None:
         self.splits = splits
+        self.overrides: dict[str, RevisionSplit] = {}
         self.pool = pool
         self.rng = rng
+
+    def set_overrides(self, overrides: Mapping[str, RevisionSplit]) -> list[str]:
+        """Split these models as given, in place of the policy's splits; the others by the
+        policy. A split naming a revision no server here declares is left out: the
+        returned problems say which."""
+        declared = {(m, r) for b in self.pool.snapshot().backends for m, r in b.revisions}
+        kept, problems = {}, []
+        for model, split in overrides.items():
+            missing = [r for r, _ in split.weights if (model, r) not in declared]
+            if missing:
+                problems.append(f"split of {model}: no server here declares "
+                                f"{', '.join(missing)}")
+            else:
+                kept[model] = split
+        self.overrides = kept
+        return problems
 
     async def __call__(self, exchange: Exchange, call_next: Next) -> web.StreamResponse:
         if exchange.info is not None:
@@ -34,7 +54,7 @@ class ChooseRevision:
 
     def choose(self, info: RequestInfo) -> RequestInfo:
         """``info`` with its revision, when its model is split (else ``info`` itself)."""
-        split = self.splits.get(info.model)
+        split = self.overrides.get(info.model) or self.splits.get(info.model)
         if split is None:
             return info
         key = info.session or info.user or info.tenant

@@ -12,7 +12,8 @@ its data never rolls the balancer back) and applies each new version with ``appl
   servers for it is logged and changes nothing;
 - new backends get their connection pool; the shared-state link is rebuilt so it follows
   the drain and health flags of the GPU servers now in the pool;
-- the residency re-check, the overflow siblings and the published capacity follow too.
+- the residency re-check, the overflow siblings, the published capacity and the region's
+  splits of models over revisions follow too.
 
 A background task takes retired backends out of the pool once their last stream ended
 (checked every ``RETIRE_POLL_S`` while any retire) and closes their connection pools.
@@ -33,8 +34,10 @@ from typing import Any, Protocol
 from policies.model import Policy
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.connections import BackendConnections, ConnectionPool
+from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.scheduling.backend import Backend, BackendSpec
 from regions.balancer.scheduling.backends import BackendPool
+from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.balancer.signals.overflow import Overflow
 from regions.balancer.signals.pool_update import (
     PoolChange,
@@ -78,6 +81,8 @@ class FollowedBalancer(Protocol):
     def runner(self) -> object | None: ...
     @property
     def overflow(self) -> Overflow | None: ...
+    @property
+    def revisions(self) -> ChooseRevision: ...
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
@@ -185,6 +190,8 @@ class PolicyFollow:
             b.connections.open(b.pool)
         b.capacity_rps = region.capacity.rps
         b.jurisdiction = region.jurisdiction
+        b.revisions.splits = {model: RevisionSplit(model, weights)
+                              for model, weights in region.splits}
         if b.residency is not None:
             old = b.residency
             b.residency = ResidencyCheck(

@@ -41,16 +41,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.metrics import BalancerMetrics
+from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.scheduling.backend import ScrapedLoad
 from regions.balancer.scheduling.backends import STATE, BackendPool
+from regions.balancer.scheduling.revision_split import RevisionSplit
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
@@ -98,6 +102,7 @@ class StateLink:
         *,
         wall_clock: Callable[[], float] = time.time,
         outcomes: RevisionOutcomes | None = None,
+        revisions: ChooseRevision | None = None,
     ) -> None:
         self.store = store
         self.region = region
@@ -107,6 +112,9 @@ class StateLink:
         self.metrics = metrics
         self.wall_clock = wall_clock
         self.outcomes = outcomes
+        self.revisions = revisions
+        self._split_key = store.keys.split(region)
+        self._split_raw: dict[bytes, bytes] | None = None
         self.reachable: bool | None = None
         self.drains = DrainFlags()
         self.published: RegionLoad | None = None
@@ -126,7 +134,8 @@ class StateLink:
             else {}
         )
         self.loads: dict[str, GpuLoad] = {}
-        self._followed = {self.store.keys.drain, *self._health_keys, *self._version_keys}
+        self._followed = {self.store.keys.drain, *self._health_keys, *self._version_keys,
+                          self._split_key}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -169,7 +178,7 @@ class StateLink:
     async def read(self) -> bool:
         """Read the flags now and apply them; False (last known flags kept) on failure."""
         keys = [self.store.keys.drain, *self._health_keys, *self._version_keys,
-                *self._load_keys]
+                *self._load_keys, self._split_key]
         try:
             fetched = await self.store.fetch(keys)
         except StateError as exc:
@@ -196,7 +205,26 @@ class StateLink:
             self._apply_versions(gpu, record, now)
         self._read_loads(fetched)
         self._apply_loads(now)
+        self._apply_splits(fetched.get(self._split_key, {}))
         return True
+
+    def _apply_splits(self, raw: dict[bytes, bytes]) -> None:
+        """A rollout's splits of this region (``Keys.split``), in place of the policy's;
+        a malformed one is left out and logged, the others apply."""
+        if self.revisions is None or raw == self._split_raw:
+            return
+        self._split_raw = dict(raw)
+        splits: dict[str, RevisionSplit] = {}
+        for field, value in raw.items():
+            model = field.decode() if isinstance(field, bytes) else field
+            try:
+                weights = tuple((str(r), float(p)) for r, p in json.loads(value))
+                splits[model] = RevisionSplit(model, weights)
+            except (ValueError, TypeError, BalancerConfigError) as exc:
+                log.warning("state: ignoring the stored split of %s: %s", model, exc)
+        for problem in self.revisions.set_overrides(splits):
+            log.warning("state: %s", problem)
+        log.info("state: rollout splits %s", {m: s.weights for m, s in splits.items()} or "none")
 
     def _apply_versions(self, gpu: str, record: VersionRecord | None, now: float) -> None:
         """The models the version probe refuses ``gpu`` for; none once its record is older
