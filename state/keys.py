@@ -11,6 +11,9 @@ can share one server)::
     {p}:load:region:{region}          hash  aggregate load published by a region's balancer
     {p}:split:{region}                hash  field model -> JSON [[revision, percent], ...]:
                                       a rollout's split, in place of the policy's
+    {p}:rollouts                      hash  field rollout id -> JSON of the rollout
+                                      (director.rollouts.controller); "{p}:rollouts:lock"
+                                      the controller instance that runs them now
     {p}:outcomes:{region}             hash  field "{model}|{revision}" -> the cumulative
                                       answer counts of one revision (state.outcomes), and
                                       "epoch": the balancer run that counted them
@@ -73,6 +76,10 @@ class Keys:
     @property
     def tenant_keys(self) -> str:
         return f"{self.prefix}:tenant-keys"
+
+    @property
+    def rollouts(self) -> str:
+        return f"{self.prefix}:rollouts"
 
     @property
     def drain(self) -> str:
