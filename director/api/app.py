@@ -22,7 +22,7 @@ from director.api.docs import mount_docs
 from director.api.errors import ApiError
 from director.api.limits import BodyLimit
 from director.api.metrics import RequestCounter
-from director.api.routes import admin, chaos, public, read, tenants, usage
+from director.api.routes import admin, chaos, public, read, rollouts, tenants, usage
 from director.api.runtime import ApiRuntime
 from state import StateError
 
@@ -52,7 +52,7 @@ def build_api(config: ApiConfig) -> FastAPI:
                   lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     for router in (public.router, read.router, admin.router, chaos.router, tenants.router,
-                   usage.router):
+                   usage.router, rollouts.router):
         app.include_router(router)
     # breaking things on purpose is opt-in (director up opts in)
     app.include_router(chaos.chaos_router if config.enable_chaos else chaos.disabled_router)

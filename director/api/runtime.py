@@ -32,11 +32,16 @@ from director.api.usage_lag import UsageLogGauges
 from director.geo import GeoLocator
 from director.refresh import SnapshotRefresher
 from director.refresh.metrics import RefresherMetrics
+from director.rollouts.controller import RolloutController
+from director.rollouts.metrics import RolloutCollector
 from state import AsyncStateStore, StateError, StateStore
 from state.policy_metrics import PolicyCollector
 from state.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+
+ROLLOUT_TICK_S = 2.0  # how often running rollouts are judged (a failed gate rolls back)
 
 
 class ApiRuntime:
@@ -72,6 +77,12 @@ class ApiRuntime:
         self._chaos: GpuChaos | None = None
         self._follower: asyncio.Task[None] | None = None
         self._drain_resumer: asyncio.Task[None] | None = None
+        self.rollouts = RolloutController(
+            self.store, lambda who, action, target, detail: self.audit.record(
+                who, action, target, detail))
+        self.metrics.registry.register(
+            RolloutCollector(lambda: list(self.rollouts.known.values())))
+        self._rollout_loop: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> ActivePolicy:
@@ -94,6 +105,7 @@ class ApiRuntime:
         self._follower = asyncio.create_task(
             follow(self.holder, self.store, self.config.follow_interval), name="policy-follow")
         self._drain_resumer = asyncio.create_task(self._resume_drains(), name="drain-resume")
+        self._rollout_loop = asyncio.create_task(self._drive_rollouts(), name="rollouts")
         self.usage_log.start()
 
     async def _resume_drains(self) -> None:
@@ -110,9 +122,24 @@ class ApiRuntime:
                 log.info("api: took over the ttls of %d drains", found)
             return
 
+    async def _drive_rollouts(self) -> None:
+        """Judge the running rollouts every ``ROLLOUT_TICK_S`` (one API instance at a time:
+        ``RolloutController.tick``); a state error waits for the next tick."""
+        while True:
+            try:
+                await self.rollouts.tick()
+                await self.rollouts.all()  # what the metrics show, whoever drives them
+            except StateError as exc:
+                log.warning("api: rollouts not judged this time: %s", exc)
+            except Exception:
+                log.exception("api: rollouts not judged this time")
+            await asyncio.sleep(ROLLOUT_TICK_S)
+
     async def stop(self) -> None:
         # re-cancels if redis-py swallows one
-        await cancel_and_wait([self._follower, self._drain_resumer])
+        await cancel_and_wait([self._follower, self._drain_resumer, self._rollout_loop])
+        with contextlib.suppress(StateError):
+            await self.rollouts.release()
         await self.usage_log.stop()
         await self.fault_timers.close(run_pending=True)  # no drill outlives its API
         await self.drain_timers.close(run_pending=False)

@@ -18,7 +18,9 @@ On each ``tick``:
   little traffic to judge is not a pass.
 
 ``pause`` holds the split where it is, ``resume`` starts the step's window again, ``abort``
-rolls back. Every transition is audited and kept in the rollout's history. The split of a
+rolls back. Every transition is kept in the rollout's history; the controller's own (a
+step, a rollback, a completion, a pause for want of samples) are audited as ``controller``
+(the operator's are audited by the API route that made them). The split of a
 completed rollout stays in the shared state (100 % candidate) until the policy says the
 same and the rollout is cleared (``clear``), or another rollout of the model replaces it.
 Residency is untouched: a split only chooses among the servers of one region, after the
@@ -170,6 +172,7 @@ class RolloutController:
         self.audit = audit
         self.clock = clock
         self.owner = uuid.uuid4().hex
+        self.known: dict[str, Rollout] = {}  # as last read or written here (the metrics)
         self._where = describe(store.client)
 
     # -- reads ---------------------------------------------------------------------------
@@ -178,6 +181,7 @@ class RolloutController:
         with redis_errors(self._where):
             raw = await self.store.client.hgetall(self.store.keys.rollouts)
         rollouts = [Rollout.from_json(json.loads(v)) for v in raw.values()]
+        self.known = {r.id: r for r in rollouts}
         return sorted(rollouts, key=lambda r: r.history[0]["at"] if r.history else 0.0)
 
     async def get(self, rollout_id: str) -> Rollout:
@@ -197,7 +201,6 @@ class RolloutController:
         rollout = Rollout(id=uuid.uuid4().hex[:10], spec=spec)
         self._event(rollout, "started", who=who, spec=spec.to_json())
         await self._enter_step(rollout, 0)
-        self.audit(who, "rollout.start", f"rollout {rollout.id}", spec.to_json())
         return rollout
 
     async def pause(self, rollout_id: str, who: str) -> Rollout:
@@ -205,7 +208,6 @@ class RolloutController:
         rollout.status = PAUSED
         self._event(rollout, "paused", who=who)
         await self._save(rollout)
-        self.audit(who, "rollout.pause", f"rollout {rollout.id}", {})
         return rollout
 
     async def resume(self, rollout_id: str, who: str) -> Rollout:
@@ -213,13 +215,11 @@ class RolloutController:
         rollout.status, rollout.reason, rollout.inconclusive = RUNNING, "", 0
         self._event(rollout, "resumed", who=who)
         await self._enter_step(rollout, rollout.step)  # a fresh window
-        self.audit(who, "rollout.resume", f"rollout {rollout.id}", {})
         return rollout
 
     async def abort(self, rollout_id: str, who: str) -> Rollout:
         rollout = await self._active(rollout_id, *ACTIVE)
         await self._roll_back(rollout, ABORTED, f"aborted by {who}")
-        self.audit(who, "rollout.abort", f"rollout {rollout.id}", {})
         return rollout
 
     async def clear(self, rollout_id: str, who: str) -> None:
@@ -234,7 +234,7 @@ class RolloutController:
                 pipe.publish(self.store.keys.changes, self.store.keys.split(region))
             pipe.hdel(self.store.keys.rollouts, rollout.id)
             await pipe.execute()
-        self.audit(who, "rollout.clear", f"rollout {rollout.id}", {})
+        self.known.pop(rollout.id, None)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -372,3 +372,4 @@ class RolloutController:
         with redis_errors(self._where):
             await self.store.client.hset(self.store.keys.rollouts, rollout.id,
                                          json.dumps(rollout.to_json(), sort_keys=True))
+        self.known[rollout.id] = rollout

@@ -108,7 +108,7 @@ async def test_steps_advance_when_every_gate_passes_and_a_failure_rolls_back(
         [failed] = await controller.tick()
         assert failed.status == ROLLED_BACK and "error rate 20.00%" in failed.reason
         assert await split(store) == [["r1", 100.0], ["r2", 0.0]]
-        assert [a[1] for a in audit] == ["rollout.start", "rollout.step", "rollout.rollback"]
+        assert [a[1] for a in audit] == ["rollout.step", "rollout.rollback"]
         events = [e["event"] for e in (await controller.get(rollout.id)).history]
         assert events == ["started", "step", "passed", "step", "rolled-back"]
         assert await controller.tick() == []  # nothing running
