@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "api": ("director.commands.api", "app", True),
     "up": ("director.commands.up", "up", False),
     "state": ("director.commands.state", "app", True),
+    "rollout": ("director.commands.rollout", "app", True),
 }
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 from director.api.config import PolicyDocument
 from state import StateStore
@@ -87,3 +90,25 @@ async def test_a_rollout_outlives_its_api_and_the_next_one_rolls_it_back(
         assert any(line["who"] == "controller" and line["action"] == "rollout.rollback"
                    for line in api.audit_lines())
     store.close()
+
+
+async def test_the_rollout_command(tmp_path, valkey, prefix) -> None:
+    async with running_api(tmp_path, valkey.url, prefix, document=DOCUMENT) as api:
+        env = {**os.environ, "DIRECTOR_API": api.url, "DIRECTOR_API_TOKEN": api.admin}
+
+        def director(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "director", "rollout", *args],
+                                  capture_output=True, text=True, env=env, timeout=60)
+
+        started = await asyncio.to_thread(director, "start", "m", "r1", "r2", "--steps",
+                                          "10,100", "--gate", "error-rate=0.05:20")
+        assert started.returncode == 0, started.stderr
+        rid = started.stdout.split()[0]
+        assert "m: r1 -> r2  running at 10 %" in started.stdout
+        again = await asyncio.to_thread(director, "start", "m", "r1", "r2")
+        assert again.returncode == 1 and "409" in again.stderr
+        aborted = await asyncio.to_thread(director, "abort", rid)
+        assert aborted.returncode == 0 and "aborted at 0 %" in aborted.stdout
+        env["DIRECTOR_API"] = "http://127.0.0.1:9"  # nothing listens there
+        gone = await asyncio.to_thread(director, "status")
+        assert gone.returncode == 2 and "error:" in gone.stderr
