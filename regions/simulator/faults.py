@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fault switches for drills, set at run time through ``POST /_sim/fault``.
 
-Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx", "factor": 3.0, "rate": 1.0,
+Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|"short", "factor": 3.0, "rate": 1.0,
 "status": 503, "ttl": 30}``; every field is validated, and those a mode does not use have no
 effect. With ``ttl`` (seconds) the server reverts to healthy by itself after that long, unless
 another fault is set first: a drill's fault ends even if whoever set it is gone.
@@ -16,6 +16,9 @@ another fault is set first: a drill's fault ends even if whoever set it is gone.
 - ``error5xx``: a ``rate`` share (default 1.0) of inference requests is answered with a
   500 or 503 before any work; ``status`` pins the code, otherwise each pick is random
   (from the server's seeded generator).
+- ``short``: a bad revision that answers too little: each answer is cut to ``factor``
+  (default 0.3, at most 1) of the tokens it would have had, and ends with finish reason
+  ``stop`` instead of ``length``.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ class FaultMode(enum.Enum):
     SLOW = "slow"
     HANG = "hang"
     ERROR5XX = "error5xx"
+    SHORT = "short"  # answers cut to ``factor`` of their tokens, ending "stop": a bad revision
 
 
 _ERROR_STATUSES = (500, 503)
+SHORT_FACTOR = 0.3
 MAX_TTL_S = 86_400.0
 
 
@@ -63,9 +68,12 @@ class Fault:
             raise FaultSpecError(
                 f"fault.mode: unknown mode {raw_mode!r} (expected one of {expected})"
             ) from None
-        factor = _number(body, "factor", cls.factor)
+        factor = _number(body, "factor", SHORT_FACTOR if mode is FaultMode.SHORT else cls.factor)
         if not factor > 0:
             raise FaultSpecError(f"fault.factor: must be > 0, got {factor!r}")
+        if mode is FaultMode.SHORT and factor > 1:
+            raise FaultSpecError(f"fault.factor: a short answer's share of its tokens must be "
+                                 f"<= 1, got {factor!r}")
         rate = _number(body, "rate", cls.rate)
         if not 0.0 <= rate <= 1.0:
             raise FaultSpecError(f"fault.rate: must be within [0, 1], got {rate!r}")

@@ -16,6 +16,7 @@ disconnects while its request is still queued frees its place at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -167,6 +168,9 @@ async def _admit(
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RequestError("request body is not valid JSON") from None
     req = oai.parse_request(endpoint, body, ctx.models)
+    if ctx.fault.mode is FaultMode.SHORT and req.output_tokens > 1:  # a bad revision
+        req = dataclasses.replace(req, output_tokens=max(1, int(req.output_tokens
+                                                                * ctx.fault.factor)))
     limit = ctx.in_flight_limit
     if limit is not None:
         state = ctx.engine.state()

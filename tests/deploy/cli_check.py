@@ -46,9 +46,16 @@ def director_start(argv: Sequence[str]) -> int | None:
     ``sudo -u director`` or ``docker compose exec api``), or None."""
     names = set(subcommands(director_command()))
     for i, token in enumerate(argv[:-1]):
+        # the value of an option (``kubectl -n director rollout restart``, ``-u director``)
+        # is a namespace or a user, not the program
+        if i and argv[i - 1] in VALUE_OPTIONS:
+            continue
         if Path(token).name == "director" and (argv[i + 1] in names or argv[i + 1] == "--help"):
             return i
     return None
+
+
+VALUE_OPTIONS = frozenset({"-n", "--namespace", "-u", "--user", "-g", "--group"})
 
 
 def check_director(argv: Sequence[str]) -> list[str]:

@@ -44,7 +44,9 @@ async def test_each_revisions_answers_are_counted_and_judged_over_a_window(valke
 
             async def load(count: int) -> None:
                 async def one(i: int) -> None:
-                    async with client.post("/v1/completions", json=completion(12),
+                    # a long prompt: the slowed prefill, not the proxy, sets the TTFT
+                    body = {**completion(12), "x_prompt_tokens": 3000}
+                    async with client.post("/v1/completions", json=body,
                                            headers={"x-director-session": f"s{i}"}) as resp:
                         await resp.read()
                 for start in range(0, count, 8):
@@ -61,7 +63,7 @@ async def test_each_revisions_answers_are_counted_and_judged_over_a_window(valke
             assert old.finish == {"length": old.requests}  # max_tokens reached, every one
             assert old.mean_output_tokens() == 12 and old.samples("itl") == old.requests
             ttft = Gate("ttft-p95", 1.5, min_samples=20)
-            assert ttft.judge(new, old).verdict is Verdict.FAIL
+            assert ttft.judge(new, old).verdict is Verdict.FAIL, ttft.judge(new, old)
             assert ttft.judge(old, old).verdict is Verdict.PASS
 
             await fault({"mode": "error5xx", "rate": 0.5, "status": 500})

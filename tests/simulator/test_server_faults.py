@@ -153,3 +153,18 @@ async def test_a_fault_with_a_ttl_reverts_by_itself_unless_replaced_first() -> N
                 assert resp.status == 400
                 assert "fault.ttl" in (await resp.json())["error"]["message"]
         assert (await sim_state(http))["fault"]["mode"] == "slow"
+
+
+async def test_short_cuts_answers_to_a_share_of_their_tokens_ending_stop() -> None:
+    async with running_server() as (_, http):
+        async with http.post("/v1/completions", json=completion(10, 20)) as resp:
+            whole = await resp.json()
+        assert (whole["usage"]["completion_tokens"], whole["choices"][0]["finish_reason"]) == (
+            20, "length")
+        assert (await set_fault(http, mode="short"))["factor"] == 0.3
+        async with http.post("/v1/completions", json=completion(10, 20)) as resp:
+            short = await resp.json()
+        assert (short["usage"]["completion_tokens"], short["choices"][0]["finish_reason"]) == (
+            6, "stop")
+        async with http.post("/_sim/fault", json={"mode": "short", "factor": 2}) as resp:
+            assert resp.status == 400 and "<= 1" in (await resp.json())["error"]["message"]
