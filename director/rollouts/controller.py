@@ -11,7 +11,8 @@ revisions' cumulative answer counts there (``Keys.outcomes``) as its window's st
 On each ``tick``:
 
 - every gate is judged on the window so far; a failure rolls back at once (the split back
-  to the baseline everywhere), whatever the time;
+  to the baseline everywhere), whatever the time, also while the rollout is paused (a
+  paused candidate still serves its share);
 - once the step's interval is over, all gates passing moves to the next step (the last,
   100 %, completes the rollout); an inconclusive window (too few samples) is extended by
   another interval, and after ``max_inconclusive`` extensions the rollout pauses: too
@@ -260,7 +261,7 @@ class RolloutController:
             await self.store.client.pexpire(lock, int(LOCK_S * 1000))
         changed = []
         for rollout in await self.all():
-            if rollout.status == RUNNING and await self._judge(rollout):
+            if rollout.status in ACTIVE and await self._judge(rollout):
                 changed.append(rollout)
         return changed
 
@@ -285,6 +286,9 @@ class RolloutController:
             self.audit("controller", "rollout.rollback", f"rollout {rollout.id}",
                        {"reason": rollout.reason, "results": rollout.last_results})
             return True
+        if rollout.status == PAUSED:  # held: judged for failures only
+            await self._save(rollout)
+            return False
         if self.clock() - rollout.step_started < spec.interval_s:
             await self._save(rollout)
             return False

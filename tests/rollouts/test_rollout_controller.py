@@ -139,7 +139,8 @@ async def test_a_good_candidate_completes_and_a_new_controller_takes_over(
         assert await split(store) is None and await second.all() == []
 
 
-async def test_too_few_samples_extend_the_window_then_pause(valkey, prefix: str) -> None:
+async def test_too_few_samples_extend_the_window_then_pause_and_a_failure_still_rolls_back(
+        valkey, prefix: str) -> None:
     async with opened(valkey, prefix) as store:
         clock = Clock()
         controller = RolloutController(store, lambda *a: None, clock)
@@ -153,6 +154,13 @@ async def test_too_few_samples_extend_the_window_then_pause(valkey, prefix: str)
         clock.now += 61
         [paused] = await controller.tick()
         assert paused.status == PAUSED and "too few samples" in paused.reason
+        await balancer.serve("r2", 30, errors=10)  # paused, it still serves its share
+        [failed] = await controller.tick()
+        assert failed.status == ROLLED_BACK and "error rate" in failed.reason
+        # another rollout, to be resumed and aborted
+        await controller.clear(rollout.id, "bob")
+        rollout = await controller.start(SPEC, POLICY, "alice")
+        await controller.pause(rollout.id, "bob")
         resumed = await controller.resume(rollout.id, "bob")
         assert (resumed.status, resumed.percent) == (RUNNING, 10.0)
         aborted = await controller.abort(rollout.id, "bob")
