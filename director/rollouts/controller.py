@@ -14,9 +14,10 @@ On each ``tick``:
   to the baseline everywhere), whatever the time, also while the rollout is paused (a
   paused candidate still serves its share);
 - once the step's interval is over, all gates passing moves to the next step (the last,
-  100 %, completes the rollout); an inconclusive window (too few samples) is extended by
-  another interval, and after ``max_inconclusive`` extensions the rollout pauses: too
-  little traffic to judge is not a pass.
+  100 %, completes the rollout; as the baseline gets no traffic then, the candidate is
+  judged against the baseline's window of the step before); an inconclusive window (too
+  few samples) is extended by another interval, and after ``max_inconclusive`` extensions
+  the rollout pauses: too little traffic to judge is not a pass.
 
 ``pause`` holds the split where it is, ``resume`` starts the step's window again, ``abort``
 rolls back. Every transition is kept in the rollout's history; the controller's own (a
@@ -137,6 +138,9 @@ class Rollout:
     step_started: float = 0.0  # wall clock
     window_start: dict[str, dict[str, str]] = field(default_factory=dict)  # region -> counts
     inconclusive: int = 0
+    # the baseline's window of the last step that passed: what the 100 % step, which
+    # sends the baseline nothing, is judged against
+    reference: str | None = None
     reason: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
     last_results: list[dict[str, Any]] = field(default_factory=list)
@@ -150,6 +154,7 @@ class Rollout:
         return {"id": self.id, "spec": self.spec.to_json(), "status": self.status,
                 "step": self.step, "percent": self.percent, "step_started": self.step_started,
                 "window_start": self.window_start, "inconclusive": self.inconclusive,
+                "reference": self.reference,
                 "reason": self.reason, "history": self.history,
                 "last_results": self.last_results}
 
@@ -160,6 +165,7 @@ class Rollout:
                    step_started=float(data["step_started"]),
                    window_start=dict(data.get("window_start", {})),
                    inconclusive=int(data.get("inconclusive", 0)),
+                   reference=data.get("reference"),
                    reason=str(data.get("reason", "")), history=list(data.get("history", [])),
                    last_results=list(data.get("last_results", [])))
 
@@ -277,7 +283,10 @@ class RolloutController:
                 if now is not None:
                     since = Outcomes.from_json(start[key]) if key in start else Outcomes()
                     totals[revision] = totals[revision].plus(now.minus(since))
-        verdict, results = judge_all(spec.gates, totals[spec.candidate], totals[spec.baseline])
+        baseline = totals[spec.baseline]
+        if spec.steps[rollout.step] >= 100 and rollout.reference is not None:
+            baseline = Outcomes.from_json(rollout.reference)  # it gets no traffic now
+        verdict, results = judge_all(spec.gates, totals[spec.candidate], baseline)
         rollout.last_results = [r.to_json() for r in results]
         if verdict is Verdict.FAIL:
             failed = "; ".join(r.detail for r in results if r.verdict is Verdict.FAIL)
@@ -295,6 +304,7 @@ class RolloutController:
         if verdict is Verdict.PASS:
             self._event(rollout, "passed", percent=spec.steps[rollout.step],
                         results=rollout.last_results)
+            rollout.reference = baseline.to_json()
             if rollout.step + 1 == len(spec.steps):
                 rollout.status = COMPLETED
                 self._event(rollout, "completed")

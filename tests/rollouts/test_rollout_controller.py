@@ -130,8 +130,7 @@ async def test_a_good_candidate_completes_and_a_new_controller_takes_over(
         assert await second.tick() == []  # the first one runs the rollouts
         await first.release()  # it stops: the second takes over
         assert (await second.get(rollout.id)).percent == 100.0
-        await balancer.serve("r1", 60)
-        await balancer.serve("r2", 60)
+        await balancer.serve("r2", 60)  # 100 %: judged against r1's window of the 50 % step
         clock.now += 61
         [done] = await second.tick()
         assert done.status == COMPLETED and await split(store) == [["r1", 0.0], ["r2", 100.0]]
