@@ -14,6 +14,7 @@ from director.api.config import PolicyDocument
 from state import StateStore
 from state.outcomes import Outcomes, outcome_field
 from tests.api.api_helpers import running_api
+from tests.api.test_status_page import chromium
 
 TEXT = """
 zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
@@ -112,3 +113,31 @@ async def test_the_rollout_command(tmp_path, valkey, prefix) -> None:
         env["DIRECTOR_API"] = "http://127.0.0.1:9"  # nothing listens there
         gone = await asyncio.to_thread(director, "status")
         assert gone.returncode == 2 and "error:" in gone.stderr
+
+
+async def test_the_status_page_shows_the_rollouts(tmp_path, valkey, prefix) -> None:
+    browser_path = chromium()
+    from playwright.async_api import async_playwright
+
+    async with running_api(tmp_path, valkey.url, prefix, document=DOCUMENT) as api, \
+            async_playwright() as playwright:
+        status, started = await api.post("/api/v1/rollouts", json_body=SPEC)
+        assert status == 201
+        _, document = await api.get("/api/v1/status", token="read")
+        assert [(r["id"], r["status"], r["percent"]) for r in document["rollouts"]] == [
+            (started["id"], "running", 10.0)]
+        browser = await playwright.chromium.launch(executable_path=browser_path,
+                                                   args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            await page.goto(f"{api.url}/#token={api.reader}")
+            row = page.locator(f'#rollouts tr[data-rollout="{started["id"]}"]')
+            await row.wait_for(timeout=10_000)
+            cells = (await row.inner_text()).split("\t")
+            assert [c.strip() for c in cells[:5]] == [started["id"], "m", "r1 → r2", "running",
+                                                      "10 %"]
+            assert problems == []
+        finally:
+            await browser.close()

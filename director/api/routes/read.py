@@ -11,18 +11,29 @@ from director.api.explain import explain, make_client
 from director.api.policy_etag import etag
 from director.api.services import describe_services
 from director.api.tenant_status import tenant_status
+from director.rollouts.controller import Rollout
 
 router = APIRouter(prefix="/api/v1", tags=["read"])
 
 
-@router.get("/status", summary="Regions, health, load, traffic share, sample answers and "
-                               "tenants")
+def rollout_summary(rollout: Rollout) -> dict[str, Any]:
+    """What the status page shows of a rollout (``GET /api/v1/rollouts/{id}`` has all)."""
+    spec = rollout.spec
+    return {"id": rollout.id, "model": spec.model, "baseline": spec.baseline,
+            "candidate": spec.candidate, "regions": list(spec.regions),
+            "status": rollout.status, "percent": rollout.percent, "reason": rollout.reason,
+            "gates": {r["gate"]: r["verdict"] for r in rollout.last_results}}
+
+
+@router.get("/status", summary="Regions, health, load, traffic share, sample answers, "
+                               "tenants and rollouts")
 async def get_status(runtime: Runtime, _who: Reader) -> dict[str, Any]:
     """What DNS answers now: per region its health, drain, load and share of the sample
     answers, per sample location and service the regions answered, and per tenant its
-    usage and throttling over the last hour."""
+    usage and throttling over the last hour, and the rollouts with their step and gates."""
     status = await runtime.status()
     status["tenants"] = await tenant_status(runtime.store, runtime.active.policy)
+    status["rollouts"] = [rollout_summary(r) for r in runtime.rollouts.known.values()]
     return status
 
 

@@ -153,6 +153,25 @@
     }));
   }
 
+  function renderRollouts(rollouts) {
+    const list = rollouts || [];
+    document.getElementById("rollouts-section").hidden = !list.length;
+    const pill = { running: "reachable", paused: "stale", completed: "reachable",
+                   "rolled-back": "unreachable", aborted: "stale" };
+    document.querySelector("#rollouts tbody").replaceChildren(...list.map((r) => {
+      const gates = Object.entries(r.gates).map(([gate, verdict]) => `${gate} ${verdict}`)
+        .join(", ");
+      return el("tr", { "data-rollout": r.id },
+        el("td", { class: "name" }, r.id),
+        el("td", {}, r.model),
+        el("td", {}, `${r.baseline} → ${r.candidate}`),
+        el("td", { title: r.reason || "" },
+           el("span", { class: `pill ${pill[r.status] || "stale"}` }, r.status)),
+        el("td", { class: "num" }, `${r.percent} %`),
+        el("td", { class: "muted small" }, gates || "–"));
+    }));
+  }
+
   function renderSamples(samples) {
     const services = [...new Set(samples.map((s) => s.service))];
     const head = document.querySelector("#samples thead tr");
@@ -232,6 +251,7 @@
       `snapshot ${status.state.snapshot_version}`;
     renderRegions(status.regions);
     renderTenants(status.tenants);
+    renderRollouts(status.rollouts);
     renderSamples(status.samples);
     renderMap(status);
   }
