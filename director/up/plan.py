@@ -94,6 +94,8 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
             "--engine", gpu.engine]
     for model in gpu.models:
         argv += ["--model", model]
+    for model, fingerprint in gpu.fingerprints:  # it serves what the policy declares
+        argv += ["--root", f"{model}={fingerprint}"]
     return ChildSpec(f"gpu/{region}/{gpu.name}", "gpu", tuple(argv), region=region,
                      gpu=gpu.name, address=gpu.url, ready_tcp=(host, port),
                      binds=(Bind("tcp", host, port),))

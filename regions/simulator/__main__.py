@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (port 0: any)")
     p.add_argument("--name", default=None, help="server name (default: the listen address)")
     p.add_argument("--model", action="append", dest="models", help="served model; repeatable")
+    p.add_argument("--root", action="append", dest="roots", default=[], metavar="MODEL=ROOT",
+                   help="what /v1/models says MODEL was loaded from (vLLM's root; default "
+                        "the model's name); repeatable")
     p.add_argument("--speed", type=float, default=1.0, help="1.0 H100, 0.6 A100, 0.4 throttled")
     p.add_argument("--engine", default="vllm", choices=sorted(ENGINE_METRICS),
                    help="whose metric names and info endpoints it serves (default vllm)")
@@ -71,6 +74,13 @@ async def serve(spec: ServerSpec, time_scale: float, seed: int) -> None:
         await server.stop()
 
 
+def _root(item: str) -> tuple[str, str]:
+    model, sep, root = item.partition("=")
+    if not sep or not model or not root:
+        raise SimConfigError(f"--root: expected MODEL=ROOT, got {item!r}")
+    return model, root
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m regions.simulator``."""
     args = build_parser().parse_args(argv)
@@ -96,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_concurrent_requests=args.max_concurrent_requests,
             kv_events=args.kv_events,
             kv_events_replay=args.kv_events_replay,
+            roots=tuple(_root(item) for item in args.roots),
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

@@ -58,6 +58,8 @@ class ServerSpec:
     max_concurrent_requests: int | None = None  # TGI's router limit (None: TGI's 128)
     kv_events: str | None = None  # ZeroMQ address to publish KV events on (vLLM's endpoint)
     kv_events_replay: str | None = None  # and to serve their replay on
+    # what /v1/models says a model was loaded from ("root"), by model; default its name
+    roots: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -103,7 +105,8 @@ class SimServer:
                              kv_event_sink=self.kv_publish)
         self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
                                   engine_name=spec.engine_name,
-                                  max_concurrent_requests=spec.max_concurrent_requests)
+                                  max_concurrent_requests=spec.max_concurrent_requests,
+                                  roots=dict(spec.roots))
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port

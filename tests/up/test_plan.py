@@ -46,3 +46,23 @@ def test_the_dns_server_precompiles_unless_told_not_to(tmp_path: Path) -> None:
 
     assert "--no-precompile" not in dns_argv()
     assert "--no-precompile" in dns_argv(dns_precompile=False)
+
+
+FINGERPRINTED = """
+zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
+region eu { location 50 8; jurisdiction EU; endpoints 127.0.0.1; capacity 10rps
+    gpu a { url http://127.0.1.11:8000; models m; revision m r1 fingerprint "/w/m@r1" }
+    gpu b { url http://127.0.1.12:8000; models m }
+}
+service chat.infer.example.com { all-down answer-nothing }
+"""
+
+
+def test_a_simulated_gpu_serves_the_fingerprint_its_policy_declares(tmp_path: Path) -> None:
+    path = tmp_path / "p.dp"
+    path.write_text(FINGERPRINTED)
+    policy = load_policy(str(path))
+    options = UpOptions(path, tmp_path, "redis://127.0.0.1:1/0", simulate=True)
+    gpus = [c for c in plan_children(policy, options)
+            if c.role == "gpu"]
+    assert [option_values(c.argv, "--root") for c in gpus] == [["m=/w/m@r1"], []]

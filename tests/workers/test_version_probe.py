@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from regions.balancer import SharedStateConfig
+from regions.simulator import Fleet, ServerSpec
 from state import StateStore
 from tests.balancer.helpers import MODEL, admin_client, completion, stack, stream_completion
 from tests.run_clock import eventually
@@ -138,3 +139,21 @@ async def test_a_silently_swapped_server_is_out_of_routing_for_the_model_until_p
     finally:
         session.close()
         store.close()
+
+
+async def test_declared_fingerprints_against_servers_started_with_them(store) -> None:
+    """Servers started at the fingerprint the policy declares pass; one started from other
+    weights is refused for the model, whatever its neighbours report."""
+    specs = [ServerSpec("a", models=(MODEL,), roots=((MODEL, "/w/m@r2"),)),
+             ServerSpec("b", models=(MODEL,), roots=((MODEL, "/w/m@r2"),)),
+             ServerSpec("c", models=(MODEL,), roots=((MODEL, "/w/m@r1"),))]
+    session = ProbeSession()
+    try:
+        async with Fleet(specs, time_scale=50.0) as fleet:
+            declared = {"revisions": ((MODEL, "r2"),), "fingerprints": ((MODEL, "/w/m@r2"),)}
+            targets = [target(s.spec.name, s.url, **declared) for s in fleet]
+            records = await asyncio.to_thread(probe_versions, store, targets, session=session)
+    finally:
+        session.close()
+    assert {n: list(r.refused) for n, r in records.items()} == {"a": [], "b": [], "c": [MODEL]}
+    assert records["c"].refused[MODEL].startswith("fingerprint: reports '/w/m@r1'")
