@@ -11,6 +11,7 @@ import pytest
 from director.geo import GeoLocator
 from policies import load_policy_text
 from regions.balancer import BackendSpec, BalancerConfig, build_balancer
+from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 
@@ -162,3 +163,30 @@ async def test_refused_request_never_reaches_a_gpu(policy, locate):
     assert served and float(served[0].split()[-1]) == 1.0  # only the US request got through
     assert 'director_balancer_residency_refused_total{service="chat.infer.example.com"} 1.0' \
         in metrics
+
+
+async def test_a_canary_serves_only_clients_its_region_may_serve(policy, locate):
+    """A region with a revision split (as a rollout's step sets it, here all of it on the
+    canary): the residency re-check still refuses a client the region may not serve, before
+    any revision is chosen; the clients it may serve get the canary."""
+    check = ResidencyCheck(policy, "us-east", locate, LOOPBACK_EDGE)
+    specs = [ServerSpec("stable"), ServerSpec("canary")]
+    async with Fleet(specs, time_scale=20) as fleet:
+        backends = [BackendSpec(name, fleet[name].url, ("sim-model",),
+                                revisions=(("sim-model", name),)) for name in ("stable", "canary")]
+        balancer = build_balancer("us-east", backends, BalancerConfig(residency=check))
+        balancer.revisions.set_overrides(
+            {"sim-model": RevisionSplit("sim-model", (("stable", 0.0), ("canary", 100.0)))})
+        async with balancer, aiohttp.ClientSession() as session:
+            body = {"model": "sim-model", "prompt": "hi", "max_tokens": 4}
+            url = f"{balancer.url}/v1/completions"
+            headers = {"Host": "chat.infer.example.com", "X-Director-Client-IP": SE}
+            async with session.post(url, json=body, headers=headers) as response:
+                assert response.status == 451
+            headers["X-Director-Client-IP"] = US
+            async with session.post(url, json=body, headers=headers) as response:
+                assert response.status == 200
+                assert response.headers["x-director-revision"] == "canary"
+        finished = {name: fleet[name].engine.state().counters.finished
+                    for name in ("stable", "canary")}
+    assert finished == {"stable": 0, "canary": 1}
