@@ -92,6 +92,10 @@ def start(
     steps: Annotated[str, typer.Option(help="Percents of the traffic to the candidate, "
                                             "the last 100.")] = "1,5,25,50,100",
     interval: Annotated[float, typer.Option(help="Seconds each step is judged over.")] = 60.0,
+    blue_green: Annotated[bool, typer.Option(
+        "--blue-green", help="One step to 100 %, started only when every server of the "
+        "candidate is up and not drained; judged against the baseline before the switch.")
+    ] = False,
     gate: Annotated[list[str] | None, typer.Option(
         "--gate", help="NAME=THRESHOLD[:MIN_SAMPLES], repeatable (ttft-p95, itl-p95, "
         "error-rate, finish-reasons, output-length); default: all five.")] = None,
@@ -103,7 +107,8 @@ def start(
         raise typer.BadParameter(f"expected percents like 1,5,25,50,100, got {steps!r}",
                                  param_hint="--steps") from None
     body: dict[str, Any] = {"model": model, "baseline": baseline, "candidate": candidate,
-                            "regions": region or [], "steps": percents, "interval_s": interval}
+                            "regions": region or [], "steps": [100.0] if blue_green else percents,
+                            "interval_s": interval, "require_ready": blue_green}
     gates = _gates(gate)
     if gates is not None:
         body["gates"] = gates

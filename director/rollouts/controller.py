@@ -25,6 +25,10 @@ step, a rollback, a completion, a pause for want of samples) are audited as ``co
 (the operator's are audited by the API route that made them). The split of a
 completed rollout stays in the shared state (100 % candidate) until the policy says the
 same and the rollout is cleared (``clear``), or another rollout of the model replaces it.
+Blue-green is a rollout of one step (100 %) with ``require_ready``: it starts only when
+every server of the candidate in its regions is up by its probes and not drained, and it
+is judged against what the baseline served before the switch (its counts since the
+balancers started); ``abort`` is the instant rollback.
 Residency is untouched: a split only chooses among the servers of one region, after the
 region was chosen for the client.
 """
@@ -43,6 +47,7 @@ from policies.model import Policy
 from state.aio import AsyncStateStore
 from state.guard import describe, redis_errors
 from state.outcomes import Outcomes, outcome_field
+from state.records import HealthRecord
 
 RUNNING, PAUSED, COMPLETED, ROLLED_BACK, ABORTED = (
     "running", "paused", "completed", "rolled-back", "aborted")
@@ -71,6 +76,8 @@ class RolloutSpec:
     interval_s: float = 60.0
     gates: tuple[Gate, ...] = DEFAULT_GATES
     max_inconclusive: int = 3
+    # blue-green: the candidate's servers must all be up (probed, not drained) to start
+    require_ready: bool = False
 
     def check(self, policy: Policy) -> RolloutSpec:
         """This spec with its regions resolved against ``policy``; ``RolloutError`` if it
@@ -100,6 +107,7 @@ class RolloutSpec:
         return {"model": self.model, "baseline": self.baseline, "candidate": self.candidate,
                 "regions": list(self.regions), "steps": list(self.steps),
                 "interval_s": self.interval_s, "max_inconclusive": self.max_inconclusive,
+                "require_ready": self.require_ready,
                 "gates": [{"name": g.name, "threshold": g.threshold,
                            "min_samples": g.min_samples} for g in self.gates]}
 
@@ -115,9 +123,17 @@ class RolloutSpec:
                        regions=tuple(str(r) for r in data.get("regions", ())),
                        steps=tuple(float(s) for s in data.get("steps", DEFAULT_STEPS)),
                        interval_s=float(data.get("interval_s", 60.0)), gates=gates,
-                       max_inconclusive=int(data.get("max_inconclusive", 3)))
+                       max_inconclusive=int(data.get("max_inconclusive", 3)),
+                       require_ready=_flag(data, "require_ready"))
         except (KeyError, TypeError, ValueError) as exc:
             raise RolloutError(f"rollout: {exc}") from None
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false")
+    return value
 
 
 def _name(data: Mapping[str, Any], key: str) -> str:
@@ -202,10 +218,19 @@ class RolloutController:
 
     async def start(self, spec: RolloutSpec, policy: Policy, who: str) -> Rollout:
         spec = spec.check(policy)
+        if spec.require_ready:
+            await self._check_ready(spec, policy)
         for other in await self.all():
             if other.spec.model == spec.model and other.status in ACTIVE:
                 raise RolloutError(f"rollout {other.id} of {spec.model} is {other.status}")
         rollout = Rollout(id=uuid.uuid4().hex[:10], spec=spec)
+        if spec.steps[0] >= 100:  # blue-green: the baseline as it served until now
+            before = Outcomes()
+            key = outcome_field(spec.model, spec.baseline)
+            for counts in (await self._read_counts(spec)).values():
+                if key in counts:
+                    before = before.plus(counts[key])
+            rollout.reference = before.to_json()
         self._event(rollout, "started", who=who, spec=spec.to_json())
         await self._enter_step(rollout, 0)
         return rollout
@@ -351,6 +376,24 @@ class RolloutController:
         rollout.status, rollout.reason = status, reason
         self._event(rollout, status, reason=reason)
         await self._save(rollout)
+
+    async def _check_ready(self, spec: RolloutSpec, policy: Policy) -> None:
+        """Blue-green's precondition: every server of the candidate in the rollout's
+        regions is up by its probes and not drained; else ``RolloutError`` naming them."""
+        servers = [(r.name, g.name) for r in policy.regions if r.name in spec.regions
+                   for g in r.gpus if (spec.model, spec.candidate) in g.revisions]
+        keys = [self.store.keys.gpu_health(region, gpu) for region, gpu in servers]
+        fetched = await self.store.fetch(keys)
+        drains = await self.store.drains()
+        not_ready = []
+        for (region, gpu), key in zip(servers, keys, strict=True):
+            raw = fetched.get(key)
+            up = HealthRecord.from_fields(raw).up if raw else None
+            if up is not True or (region, gpu) in drains.gpus or region in drains.regions:
+                not_ready.append(f"{region}/{gpu}")
+        if not_ready:
+            raise RolloutError(f"not ready for {spec.candidate}: {', '.join(not_ready)} "
+                               "(down, not probed yet, or drained)")
 
     async def _active(self, rollout_id: str, *statuses: str) -> Rollout:
         rollout = await self.get(rollout_id)

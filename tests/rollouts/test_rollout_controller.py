@@ -196,3 +196,27 @@ async def test_what_cannot_run_is_refused(valkey, prefix: str) -> None:
             with pytest.raises(RolloutError, match=message):
                 RolloutSpec.from_json(body)
         assert RolloutSpec.from_json(SPEC.to_json()) == SPEC
+
+
+async def test_blue_green_waits_for_a_ready_green_pool_and_is_judged_against_blue(
+        valkey, prefix: str) -> None:
+    async with opened(valkey, prefix) as store:
+        clock = Clock()
+        controller = RolloutController(store, lambda *a: None, clock)
+        balancer = Balancer(store)
+        await balancer.serve("r1", 200, ttft=0.2)  # blue, before the switch
+        spec = RolloutSpec(MODEL, "r1", "r2", steps=(100.0,), interval_s=60.0,
+                           gates=SPEC.gates, require_ready=True)
+        with pytest.raises(RolloutError, match="not ready for r2: eu/b"):
+            await controller.start(spec, POLICY, "alice")  # never probed
+        await store.record_probe("eu", "b", ok=True, rise=1, fall=1)
+        await store.set_drain("eu", "b")
+        with pytest.raises(RolloutError, match="eu/b"):
+            await controller.start(spec, POLICY, "alice")  # drained
+        await store.set_drain("eu", "b", draining=False)
+        await controller.start(spec, POLICY, "alice")
+        assert await split(store) == [["r1", 0.0], ["r2", 100.0]]
+        await balancer.serve("r2", 60, ttft=0.6)  # green is 3x slower than blue was
+        [failed] = await controller.tick()
+        assert failed.status == ROLLED_BACK and "time to first token" in failed.reason
+        assert await split(store) == [["r1", 100.0], ["r2", 0.0]]
