@@ -52,12 +52,12 @@ async def get_rollout(rollout_id: str, runtime: Runtime, who: Reader) -> dict[st
 async def start_rollout(request: Request, runtime: Runtime, who: Admin) -> dict[str, Any]:
     """``{"model", "baseline", "candidate", "regions"?, "steps"?, "interval_s"?, "gates"?,
     "max_inconclusive"?, "require_ready"?}``: ``candidate`` takes ``steps`` percent
-    (default 1, 5, 25, 50, 100) of ``model``'s traffic in ``regions`` (default: every region that declares both
-    revisions), each step ``interval_s`` long (default 60) and judged by ``gates``
-    (``[{"name", "threshold", "min_samples"?}]``; default p95 TTFT and inter-token latency
-    within 1.25x, error rate within 2 points, finish-reason mix and mean output length).
-    ``require_ready`` (blue-green, with ``"steps": [100]``): refused (422) unless every
-    server of the candidate is up and not drained."""
+    (default 1, 5, 25, 50, 100) of ``model``'s traffic in ``regions`` (default: every
+    region that declares both revisions), each step ``interval_s`` long (default 60) and
+    judged by ``gates`` (``[{"name", "threshold", "min_samples"?}]``; default p95 TTFT and
+    inter-token latency within 1.25x, error rate within 2 points, finish-reason mix and
+    mean output length). ``require_ready`` (blue-green, with ``"steps": [100]``): refused
+    (422) unless every server of the candidate is up and not drained."""
     try:
         body = json.loads(await request.body())
     except ValueError:
