@@ -31,6 +31,9 @@ from state.writes import probe_call, queue_drain, queue_region_load
 RawHash = dict[bytes, bytes]
 
 
+OUTCOMES_TTL_S = 86_400
+
+
 class AsyncStateStore:
     """Asynchronous access to the shared state of one deployment (one key prefix)."""
 
@@ -114,9 +117,14 @@ class AsyncStateStore:
             await pipe.execute()
 
     async def write_outcomes(self, region: str, fields: dict[str, str]) -> None:
-        """Publish a region's cumulative answer counts by revision (``state.outcomes``)."""
+        """Publish a balancer run's cumulative answer counts by revision
+        (``state.outcomes``); the region's hash lives a day past its last write."""
+        key = self.keys.outcomes(region)
         with redis_errors(self._where):
-            await self.client.hset(self.keys.outcomes(region), mapping=fields)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, OUTCOMES_TTL_S)
+            await pipe.execute()
 
     async def region_load(self, region: str) -> RegionLoad | None:
         raw = await self.fetch([self.keys.region_load(region)])

@@ -4,9 +4,10 @@ A balancer counts, per model and declared revision, every answer it relayed: req
 errors (5xx, a stream cut upstream), output tokens, finish reasons, and histograms of the
 time to first token and of the inter-token latency on fixed bounds. It publishes the
 cumulative counts; a rollout's analysis takes the difference between two readings (its
-window) and adds the regions together, as Prometheus does with counters. A balancer that
-restarted starts from zero again under a new ``epoch``: a reading of another epoch, or one
-whose counts went down, is a reset, and the later reading counts whole.
+window) and adds the regions together, as Prometheus does with counters. Each balancer run
+counts under its own ``epoch`` (``outcome_field``), so the balancers of a region and a
+restarted balancer never overwrite each other; a field absent at a window's start counts
+whole, and a reading whose counts went down is a reset and counts whole too.
 
 Bounds grow by 10 % from 1 ms to about two minutes, so a quantile read from them is
 within 10 % of the true one.
@@ -175,6 +176,14 @@ def _add(a: Mapping[Any, int], b: Mapping[Any, int]) -> dict[Any, int]:
     return out
 
 
-def outcome_field(model: str, revision: str) -> str:
-    """The hash field of one model's revision in ``Keys.outcomes(region)``."""
-    return f"{model}|{revision}"
+def outcome_field(model: str, revision: str, epoch: str) -> str:
+    """The hash field of one balancer run's counts of a model's revision in
+    ``Keys.outcomes(region)``: every balancer of a region, and every run of one, counts
+    apart (a run that ended keeps its last counts, which add nothing to later windows)."""
+    return f"{model}|{revision}|{epoch}"
+
+
+def parse_outcome_field(name: str) -> tuple[str, str, str] | None:
+    """(model, revision, epoch) of a field ``outcome_field`` made; None for another."""
+    parts = name.rsplit("|", 2)
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None

@@ -36,6 +36,7 @@ region was chosen for the client.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -45,9 +46,12 @@ from typing import Any
 from director.rollouts.gates import DEFAULT_GATES, Gate, Verdict, judge_all
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.errors import RecordError
 from state.guard import describe, redis_errors
-from state.outcomes import Outcomes, outcome_field
+from state.outcomes import Outcomes, parse_outcome_field
 from state.records import HealthRecord
+
+log = logging.getLogger(__name__)
 
 RUNNING, PAUSED, COMPLETED, ROLLED_BACK, ABORTED = (
     "running", "paused", "completed", "rolled-back", "aborted")
@@ -56,6 +60,12 @@ DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
 LOCK_S = 10.0
 
 Audit = Callable[[str, str, str, Any], Any]  # who, action, target, detail
+
+
+def _revision_of(field: str) -> str:
+    parsed = parse_outcome_field(field)
+    assert parsed is not None  # _read_counts kept only well-formed fields
+    return parsed[1]
 
 
 class RolloutError(ValueError):
@@ -226,10 +236,10 @@ class RolloutController:
         rollout = Rollout(id=uuid.uuid4().hex[:10], spec=spec)
         if spec.steps[0] >= 100:  # blue-green: the baseline as it served until now
             before = Outcomes()
-            key = outcome_field(spec.model, spec.baseline)
             for counts in (await self._read_counts(spec)).values():
-                if key in counts:
-                    before = before.plus(counts[key])
+                for name, outcomes in counts.items():
+                    if _revision_of(name) == spec.baseline:
+                        before = before.plus(outcomes)
             rollout.reference = before.to_json()
         self._event(rollout, "started", who=who, spec=spec.to_json())
         await self._enter_step(rollout, 0)
@@ -302,12 +312,10 @@ class RolloutController:
         totals = {spec.candidate: Outcomes(), spec.baseline: Outcomes()}
         for region in spec.regions:
             start = rollout.window_start.get(region, {})
-            for revision in totals:
-                key = outcome_field(spec.model, revision)
-                now = now_counts.get(region, {}).get(key)
-                if now is not None:
-                    since = Outcomes.from_json(start[key]) if key in start else Outcomes()
-                    totals[revision] = totals[revision].plus(now.minus(since))
+            for name, now in now_counts.get(region, {}).items():  # one per balancer run
+                since = Outcomes.from_json(start[name]) if name in start else Outcomes()
+                revision = _revision_of(name)
+                totals[revision] = totals[revision].plus(now.minus(since))
         baseline = totals[spec.baseline]
         if spec.steps[rollout.step] >= 100 and rollout.reference is not None:
             baseline = Outcomes.from_json(rollout.reference)  # it gets no traffic now
@@ -416,13 +424,22 @@ class RolloutController:
             await pipe.execute()
 
     async def _read_counts(self, spec: RolloutSpec) -> dict[str, dict[str, Outcomes]]:
-        fields = [outcome_field(spec.model, r) for r in (spec.baseline, spec.candidate)]
+        """Per region, the cumulative counts of the baseline and the candidate, one entry
+        per balancer run (the field: ``outcome_field``); a malformed one is left out."""
+        revisions = (spec.baseline, spec.candidate)
         fetched = await self.store.fetch([self.store.keys.outcomes(r) for r in spec.regions])
         counts: dict[str, dict[str, Outcomes]] = {}
         for region in spec.regions:
-            raw = fetched.get(self.store.keys.outcomes(region), {})
-            text = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-            counts[region] = {f: Outcomes.from_json(text[f]) for f in fields if f in text}
+            counts[region] = {}
+            for raw_name, value in fetched.get(self.store.keys.outcomes(region), {}).items():
+                name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+                parsed = parse_outcome_field(name)
+                if parsed is None or parsed[0] != spec.model or parsed[1] not in revisions:
+                    continue
+                try:
+                    counts[region][name] = Outcomes.from_json(value)
+                except RecordError as exc:
+                    log.warning("rollouts: ignoring %s of %s: %s", name, region, exc)
         return counts
 
     async def _save(self, rollout: Rollout) -> None:

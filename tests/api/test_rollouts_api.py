@@ -73,7 +73,7 @@ async def test_a_rollout_outlives_its_api_and_the_next_one_rolls_it_back(
         counts["r1"].record(ok=True)
         counts["r2"].record(ok=i % 4 != 0)
     store.client.hset(store.keys.outcomes("eu"), mapping={
-        outcome_field("m", r): o.to_json() for r, o in counts.items()})
+        outcome_field("m", r, "run-1"): o.to_json() for r, o in counts.items()})
     async with running_api(tmp_path / "second", valkey.url, prefix, document=DOCUMENT) as api:
         async def rolled_back() -> bool:
             _, body = await api.get(f"/api/v1/rollouts/{started['id']}", token="read")

@@ -13,7 +13,7 @@ from regions.balancer import BackendSpec, BalancerConfig, SharedStateConfig, bui
 from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.simulator import Fleet, ServerSpec
 from state import StateStore
-from state.outcomes import Outcomes, outcome_field
+from state.outcomes import Outcomes, parse_outcome_field
 from tests.balancer.helpers import MODEL, completion
 from tests.run_clock import eventually
 
@@ -21,8 +21,15 @@ REGION = "test-region"
 
 
 def reading(store: StateStore) -> dict[str, Outcomes]:
+    """The counts by revision (this region has one balancer run: one field each)."""
     raw = store.client.hgetall(store.keys.outcomes(REGION))
-    return {k.decode(): Outcomes.from_json(v) for k, v in raw.items() if k != b"epoch"}
+    found = {}
+    for name, value in raw.items():
+        parsed = parse_outcome_field(name.decode())
+        assert parsed is not None and parsed[0] == MODEL, name
+        assert parsed[1] not in found  # one run
+        found[parsed[1]] = Outcomes.from_json(value)
+    return found
 
 
 async def test_each_revisions_answers_are_counted_and_judged_over_a_window(valkey,
@@ -54,7 +61,7 @@ async def test_each_revisions_answers_are_counted_and_judged_over_a_window(valke
 
             await fault({"mode": "slow", "factor": 4})
             await load(96)
-            r1, r2 = outcome_field(MODEL, "r1"), outcome_field(MODEL, "r2")
+            r1, r2 = "r1", "r2"
             first = await eventually(lambda: (lambda r: r if r.get(r1) and r.get(r2) and
                                               r[r1].requests + r[r2].requests == 96 else None)(
                 reading(store)), timeout=5)

@@ -55,15 +55,16 @@ class Clock:
 class Balancer:
     """The eu balancer's published counts, as ``RevisionOutcomes`` writes them."""
 
-    def __init__(self, store: AsyncStateStore) -> None:
+    def __init__(self, store: AsyncStateStore, epoch: str = "run-1") -> None:
         self.store = store
+        self.epoch = epoch
         self.counts = {"r1": Outcomes(), "r2": Outcomes()}
 
     async def serve(self, revision: str, count: int, *, ttft: float = 0.2,
                     errors: int = 0) -> None:
         for i in range(count):
             self.counts[revision].record(ok=i >= errors, ttft_s=ttft, output_tokens=10)
-        await self.store.write_outcomes("eu", {outcome_field(MODEL, r): o.to_json()
+        await self.store.write_outcomes("eu", {outcome_field(MODEL, r, self.epoch): o.to_json()
                                                for r, o in self.counts.items()})
 
 
@@ -220,3 +221,22 @@ async def test_blue_green_waits_for_a_ready_green_pool_and_is_judged_against_blu
         [failed] = await controller.tick()
         assert failed.status == ROLLED_BACK and "time to first token" in failed.reason
         assert await split(store) == [["r1", 100.0], ["r2", 0.0]]
+
+
+async def test_the_balancers_of_a_region_and_their_restarts_add_up(valkey, prefix: str) -> None:
+    """Two balancers in one region and a restart of one of them (a new run, counting from
+    zero): each run has its own counts, a window adds them, nothing is overwritten."""
+    async with opened(valkey, prefix) as store:
+        clock = Clock()
+        controller = RolloutController(store, lambda *a: None, clock)
+        first, second = Balancer(store, "a-1"), Balancer(store, "b-1")
+        await first.serve("r2", 500, errors=100)  # before the rollout: not in its window
+        rollout = await controller.start(SPEC, POLICY, "alice")
+        await first.serve("r1", 30)
+        await second.serve("r1", 30)
+        await first.serve("r2", 12)
+        restarted = Balancer(store, "a-2")  # the first one restarted: zero again
+        await restarted.serve("r2", 12, errors=3)
+        [failed] = await controller.tick()  # 3 errors of 24 candidate requests: 12.5 %
+        assert failed.id == rollout.id and failed.status == ROLLED_BACK
+        assert "error rate 12.50%" in failed.reason

@@ -4,7 +4,7 @@
 The proxy counts every answer of a backend that declares a revision of the requested model
 (``state.outcomes.Outcomes``: requests, errors, time to first token, inter-token latency,
 finish reason, output tokens), by model and revision; the shared-state link publishes the
-cumulative counts with this run's ``epoch`` (``Keys.outcomes``), and the rollout controller
+cumulative counts under this run's ``epoch`` (``Keys.outcomes``), and the rollout controller
 takes their difference over its windows. Nothing is counted for undeclared revisions.
 """
 
@@ -34,7 +34,6 @@ class RevisionOutcomes:
         self.changed = True
 
     def fields(self) -> dict[str, str]:
-        """The hash fields to publish: one per revision seen, and the epoch."""
-        fields = {outcome_field(m, r): o.to_json() for (m, r), o in self.by_revision.items()}
-        fields["epoch"] = self.epoch
-        return fields
+        """The hash fields to publish: one per revision seen, under this run's epoch."""
+        return {outcome_field(m, r, self.epoch): o.to_json()
+                for (m, r), o in self.by_revision.items()}
