@@ -14,9 +14,9 @@ can share one server)::
     {p}:rollouts                      hash  field rollout id -> JSON of the rollout
                                       (director.rollouts.controller); "{p}:rollouts:lock"
                                       the controller instance that runs them now
-    {p}:outcomes:{region}             hash  field "{model}|{revision}" -> the cumulative
-                                      answer counts of one revision (state.outcomes), and
-                                      "epoch": the balancer run that counted them
+    {p}:outcomes:{region}             hash  field "{model}|{revision}|{epoch}" -> the
+                                      cumulative answer counts of one revision by one
+                                      balancer run (state.outcomes)
     {p}:latency                       hash  field "{vantage}|{region}" -> "{ms} {timestamp}"
     {p}:policy                        hash  text, version, epoch, digest, timestamp of the
                                       active policy (state.policy_identity)
