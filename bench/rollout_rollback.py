@@ -15,7 +15,10 @@ default gates; the candidate's servers carry one fault for the whole run:
 - ``none``: a good candidate, which must complete every step.
 
 Per run: the verdict, the seconds until the rollback or the completion (and in
-intervals), the share of the run's requests the candidate served, requests that failed at
+intervals), the share of the run's requests the candidate served (until the verdict, or
+over ``--horizon`` intervals from the start, the load going on after a rollback; answers
+the candidate still gave after the rollback are counted apart: in flight, or a balancer
+not yet following), requests that failed at
 the client, and sessions of a completed rollout that went back to the baseline after the
 candidate served them (a rollout only grows the candidate's share: none should).
 ``--runs`` runs per fault; the summary gives the median and the range::
@@ -73,6 +76,7 @@ class Run:
     failed: int
     sessions: int
     moved_back: int  # sessions served by the candidate, then by the baseline again
+    candidate_after_rollback: int  # answers by the candidate after the rollback
 
     def to_json(self) -> dict[str, object]:
         return dict(vars(self))
@@ -89,6 +93,7 @@ FAULTS = {
 async def one_run(fault: str, args: argparse.Namespace, valkey: EmbeddedValkey,
                   seed: int) -> Run:
     prefix = f"bench-{seed}-{fault}"
+    after_verdict, late = 0, 0
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=1.0) for i in range(SERVERS)]
     rng = random.Random(seed)
     async with Fleet(specs, time_scale=args.time_scale) as fleet:
@@ -134,22 +139,27 @@ async def one_run(fault: str, args: argparse.Namespace, valkey: EmbeddedValkey,
 
             verdict, ended = "timeout", None
             deadline = started + args.interval * 8
+            horizon = started + args.interval * args.horizon
             next_tick = started
             while time.monotonic() < deadline:
                 now = time.monotonic()
-                if now >= next_tick:
+                if ended is None and now >= next_tick:
                     next_tick += 1.0
                     await controller.tick()
                     state = await controller.get(rollout.id)
                     if state.status in (ROLLED_BACK, COMPLETED):
                         verdict, ended = state.status, now - started
-                        break
+                        after_verdict = served["r2"]
+                if ended is not None and (verdict == COMPLETED or now >= horizon):
+                    break
                 session = f"s{rng.randrange(args.sessions)}"
                 task = asyncio.create_task(ask(session))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 await asyncio.sleep(rng.expovariate(args.rps))
             await asyncio.gather(*tasks, return_exceptions=True)
+            if verdict == ROLLED_BACK:
+                late = served["r2"] - after_verdict  # answered after the rollback
         await store.close()
     total = sum(served.values()) + failed
     # a rollout only grows the candidate's share, so a session moves onto it at most once;
@@ -157,13 +167,14 @@ async def one_run(fault: str, args: argparse.Namespace, valkey: EmbeddedValkey,
     moved_back = sum(1 for answers in seen.values()
                      if "r2" in answers and "r1" in answers[answers.index("r2"):])
     return Run(fault, verdict, ended, total, served["r2"], failed, len(seen),
-               moved_back if verdict != ROLLED_BACK else 0)
+               moved_back if verdict != ROLLED_BACK else 0, late)
 
 
 def summary(runs: list[Run], interval: float) -> str:
     lines = ["| candidate | verdicts | seconds to verdict, median (range) | in intervals | "
-             "served by the candidate | failed at the client | sessions moved back |",
-             "|---|---|---|---|---|---|---|"]
+             "served by the candidate | failed at the client | sessions moved back | "
+             "candidate answers after the rollback |",
+             "|---|---|---|---|---|---|---|---|"]
     for fault in FAULTS:
         mine = [r for r in runs if r.fault == fault]
         if not mine:
@@ -178,7 +189,8 @@ def summary(runs: list[Run], interval: float) -> str:
             f"| {fault} | {', '.join(f'{v} {n}' for v, n in verdicts.items())} | {spread} | "
             f"{intervals} | {statistics.median(share):.2%} ({min(share):.2%}-{max(share):.2%})"
             f" | {sum(r.failed for r in mine)} of {sum(r.requests for r in mine)} | "
-            f"{sum(r.moved_back for r in mine)} of {sum(r.sessions for r in mine)} |")
+            f"{sum(r.moved_back for r in mine)} of {sum(r.sessions for r in mine)} | "
+            f"{sum(r.candidate_after_rollback for r in mine)} |")
     return "\n".join(lines)
 
 
@@ -193,6 +205,9 @@ async def main() -> None:
     parser.add_argument("--errors", type=float, default=0.2)
     parser.add_argument("--time-scale", type=float, default=10.0)
     parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument("--horizon", type=float, default=0.0,
+                        help="after a rollback, keep the load on until this many intervals "
+                             "from the start: the candidate's share is over that horizon")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     args = parser.parse_args()
     runs = []
