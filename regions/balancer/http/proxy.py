@@ -135,7 +135,7 @@ class Proxy:
                         "POST", path, headers.items(), body)
                 except UPSTREAM_ERRORS as exc:
                     self._failed(backend, "connect")
-                    self._count_revision(exchange, backend, ok=False)
+                    self._count_failure(exchange, backend, 502)
                     excluded.add(backend.name)
                     last_failure = error_response(
                         502, f"backend {backend.name} unreachable: {type(exc).__name__}",
@@ -181,7 +181,7 @@ class Proxy:
         finally:
             upstream.close()
         self._failed(backend, f"http_{upstream.status}")
-        self._count_revision(exchange, backend, ok=upstream.status < 500)
+        self._count_failure(exchange, backend, upstream.status)
         return web.Response(
             status=upstream.status,
             body=body,
@@ -209,8 +209,8 @@ class Proxy:
         headers = {**exchange.extra_headers, REGION_HEADER: self.settings.region,
                    BACKEND_HEADER: backend.name,
                    QUEUE_HEADER: str(round((sent_at - start) * 1000))}
-        if exchange.info is not None and (
-                revision := backend.spec.revision_of(exchange.info.model)) is not None:
+        revision = _revision_of(exchange, backend)
+        if revision is not None:
             headers[REVISION_HEADER] = revision
         resp = response_for(upstream, headers)
         sse = upstream.content_type == "text/event-stream"
@@ -241,18 +241,12 @@ class Proxy:
             self.metrics.client_gone.labels("before_end").inc()
             raise
         self._count_end(end, backend, request)
-        if end is RelayEnd.UPSTREAM_FAILED:
-            self._count_revision(exchange, backend, ok=False, ttft_s=first_byte_s)
+        if revision is not None:
+            assert exchange.info is not None  # a revision is one of the request's model
+            self._count_answer(exchange.info.model, revision, end, upstream.status, sse,
+                               meter, first_byte_s)
         if end not in WHOLE_ANSWER:
             return resp
-        if upstream.status != 200 or not sse:
-            self._count_revision(exchange, backend, ok=upstream.status < 500,
-                                 ttft_s=first_byte_s)
-        else:
-            rate = meter.rate()
-            self._count_revision(exchange, backend, ok=True, ttft_s=first_byte_s,
-                                 itl_s=1.0 / rate if rate else None, finish=meter.finish,
-                                 output_tokens=meter.output_tokens())
         metrics.e2e.observe(self.clock() - start)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")
@@ -262,17 +256,30 @@ class Proxy:
                 self._learn(lease, exchange.info, meter)
         return resp
 
-    def _count_revision(self, exchange: Exchange, backend: Backend, *, ok: bool,
-                        ttft_s: float | None = None, itl_s: float | None = None,
-                        finish: str | None = None, output_tokens: int | None = None) -> None:
-        """Count the answer for its revision (a backend that declares one of the model)."""
-        info = exchange.info
-        if info is None or not backend.spec.revisions:
-            return
-        revision = backend.spec.revision_of(info.model)
+    def _count_failure(self, exchange: Exchange, backend: Backend, status: int) -> None:
+        """Count an answer that never reached the client (a retried or unreachable
+        backend) for its revision, if the backend declares one of the model."""
+        revision = _revision_of(exchange, backend)
         if revision is not None:
-            self.outcomes.record(info.model, revision, ok=ok, ttft_s=ttft_s, itl_s=itl_s,
-                                 finish=finish, output_tokens=output_tokens)
+            assert exchange.info is not None
+            self.outcomes.record(exchange.info.model, revision, ok=status < 500)
+
+    def _count_answer(self, model: str, revision: str, end: RelayEnd, status: int, sse: bool,
+                      meter: StreamMeter, first_byte_s: float | None) -> None:
+        """Count a relayed answer for its revision: an error if it failed or was cut
+        upstream; a whole stream with its inter-token latency, finish reason and tokens.
+        An answer the client left is not counted."""
+        if end is RelayEnd.UPSTREAM_FAILED:
+            self.outcomes.record(model, revision, ok=False, ttft_s=first_byte_s)
+        elif end not in WHOLE_ANSWER:
+            return
+        elif status != 200 or not sse:
+            self.outcomes.record(model, revision, ok=status < 500, ttft_s=first_byte_s)
+        else:
+            rate = meter.rate()
+            self.outcomes.record(model, revision, ok=True, ttft_s=first_byte_s,
+                                 itl_s=1.0 / rate if rate else None, finish=meter.finish,
+                                 output_tokens=meter.output_tokens())
 
     def _count_end(self, end: RelayEnd, backend: Backend, request: web.Request) -> None:
         if end is RelayEnd.UPSTREAM_FAILED:
@@ -304,3 +311,9 @@ class Proxy:
             self.output_lengths.observe(
                 info.model, info.prompt_tokens, info.max_tokens, meter.events
             )
+
+
+def _revision_of(exchange: Exchange, backend: Backend) -> str | None:
+    """The revision ``backend`` declares of the request's model (None: none declared)."""
+    info = exchange.info
+    return backend.spec.revision_of(info.model) if info is not None else None
