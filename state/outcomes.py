@@ -104,10 +104,9 @@ class Outcomes:
         for index in sorted(counts):
             count = counts[index]
             if seen + count >= rank:
-                upper = BOUNDS[min(index, len(BOUNDS) - 1)]
-                lower = BOUNDS[index - 1] if 0 < index <= len(BOUNDS) else 0.0
-                if index >= len(BOUNDS):
-                    return upper
+                if index >= len(BOUNDS):  # above every bound
+                    return BOUNDS[-1]
+                upper, lower = BOUNDS[index], BOUNDS[index - 1] if index else 0.0
                 return lower + (upper - lower) * max(0.0, rank - seen) / count
             seen += count
         return BOUNDS[-1]

@@ -62,10 +62,20 @@ LOCK_S = 10.0
 Audit = Callable[[str, str, str, Any], Any]  # who, action, target, detail
 
 
-def _revision_of(field: str) -> str:
-    parsed = parse_outcome_field(field)
-    assert parsed is not None  # _read_counts kept only well-formed fields
-    return parsed[1]
+def _windows(spec: RolloutSpec, counts: Mapping[str, Mapping[str, Outcomes]],
+             start: Mapping[str, Mapping[str, str]]) -> dict[str, Outcomes]:
+    """The baseline's and the candidate's counts since ``start`` (per region, the counts
+    of each balancer run as stored), summed over the regions and the runs; a run absent
+    at the start counts whole."""
+    totals = {spec.candidate: Outcomes(), spec.baseline: Outcomes()}
+    for region, runs in counts.items():
+        since = start.get(region, {})
+        for name, now in runs.items():
+            parsed = parse_outcome_field(name)
+            assert parsed is not None  # _read_counts kept only well-formed fields
+            earlier = Outcomes.from_json(since[name]) if name in since else Outcomes()
+            totals[parsed[1]] = totals[parsed[1]].plus(now.minus(earlier))
+    return totals
 
 
 class RolloutError(ValueError):
@@ -235,12 +245,8 @@ class RolloutController:
                 raise RolloutError(f"rollout {other.id} of {spec.model} is {other.status}")
         rollout = Rollout(id=uuid.uuid4().hex[:10], spec=spec)
         if spec.steps[0] >= 100:  # blue-green: the baseline as it served until now
-            before = Outcomes()
-            for counts in (await self._read_counts(spec)).values():
-                for name, outcomes in counts.items():
-                    if _revision_of(name) == spec.baseline:
-                        before = before.plus(outcomes)
-            rollout.reference = before.to_json()
+            before = _windows(spec, await self._read_counts(spec), {})
+            rollout.reference = before[spec.baseline].to_json()
         self._event(rollout, "started", who=who, spec=spec.to_json())
         await self._enter_step(rollout, 0)
         return rollout
@@ -288,18 +294,22 @@ class RolloutController:
         """Give up the controllers' lock (an API stopping): another instance takes over at
         its next tick instead of after ``LOCK_S``."""
         with redis_errors(self._where):
-            if (await self.store.client.get(self._lock) or b"").decode() == self.owner:
+            if await self._holds_lock():
                 await self.store.client.delete(self._lock)
+
+    async def _holds_lock(self) -> bool:
+        return (await self.store.client.get(self._lock) or b"").decode() == self.owner
 
     async def tick(self) -> list[Rollout]:
         """Judge every running rollout once (under the controllers' lock: one API instance
         at a time); returns those that changed."""
-        lock = self._lock
         with redis_errors(self._where):
-            held = await self.store.client.set(lock, self.owner, nx=True, px=int(LOCK_S * 1000))
-            if not held and (await self.store.client.get(lock) or b"").decode() != self.owner:
-                return []
-            await self.store.client.pexpire(lock, int(LOCK_S * 1000))
+            taken = await self.store.client.set(self._lock, self.owner, nx=True,
+                                                px=int(LOCK_S * 1000))
+            if not taken:
+                if not await self._holds_lock():
+                    return []
+                await self.store.client.pexpire(self._lock, int(LOCK_S * 1000))
         changed = []
         for rollout in await self.all():
             if rollout.status in ACTIVE and await self._judge(rollout):
@@ -308,14 +318,7 @@ class RolloutController:
 
     async def _judge(self, rollout: Rollout) -> bool:
         spec = rollout.spec
-        now_counts = await self._read_counts(spec)
-        totals = {spec.candidate: Outcomes(), spec.baseline: Outcomes()}
-        for region in spec.regions:
-            start = rollout.window_start.get(region, {})
-            for name, now in now_counts.get(region, {}).items():  # one per balancer run
-                since = Outcomes.from_json(start[name]) if name in start else Outcomes()
-                revision = _revision_of(name)
-                totals[revision] = totals[revision].plus(now.minus(since))
+        totals = _windows(spec, await self._read_counts(spec), rollout.window_start)
         baseline = totals[spec.baseline]
         if spec.steps[rollout.step] >= 100 and rollout.reference is not None:
             baseline = Outcomes.from_json(rollout.reference)  # it gets no traffic now

@@ -144,7 +144,7 @@ class PoolHealth:
         if pairs == b.refused:
             return False
         b.refused = pairs
-        b.models = model_set(m for m in b.spec.models if m not in dict(pairs))
+        b.models = model_set(m for m in b.spec.models if m not in refused)
         self.changed(b.index)
         return True
 
