@@ -1,7 +1,8 @@
 """Prometheus alert rules (deploy/prometheus/alerts-*.yml): valid, loaded by both scrape
-configurations, their metrics exported by the code, and each one's behaviour checked by
-``promtool test rules`` against deploy/prometheus/tests/<rules>.test.yml (series in, alerts
-out). promtool comes with Debian's ``prometheus`` package (``./run test`` installs it)."""
+configurations and mounted into the compose Prometheus, their metrics exported by the code,
+and each one's behaviour checked by ``promtool test rules`` against
+deploy/prometheus/tests/<rules>.test.yml (series in, alerts out). promtool comes with
+Debian's ``prometheus`` package (``./run test`` installs it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_files import PROMETHEUS_DIR, yaml_documents
+from deploy_files import COMPOSE_FILE, PROMETHEUS_DIR, yaml_documents
 from metric_names import exported_samples, names_in
 
 RULE_FILES = sorted(PROMETHEUS_DIR.glob("alerts-*.yml"))
@@ -39,6 +40,13 @@ def test_there_are_rule_files_and_each_has_a_test() -> None:
 def test_both_scrape_configurations_load_every_rule_file(config: str) -> None:
     (document,) = yaml_documents(PROMETHEUS_DIR / config)
     assert sorted(document.get("rule_files") or []) == [p.name for p in RULE_FILES]
+
+
+def test_the_compose_prometheus_mounts_every_rule_file() -> None:
+    (compose,) = yaml_documents(COMPOSE_FILE)
+    mounts = compose["services"]["prometheus"]["volumes"]
+    for path in RULE_FILES:
+        assert f"../prometheus/{path.name}:/etc/prometheus/{path.name}:ro" in mounts, path.name
 
 
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
