@@ -127,8 +127,7 @@ class ApiRuntime:
         ``RolloutController.tick``); a state error waits for the next tick."""
         while True:
             try:
-                await self.rollouts.tick()
-                await self.rollouts.all()  # what the metrics show, whoever drives them
+                await self.rollouts.tick()  # also what the metrics show, whoever drives them
             except StateError as exc:
                 log.warning("api: rollouts not judged this time: %s", exc)
             except Exception:

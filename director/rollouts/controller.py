@@ -301,13 +301,14 @@ class RolloutController:
         return (await self.store.client.get(self._lock) or b"").decode() == self.owner
 
     async def tick(self) -> list[Rollout]:
-        """Judge every running rollout once (under the controllers' lock: one API instance
-        at a time); returns those that changed."""
+        """Judge every active rollout once (under the controllers' lock: one API instance
+        at a time) and refresh ``known``; returns those that changed."""
         with redis_errors(self._where):
             taken = await self.store.client.set(self._lock, self.owner, nx=True,
                                                 px=int(LOCK_S * 1000))
             if not taken:
                 if not await self._holds_lock():
+                    await self.all()  # another instance judges; ``known`` stays current
                     return []
                 await self.store.client.pexpire(self._lock, int(LOCK_S * 1000))
         changed = []

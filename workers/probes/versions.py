@@ -62,13 +62,13 @@ def judge(targets: Sequence[GpuTarget],
           listings: Mapping[str, Listing | None]) -> dict[str, dict[str, str]]:
     """For each target read (a listing), the models it is refused for with the reason:
     ``"<kind>: <detail>"``, the kind one of ``fingerprint``, ``mixed``, ``unlisted``."""
-    refused: dict[str, dict[str, str]] = {t.name: {} for t in targets if listings.get(t.name)
-                                          is not None}
+    refused: dict[str, dict[str, str]] = {}
     pools: dict[tuple[str, str | None], list[tuple[str, str]]] = {}  # (name, root)
     for target in targets:
         listing = listings.get(target.name)
         if listing is None:
             continue
+        refused[target.name] = {}
         fingerprints = dict(target.fingerprints)
         revisions = dict(target.revisions)
         for model in target.models:
