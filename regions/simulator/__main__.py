@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "--kv-events-config endpoint (e.g. tcp://127.0.0.1:5557)")
     p.add_argument("--kv-events-replay", default=None, metavar="ENDPOINT",
                    help="serve replays of missed KV-event batches on this address")
+    p.add_argument("--max-loras", type=int, default=0,
+                   help="LoRA adapters one batch may use (vLLM's --max-loras; 0: no LoRA)")
+    p.add_argument("--max-cpu-loras", type=int, default=0,
+                   help="adapters kept loaded (vLLM's --max-cpu-loras; 0: --max-loras)")
+    p.add_argument("--lora-load-s", type=float, default=defaults.lora_load_s,
+                   help="model seconds one adapter load stalls the engine")
+    p.add_argument("--lora", action="append", dest="loras", default=[], metavar="NAME=PATH",
+                   help="an adapter loaded at start (vLLM's --lora-modules); repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
     return p
 
@@ -74,11 +82,11 @@ async def serve(spec: ServerSpec, time_scale: float, seed: int) -> None:
         await server.stop()
 
 
-def _root(item: str) -> tuple[str, str]:
-    model, sep, root = item.partition("=")
-    if not sep or not model or not root:
-        raise SimConfigError(f"--root: expected MODEL=ROOT, got {item!r}")
-    return model, root
+def _pair(item: str, flag: str, shape: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key or not value:
+        raise SimConfigError(f"{flag}: expected {shape}, got {item!r}")
+    return key, value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,6 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_model_len=args.max_model_len,
             prefix_caching=args.prefix_caching,
             block_size=args.block_size,
+            max_loras=args.max_loras,
+            max_cpu_loras=args.max_cpu_loras,
+            lora_load_s=args.lora_load_s,
         )
         if args.chunked_prefill:
             engine = engine.chunked(args.chunked_prefill)
@@ -106,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_concurrent_requests=args.max_concurrent_requests,
             kv_events=args.kv_events,
             kv_events_replay=args.kv_events_replay,
-            roots=tuple(_root(item) for item in args.roots),
+            roots=tuple(_pair(item, "--root", "MODEL=ROOT") for item in args.roots),
+            lora_modules=tuple(_pair(item, "--lora", "NAME=PATH") for item in args.loras),
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

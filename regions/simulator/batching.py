@@ -23,6 +23,12 @@ admitted as above. A sequence yields its first token in the iteration that prefi
 of its prompt. The iteration takes ``EngineConfig.mixed_step_seconds``: decodes ride along
 a prefill chunk almost for free.
 
+With LoRA (``max_loras`` > 0), a request may name an adapter. At most ``max_loras``
+distinct adapters run at once: a waiting request whose adapter would be one more is passed
+by (it keeps its place; the ones behind it may go first), as vLLM's schedulers do. A
+request admitted with an adapter not loaded (``adapter_cache``) makes its iteration
+longer by ``lora_load_s``: the engine loads it first.
+
 With ``prefix_caching`` (vLLM v1's default), admission first looks up the longest cached
 prefix of the sequence's prompt blocks (``prefix_cache``): those blocks are shared, not
 allocated, and only the rest of the prompt is prefilled. The blocks a prefill computes are
@@ -42,6 +48,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
+from regions.simulator.adapter_cache import AdapterCache
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import ContextLengthError
 from regions.simulator.prefix_cache import PrefixCache
@@ -74,6 +81,7 @@ class Sequence:
     blocks: PromptBlocks | None = None  # the prompt's full blocks (prefix caching)
     held: int = 0  # leading prompt blocks it references in the prefix cache
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at its first admission
+    adapter: str | None = None  # its LoRA adapter (None: the base model)
 
     @property
     def hashes(self) -> tuple[int, ...]:
@@ -109,6 +117,7 @@ class Step:
     seqs: tuple[Sequence, ...]
     duration: float
     chunks: tuple[int, ...] = ()  # chunked prefill: prompt tokens per seq (0: it decodes)
+    loaded: tuple[str, ...] = ()  # LoRA adapters loaded first (their time is in duration)
 
 
 @dataclass
@@ -157,18 +166,21 @@ class Scheduler:
     record_events: bool = False
     kv_events: list[KvEvent] = field(default_factory=list)
     prefix: PrefixCache | None = field(init=False, default=None)
+    adapters: AdapterCache = field(init=False)
     _ids: itertools.count = field(default_factory=itertools.count)
+    _loading: list[str] = field(default_factory=list)  # adapters the next step loads
 
     def __post_init__(self) -> None:
         if self.config.prefix_caching:
             self.prefix = PrefixCache(self.config.block_size)
+        self.adapters = AdapterCache(self.config.adapter_slots)
 
     # -- requests ------------------------------------------------------------------------
 
     def submit(self, prompt_tokens: int, output_tokens: int, now: float,
-               blocks: PromptBlocks | None = None) -> Sequence:
-        """Queue a request (``blocks``: its prompt's hashed blocks, for prefix caching);
-        raise ``ContextLengthError`` if it can never fit."""
+               blocks: PromptBlocks | None = None, adapter: str | None = None) -> Sequence:
+        """Queue a request (``blocks``: its prompt's hashed blocks, for prefix caching;
+        ``adapter``: its LoRA adapter); raise ``ContextLengthError`` if it can never fit."""
         total = prompt_tokens + output_tokens
         if total > self.config.max_model_len:
             raise ContextLengthError(
@@ -178,6 +190,7 @@ class Scheduler:
                 "max_tokens",
             )
         seq = Sequence(next(self._ids), max(prompt_tokens, 1), output_tokens, now)
+        seq.adapter = adapter
         if self.prefix is not None and blocks is not None and blocks.hashes:
             seq.blocks = blocks
         self.waiting.append(seq)
@@ -234,8 +247,11 @@ class Scheduler:
         if admitted:
             tokens = sum(self._uncached(s) for s in admitted)
             self._evict()
+            loaded = self._take_loading()
             return Step(
-                StepKind.PREFILL, admitted, self.config.prefill_seconds(tokens, self.slow_factor)
+                StepKind.PREFILL, admitted,
+                self.config.prefill_seconds(tokens, self.slow_factor)
+                + len(loaded) * self.config.lora_load_s, loaded=loaded,
             )
         if not self.running:
             return None
@@ -307,20 +323,29 @@ class Scheduler:
         prefill = sum(chunks)
         kind = StepKind.MIXED if prefill else StepKind.DECODE
         duration = self.config.mixed_step_seconds(len(decodes), prefill, self.slow_factor)
-        return Step(kind, tuple(seqs), duration, tuple(chunks))
+        loaded = self._take_loading()
+        duration += len(loaded) * self.config.lora_load_s
+        return Step(kind, tuple(seqs), duration, tuple(chunks), loaded)
 
     def _admit(self, token_budget: int | None = None) -> tuple[Sequence, ...]:
         """Admit the queue's head while a slot and its KV are free: up to
         ``max_prefill_tokens`` of prompts (one longer prompt alone), or with a
-        ``token_budget`` (chunked prefill) until that is spent, the last one in part."""
+        ``token_budget`` (chunked prefill) until that is spent, the last one in part. A
+        request whose LoRA adapter would exceed ``max_loras`` is passed by."""
         cfg = self.config
         reserve = int(cfg.kv_cache_tokens * cfg.kv_watermark)
         used = self.kv_used
         batch_tokens = 0
         admitted: list[Sequence] = []
         prefix, bs = self.prefix, cfg.block_size
-        while self.waiting and len(self.running) < cfg.max_num_seqs:
-            head = self.waiting[0]
+        active = {s.adapter for s in self.running if s.adapter} if cfg.max_loras else None
+        at = 0  # the waiting request considered: the head, unless some were passed by
+        while at < len(self.waiting) and len(self.running) < cfg.max_num_seqs:
+            head = self.waiting[at]
+            if (active is not None and head.adapter is not None
+                    and head.adapter not in active and len(active) >= cfg.max_loras):
+                at += 1
+                continue
             hit = self._cached_prefix(head)
             compute = head.kv_tokens - hit * bs
             # cached blocks nobody references are free space until this sequence takes them
@@ -333,15 +358,27 @@ class Scheduler:
                     break
             elif admitted and batch_tokens + compute > cfg.max_prefill_tokens:
                 break
-            self.waiting.popleft()
+            if at:
+                del self.waiting[at]
+            else:
+                self.waiting.popleft()
             if prefix is not None:
                 self._take_prefix(head, hit)
+            if active is not None and head.adapter is not None:
+                active.add(head.adapter)
+                if not self.adapters.use(head.adapter):
+                    self.adapters.load(head.adapter)
+                    self._loading.append(head.adapter)
             head.state = SeqState.RUNNING
             self.running.append(head)
             admitted.append(head)
             used += need
             batch_tokens += compute
         return tuple(admitted)
+
+    def _take_loading(self) -> tuple[str, ...]:
+        loading, self._loading = tuple(self._loading), []
+        return loading
 
     # -- prefix caching ------------------------------------------------------------------
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass, fields
 
 from regions.simulator.errors import SimConfigError
 
+_MAY_BE_ZERO = frozenset({"decode_alpha", "kv_watermark", "max_catchup_s", "max_loras",
+                          "max_cpu_loras", "lora_load_s"})
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -39,6 +42,16 @@ class EngineConfig:
     - ``block_size``: tokens per KV block (vLLM's ``--block-size``, 16 on CUDA).
     - ``max_catchup_s``: how far the engine may run behind the clock and catch up (absorbs
       event-loop jitter so throughput does not depend on how busy the process is).
+    - ``max_loras``: LoRA adapters a batch may use at once (vLLM's ``--max-loras``; 0, the
+      default, serves no adapter, as without ``--enable-lora``); a request whose adapter
+      would be one too many waits while others pass it.
+    - ``max_cpu_loras``: adapters kept loaded in memory, least recently used evicted
+      (vLLM's ``--max-cpu-loras``; 0: as many as ``max_loras``, vLLM's default).
+    - ``lora_load_s``: reading one adapter's weights into memory. The engine does nothing
+      else meanwhile (vLLM loads between iterations, in its engine core), so a load stalls
+      every running sequence; a request whose adapter was evicted pays it again at its
+      admission. The default, 0.5 s, is an assumption (a rank-16 adapter of an 8B model
+      is some 40 MB of safetensors plus its conversion), not a measurement.
     """
 
     speed: float = 1.0
@@ -54,17 +67,23 @@ class EngineConfig:
     chunked_prefill: bool = False
     prefix_caching: bool = True
     block_size: int = 16
+    max_loras: int = 0
+    max_cpu_loras: int = 0
+    lora_load_s: float = 0.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("chunked_prefill", "prefix_caching"):
                 continue
-            if f.name in ("decode_alpha", "kv_watermark", "max_catchup_s"):
+            if f.name in _MAY_BE_ZERO:
                 if value < 0:
                     raise SimConfigError(f"engine.{f.name}: must be >= 0, got {value!r}")
             elif not value > 0:
                 raise SimConfigError(f"engine.{f.name}: must be > 0, got {value!r}")
+        if self.max_cpu_loras and self.max_cpu_loras < self.max_loras:
+            raise SimConfigError(f"engine.max_cpu_loras: {self.max_cpu_loras} is below "
+                                 f"max_loras {self.max_loras} (vLLM refuses that too)")
         if self.kv_watermark >= 1:
             raise SimConfigError(f"engine.kv_watermark: must be < 1, got {self.kv_watermark!r}")
         if self.chunked_prefill and self.max_prefill_tokens <= self.max_num_seqs:
@@ -77,6 +96,11 @@ class EngineConfig:
                 f"engine.kv_cache_tokens: {self.kv_cache_tokens} is smaller than "
                 f"max_model_len {self.max_model_len}; the longest request could never run"
             )
+
+    @property
+    def adapter_slots(self) -> int:
+        """Adapters held loaded at once (``max_cpu_loras``, at least ``max_loras``)."""
+        return max(self.max_cpu_loras, self.max_loras)
 
     def chunked(self, tokens: int) -> EngineConfig:
         """This engine with vLLM v1's chunked prefill, ``tokens`` per iteration."""

@@ -40,6 +40,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from regions.simulator.adapter_cache import AdapterCache
 from regions.simulator.batching import Counters, KvEvent, Scheduler, SeqState, Sequence
 from regions.simulator.clock import Clock, ScaledClock
 from regions.simulator.config import EngineConfig
@@ -89,6 +90,8 @@ class Engine:
         self._hung = False
         self._busy_until: float | None = None
         self._lost_s = 0.0
+        # adapters /v1/load_lora_adapter asked for, loaded between iterations, in order
+        self._loads: list[tuple[str, asyncio.Future[None]]] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -110,10 +113,11 @@ class Engine:
     # -- requests ------------------------------------------------------------------------
 
     def submit(self, prompt_tokens: int, output_tokens: int,
-               blocks: PromptBlocks | None = None) -> Sequence:
+               blocks: PromptBlocks | None = None, adapter: str | None = None) -> Sequence:
         """Queue a request (raises ``ContextLengthError`` if it can never fit); ``blocks``
-        are its prompt's hashed blocks, for the prefix cache."""
-        seq = self._sched.submit(prompt_tokens, output_tokens, self.clock.now(), blocks)
+        are its prompt's hashed blocks, for the prefix cache; ``adapter`` its LoRA adapter."""
+        seq = self._sched.submit(prompt_tokens, output_tokens, self.clock.now(), blocks,
+                                 adapter)
         self._events[seq.seq_id] = asyncio.Event()
         self._wake.set()
         return seq
@@ -171,6 +175,35 @@ class Engine:
             future = waiting[seq.seq_id] = asyncio.get_running_loop().create_future()
         await asyncio.shield(future)
 
+    # -- LoRA adapters -------------------------------------------------------------------
+
+    async def load_adapter(self, name: str) -> None:
+        """Load ``name`` into memory (``config.lora_load_s``), between iterations: every
+        running sequence waits meanwhile, as in vLLM. Returns once it is loaded."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loads.append((name, future))
+        self._wake.set()
+        await future
+
+    def unload_adapter(self, name: str) -> bool:
+        """Forget ``name``'s weights (False if they were not loaded); a running request
+        that uses it finishes, a waiting one loads it again when admitted."""
+        return self._sched.adapters.remove(name)
+
+    @property
+    def adapters(self) -> AdapterCache:
+        return self._sched.adapters
+
+    def adapter_requests(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests per adapter: running, and waiting (vLLM's ``lora_requests_info``)."""
+        running: dict[str, int] = {}
+        waiting: dict[str, int] = {}
+        for seqs, counts in ((self._sched.running, running), (self._sched.waiting, waiting)):
+            for seq in seqs:
+                if seq.adapter is not None:
+                    counts[seq.adapter] = counts.get(seq.adapter, 0) + 1
+        return running, waiting
+
     # -- fault knobs ---------------------------------------------------------------------
 
     @property
@@ -224,6 +257,9 @@ class Engine:
 
     async def _run(self) -> None:
         while True:
+            if self._loads and not self._hung:
+                await self._load_pending()
+                continue
             step = None if self._hung else self._sched.plan()
             self._flush_kv_events()
             if step is None:
@@ -231,21 +267,39 @@ class Engine:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            now = self.clock.now()
-            if self._busy_until is None:
-                start = now
-            else:  # back to back: absorb the loop's lateness, within limits
-                start = self._busy_until
-                floor = now - self.config.max_catchup_s
-                if start < floor:  # starved of CPU for too long: that time is lost
-                    self._lost_s += floor - start
-                    start = floor
-            end = start + step.duration
-            await self.clock.sleep_until(end)
-            self._busy_until = end
+            end = await self._busy_for(step.duration)
             for seq in self._sched.complete(step, end):
                 self._notify(seq)
             self._flush_kv_events()
+
+    async def _busy_for(self, duration: float) -> float:
+        """Run ``duration`` model seconds from where the engine left off; return the end."""
+        now = self.clock.now()
+        if self._busy_until is None:
+            start = now
+        else:  # back to back: absorb the loop's lateness, within limits
+            start = self._busy_until
+            floor = now - self.config.max_catchup_s
+            if start < floor:  # starved of CPU for too long: that time is lost
+                self._lost_s += floor - start
+                start = floor
+        end = start + duration
+        await self.clock.sleep_until(end)
+        self._busy_until = end
+        return end
+
+    async def _load_pending(self) -> None:
+        loads, self._loads = self._loads, []
+        try:
+            await self._busy_for(len(loads) * self.config.lora_load_s)
+        except BaseException:
+            for _, future in loads:
+                future.cancel()
+            raise
+        for name, future in loads:
+            self._sched.adapters.load(name)  # even if its caller has gone
+            if not future.done():
+                future.set_result(None)
 
     def _notify(self, seq: Sequence) -> None:
         event = self._events.get(seq.seq_id)

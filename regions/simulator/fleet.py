@@ -60,6 +60,9 @@ class ServerSpec:
     kv_events_replay: str | None = None  # and to serve their replay on
     # what /v1/models says a model was loaded from ("root"), by model; default its name
     roots: tuple[tuple[str, str], ...] = ()
+    # LoRA adapters loaded at start, (name, path), as vLLM's --lora-modules (needs
+    # engine.max_loras > 0); more come and go through /v1/load_lora_adapter
+    lora_modules: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -70,6 +73,8 @@ class ServerSpec:
             raise SimConfigError(f"server {self.name}: models: at least one model is required")
         if not 0 <= self.port <= 65535:
             raise SimConfigError(f"server {self.name}: port: {self.port} is out of range")
+        if self.lora_modules and not self.engine.max_loras:
+            raise SimConfigError(f"server {self.name}: lora_modules need engine.max_loras > 0")
 
     @property
     def engine_config(self) -> EngineConfig:
@@ -106,7 +111,7 @@ class SimServer:
         self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
                                   engine_name=spec.engine_name,
                                   max_concurrent_requests=spec.max_concurrent_requests,
-                                  roots=dict(spec.roots))
+                                  roots=dict(spec.roots), adapters=dict(spec.lora_modules))
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port

@@ -11,6 +11,7 @@ nothing. Latencies are model seconds: wall seconds times ``time_scale``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -129,6 +130,20 @@ class _EngineCollector(Collector):
                 metric.add_metric(self._label_values, value)
                 yield metric
         yield from kv_gauges(self._engine_name, self._engine)
+        if self._engine_name == "vllm" and self._engine.config.max_loras:
+            yield lora_info(self._engine)
+
+
+def lora_info(engine: Engine) -> Metric:
+    """vLLM's ``vllm:lora_requests_info``: the batch's adapter limit and the adapters of
+    the running and waiting requests, as comma-separated labels; the value is the time."""
+    running, waiting = engine.adapter_requests()
+    metric = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                               labels=["max_lora", "running_lora_adapters",
+                                       "waiting_lora_adapters"])
+    metric.add_metric([str(engine.config.max_loras), ",".join(running), ",".join(waiting)],
+                      time.time())
+    return metric
 
 
 class ServerMetrics:

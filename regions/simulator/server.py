@@ -3,7 +3,9 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``POST /_sim/fault``, ``GET
-/_sim/state``; as vLLM ``GET /version`` and ``POST /reset_prefix_cache``, as SGLang ``GET
+/_sim/state``; as vLLM ``GET /version``, ``POST /reset_prefix_cache`` and, with LoRA
+(``EngineConfig.max_loras``), ``POST /v1/load_lora_adapter`` and
+``/v1/unload_lora_adapter`` (``adapter_routes``); as SGLang ``GET
 /v1/loads``, as TGI ``GET /info`` (``engine_info``). Handlers
 are thin: parsing and bodies live in ``openai_format``, timing in ``engine``, fault
 semantics in ``faults``. A sequence is aborted however its request ends (finished, client
@@ -26,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from regions.simulator import openai_format as oai
+from regions.simulator.adapter_routes import add_adapter_routes
 from regions.simulator.batching import Sequence
 from regions.simulator.engine import Engine
 from regions.simulator.engine_info import TGI_MAX_CONCURRENT_REQUESTS, sglang_loads, tgi_info
@@ -57,11 +60,20 @@ class SimContext:
     # what /v1/models says each model was loaded from (its "root"; default the model's
     # name), as vLLM reports the weights' path; ``POST /_sim/root`` swaps one silently
     roots: dict[str, str] = field(default_factory=dict)
+    # LoRA adapters registered (vLLM's lora_requests): name -> the path it was loaded from
+    adapters: dict[str, str] = field(default_factory=dict)
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.engine, self.models[0], self.engine_name)
+        for name in self.adapters:  # --lora-modules: loaded as the server starts
+            self.engine.adapters.load(name)
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The names a request may ask for: its models, then its adapters."""
+        return (*self.models, *self.adapters) if self.adapters else self.models
 
     def set_fault(self, fault: Fault) -> None:
         """Switch the fault mode; ``fail`` also cuts every in-flight request. A fault with a
@@ -91,6 +103,10 @@ class SimContext:
             "name": self.name,
             "models": list(self.models),
             "roots": {m: self.roots.get(m, m) for m in self.models},
+            "adapters": {"registered": list(self.adapters),
+                         "loaded": list(self.engine.adapters.loaded),
+                         "loads": dict(self.engine.adapters.loads),
+                         "evictions": self.engine.adapters.evictions},
             "speed": self.engine.config.speed,
             "running": s.running,
             "waiting": s.waiting,
@@ -120,6 +136,8 @@ def build_app(ctx: SimContext) -> web.Application:
     if ctx.engine_name == "vllm":
         app.router.add_get("/version", _vllm_version)
         app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
+        if ctx.engine.config.max_loras:
+            add_adapter_routes(app, ctx)
     if ctx.engine_name == "sglang":
         app.router.add_get("/v1/loads", _sglang_loads)
     if ctx.engine_name == "tgi":
@@ -167,7 +185,7 @@ async def _admit(
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RequestError("request body is not valid JSON") from None
-    req = oai.parse_request(endpoint, body, ctx.models)
+    req = oai.parse_request(endpoint, body, ctx.served)
     if ctx.fault.mode is FaultMode.SHORT and req.output_tokens > 1:  # a bad revision
         req = dataclasses.replace(req, output_tokens=max(1, int(req.output_tokens
                                                                 * ctx.fault.factor)))
@@ -179,7 +197,8 @@ async def _admit(
     config = ctx.engine.config
     blocks = prompt_blocks(req.token_stream, config.block_size) if config.prefix_caching \
         else None
-    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks)
+    adapter = req.model if req.model in ctx.adapters else None
+    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks, adapter)
 
 
 async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamResponse:
@@ -274,6 +293,18 @@ async def _models(request: web.Request) -> web.Response:
             "max_model_len": ctx.engine.config.max_model_len,
         }
         for m in ctx.models
+    ]
+    data += [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "director-simulator",
+            "root": path,
+            "parent": ctx.models[0],
+            "max_model_len": None,
+        }
+        for name, path in ctx.adapters.items()
     ]
     return web.json_response({"object": "list", "data": data})
 
