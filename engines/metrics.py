@@ -21,6 +21,9 @@ misconfigured ``engine`` never reads as an idle server.
 KV capacity in tokens, where the page has it: vLLM's ``vllm:cache_config_info`` labels
 (``kv_cache_size_tokens``, else ``num_gpu_blocks`` x ``block_size``), SGLang's
 ``sglang:max_total_num_tokens``, TGI's ``tgi_batch_max_total_tokens``.
+
+LoRA adapters one batch may use, where the page says: vLLM's ``vllm:lora_requests_info``
+``max_lora`` label (the largest over its engines); absent without ``--enable-lora``.
 """
 
 from __future__ import annotations
@@ -66,11 +69,12 @@ ENGINES: dict[str, EngineMetrics] = {
 }
 KV_TOTAL_GAUGES = ("sglang:max_total_num_tokens", "tgi_batch_max_total_tokens")
 KV_CONFIG_INFO = "vllm:cache_config_info"
+LORA_INFO = "vllm:lora_requests_info"
 # every name parse_load reads: a real engine's page is mostly histograms it does not need
 LOAD_NAMES = tuple(sorted(
     {n for m in ENGINES.values()
      for n in (*m.waiting, *m.running, *m.cache_usage, *m.generation_tokens)}
-    | {*KV_TOTAL_GAUGES, KV_CONFIG_INFO}
+    | {*KV_TOTAL_GAUGES, KV_CONFIG_INFO, LORA_INFO}
 ))
 
 
@@ -85,6 +89,7 @@ class EngineLoad:
     cache_usage: float | None
     kv_tokens: int | None = None
     generation_tokens: float | None = None  # None: the page has no such counter
+    max_loras: int | None = None  # None: the page does not say (no LoRA, or not vLLM)
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,19 @@ def parse_load(text: str, engine: str | None) -> EngineLoad:
         cache_usage=cache,
         kv_tokens=_kv_tokens(samples),
         generation_tokens=sum(generated) if generated else None,
+        max_loras=_max_loras(samples),
     )
+
+
+def _max_loras(samples: list[_Sample]) -> int | None:
+    found = []
+    for sample in samples:
+        if sample.name == LORA_INFO:
+            try:
+                found.append(int(sample.labels["max_lora"]))
+            except (KeyError, ValueError):
+                continue
+    return max(found) if found else None
 
 
 def _kv_tokens(samples: list[_Sample]) -> int | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from policies import values
 from policies.errors import did_you_mean, one_of
 from policies.grammar import ENGINES
-from policies.model import Capacity, GpuServer, Region
+from policies.model import Adapter, Capacity, GpuServer, Region
 from policies.reading import Args, Ref, Reporter, read_block
 from policies.syntax import Directive
 
@@ -71,6 +71,7 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
             gpus.append(gpu)
 
     splits = _splits(found.get("split", ()), gpus, report)
+    adapters = _adapters(found.get("adapter", ()), gpus, report)
     if name is None:
         if not directive.args:
             return None
@@ -78,8 +79,49 @@ def compile_region(directive: Directive, body: list[Directive], report: Reporter
     return Region(
         name=name, latitude=lat, longitude=lon, jurisdiction=jurisdiction,
         endpoints_v4=tuple(v4), endpoints_v6=tuple(v6), capacity=capacity, weight=weight,
-        gpus=tuple(gpus), healthcheck=healthcheck, splits=splits, pos=directive.pos,
+        gpus=tuple(gpus), healthcheck=healthcheck, splits=splits, adapters=adapters,
+        pos=directive.pos,
     )
+
+
+_ADAPTER_USAGE = "<name> base <model> path <path>"
+
+
+def _adapters(found: Iterable[Directive], gpus: list[GpuServer], report: Reporter
+              ) -> tuple[Adapter, ...]:
+    """``adapter`` directives: a name no gpu serves as a model, named once, of a base
+    model some gpu of the region serves."""
+    adapters: dict[str, Adapter] = {}
+    served = {m for g in gpus for m in g.models}
+    for d in found:
+        a = Args(d, report)
+        name = a.take(lambda t: values.name(t, "adapter name"), _ADAPTER_USAGE)
+        base = path = None
+        if a.expect("base", _ADAPTER_USAGE):
+            base = a.take(lambda t: values.name(t, "model name"), _ADAPTER_USAGE)
+        if a.expect("path", _ADAPTER_USAGE):
+            path = a.take(_adapter_path, _ADAPTER_USAGE)
+        if not a.end(_ADAPTER_USAGE) or name is None or base is None or path is None:
+            continue
+        if name in adapters:
+            report.at_name(d.pos, f"adapter {name} is declared twice in this region")
+        elif name in served:
+            report.at_name(d.pos, f"adapter {name}: a gpu of this region serves a model of "
+                                  "that name")
+        elif base not in served:
+            report.at_name(d.pos, f"adapter {name}: no gpu of this region serves its base "
+                                  f"model {base}")
+        else:
+            adapters[name] = Adapter(name, base, path, d.pos)
+    return tuple(adapters.values())
+
+
+def _adapter_path(text: str) -> str:
+    """Where the engine reads the adapter: a directory on the GPU server or a hub name."""
+    if not 0 < len(text) <= 1024 or not text.isprintable():
+        raise values.ValueProblem(f"'{text[:40]}' is not an adapter path",
+                                  expected="up to 1,024 printable characters")
+    return text
 
 
 _SPLIT_USAGE = "<model> <revision> <percent>% ..."
@@ -173,6 +215,8 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     kv_events, kv_replay = _kv_events(found.get("kv-events", ()), report)
     scheduling = single("scheduling", _scheduling, "fcfs | priority") or "fcfs"
     tokenizer = single("tokenizer", _tokenizer, TOKENIZER_USAGE)
+    adapter_slots = single("adapter-slots",
+                           lambda t: values.integer(t, 1, 100_000, "adapter-slots"), "<count>")
     revisions: dict[str, str] = {}
     fingerprints: dict[str, str] = {}
     for d in found.get("revision", ()):
@@ -197,7 +241,8 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
                      engine=engine, max_seqs=max_seqs, kv_events=kv_events,
                      kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
                      tokenizer=tokenizer, revisions=tuple(revisions.items()),
-                     fingerprints=tuple(fingerprints.items()), pos=directive.pos)
+                     fingerprints=tuple(fingerprints.items()), adapter_slots=adapter_slots,
+                     pos=directive.pos)
 
 
 _REVISION_USAGE = "<model> <revision> [fingerprint <text>]"

@@ -71,6 +71,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "healthcheck": Spec("<healthcheck name>"),
         "gpu": Spec("<name>", block="gpu", repeat=True),
         "split": Spec("<model> <revision> <percent>% ...", repeat=True),
+        "adapter": Spec("<name> base <model> path <path>", repeat=True),
         "include": Spec('"<file>"', repeat=True),
     },
     "gpu": {
@@ -84,6 +85,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "scheduling": Spec("fcfs | priority"),
         "tokenizer": Spec("<directory> | simulator | estimate"),
         "revision": Spec("<model> <revision>", repeat=True),
+        "adapter-slots": Spec("<count>"),
     },
     "service": {
         "ttl": Spec("<duration>"),

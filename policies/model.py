@@ -108,6 +108,20 @@ class GpuServer:
     revisions: tuple[tuple[str, str], ...] = ()
     # what its probe must read of a model (its /v1/models entry's root): (model, text)
     fingerprints: tuple[tuple[str, str], ...] = ()
+    # LoRA adapters it holds loaded at once (its engine's --max-cpu-loras); None: as many
+    # as its metrics say one batch may use (vLLM's max_lora, the --max-cpu-loras default)
+    adapter_slots: int | None = None
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter the region's balancer loads on its GPU servers of ``base`` when a
+    request asks for it (``regions.balancer.adapters``)."""
+
+    name: str
+    base: str  # the model it adapts
+    path: str  # what the engine loads it from (vLLM's lora_path)
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 
@@ -126,6 +140,7 @@ class Region:
     # a model's traffic over its revisions: (model, ((revision, percent), ...)), percents
     # adding to 100 (regions.balancer.scheduling.revision_split)
     splits: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    adapters: tuple[Adapter, ...] = ()
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

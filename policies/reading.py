@@ -237,6 +237,18 @@ class Args:
         self.index += 1
         return args[self.index - 1]
 
+    def expect(self, keyword: str, usage: str) -> bool:
+        """Take the next argument, which must be ``keyword``; False (reported) if not."""
+        arg = self.take_arg(usage)
+        if arg is None:
+            return False
+        if arg.text != keyword:
+            self.ok = False
+            self.report.at_arg(arg, f"expected '{keyword}', got '{arg.text}'",
+                               expected=f"{self.directive.name} {usage}")
+            return False
+        return True
+
     def rest(self, convert: Callable[[str], T], usage: str,
              minimum: int = 1) -> list[tuple[T, Arg]]:
         """All remaining arguments converted; invalid ones are reported and left out."""

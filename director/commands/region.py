@@ -133,6 +133,7 @@ def balancer_setup(
     """The region, its GPU servers, the balancer's configuration (from the policy and the
     command line) and what to print once it listens; a usage error exits."""
     from director import policy_gate
+    from regions.balancer.adapters.placement import adapters_of
     from regions.balancer.config import SERVED_PORT
     from regions.balancer.scheduling.revision_split import RevisionSplit
     from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
@@ -176,7 +177,8 @@ def balancer_setup(
         follow_policy=FollowPolicy(shared if following else None, policy_gate.load_record,
                                    acceptance.identity()),
         admin=admin_listener(o.admin_listen, o.admin_token_file, address[0]),
-        splits=tuple(RevisionSplit(model, weights) for model, weights in spec.splits))
+        splits=tuple(RevisionSplit(model, weights) for model, weights in spec.splits),
+        adapters=adapters_of(spec))
     return o.region, spec.gpus, config, ready_message(o.region, len(spec.gpus), config,
                                                       following)
 

@@ -44,6 +44,9 @@ from typing import Any
 from aiohttp import web
 
 from policies.model import Policy
+from regions.balancer.adapters.loader import AdapterLoader
+from regions.balancer.adapters.placement import AdapterPlacement
+from regions.balancer.adapters.stage import PlaceAdapter
 from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin import build_admin_app
 from regions.balancer.http.admin_listen import AdminListen
@@ -163,7 +166,8 @@ class Balancer(Lifecycle, Reports):
         """The connections to the backends, the parser and the proxy."""
         cfg = self.config
         self.connections = BackendConnections(cfg.connect_timeout_s, cfg.read_timeout_s)
-        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s)
+        self.catalog = ModelCatalog(self.pool, self.connections.sessions, cfg.models_ttl_s,
+                                    clock=clock)
         self.output_lengths = OutputLengths()
         self.outcomes = RevisionOutcomes()
         self.parse = Parse(
@@ -174,6 +178,14 @@ class Balancer(Lifecycle, Reports):
             self.output_lengths, self.metrics.slow_requests.labels("body").inc)
         self.revisions = ChooseRevision({s.model: s for s in cfg.splits}, self.pool,
                                         self.profile.rng)
+        self.placement = AdapterPlacement(
+            cfg.adapters, {s.name: s.adapter_slots for s in specs if s.adapter_slots},
+            clock=clock)
+        self.adapter_loader = AdapterLoader(self.placement, self.pool,
+                                            self.connections.sessions, self.catalog,
+                                            self.metrics.adapter_loads_counted)
+        self.place_adapter = PlaceAdapter(self.placement, self.adapter_loader, self.pool,
+                                          self.metrics.adapter_requests_counted)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
@@ -182,7 +194,8 @@ class Balancer(Lifecycle, Reports):
     def _build_tenancy(self) -> None:
         """Identity, quotas, usage and the residency re-check."""
         self.residency_stage = CheckResidency(self.config.residency, self.region,
-                                              self.metrics.residency_refused)
+                                              self.metrics.residency_refused,
+                                              self.placement.base_of)
         self.tenancy = Tenancy(self.config.policy, None, self.metrics.auth_refused,
                                self.dispatcher.fair, self._hold_for_tenants,
                                region=self.region)
@@ -207,6 +220,7 @@ class Balancer(Lifecycle, Reports):
             "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
+        self.scraper.on_max_loras = self.placement.learn_slots
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load,
                                          self.recorder.reconciled, cfg.usage_reconcile_s)
 
@@ -234,6 +248,7 @@ class Balancer(Lifecycle, Reports):
             "residency": self.residency_stage,
             "tenant": AdmitTenant(self.tenancy, self.quotas),
             "revision": self.revisions,
+            "adapter": self.place_adapter,
         }
         return [built[name] for name in check_stages(names)]
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from policies.model import Policy
+from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
 from regions.balancer.request_chain import STAGES
@@ -43,6 +44,8 @@ class BalancerConfig:
     ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
     ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
     ``stages``: a request's stages, in order (``request_chain``).
+    ``adapters``: LoRA adapters it may load on its backends (``adapters.placement``; more
+    are found in the backends' ``/v1/models`` every ``adapter_sync_s``).
 
     Where and for whom it serves: ``listen`` (host, port; port 0: any free one),
     ``jurisdiction``; ``policy``: whose ``identity`` and ``tenants`` the balancer enforces;
@@ -75,6 +78,8 @@ class BalancerConfig:
     models_ttl_s: float = DEFAULT_TTL_S
     stages: tuple[str, ...] = STAGES
     splits: tuple[RevisionSplit, ...] = ()  # models split over revisions (``revision_split``)
+    adapters: tuple[AdapterSpec, ...] = ()
+    adapter_sync_s: float = 10.0
     listen: tuple[str, int] = ("127.0.0.1", 0)
     jurisdiction: str | None = None
     policy: Policy | None = None

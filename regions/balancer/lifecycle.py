@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Self
 
 from aiohttp import web
 
+from regions.balancer.adapters.loader import AdapterLoader
 from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientGuard, GuardedSite
@@ -58,6 +59,7 @@ class Lifecycle:
     outcomes: RevisionOutcomes
     revisions: ChooseRevision
     scraper: EngineScraper
+    adapter_loader: AdapterLoader
     kv_follow: KvEventFollow | None
     policy_follow: PolicyFollow
     guard: ClientGuard
@@ -132,6 +134,7 @@ class Lifecycle:
                           reuse_address=True).start()
         self._admin_port = admin_runner.addresses[0][1]
         await self.scraper.__aenter__()
+        await self.adapter_loader.start(self.config.adapter_sync_s)
         if self.kv_follow is not None:
             await self.kv_follow.start()
         await self.policy_follow.start()
@@ -141,6 +144,7 @@ class Lifecycle:
         if self.kv_follow is not None:
             await self.kv_follow.stop()
         await self.scraper.__aexit__()
+        await self.adapter_loader.stop()
         if self.admin_runner is not None:
             admin_runner, self.admin_runner = self.admin_runner, None
             await admin_runner.cleanup()

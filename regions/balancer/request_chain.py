@@ -12,6 +12,8 @@
 6. ``tenant`` (``tenancy.tenant_quota.AdmitTenant``): the tenant's model and quota; 403/429.
 7. ``revision`` (``http.revision_choice.ChooseRevision``): the model's revision, when the
    region splits it over several (its session's, ``scheduling.revision_split``).
+8. ``adapter`` (``adapters.stage.PlaceAdapter``): a LoRA adapter's request goes to the
+   servers that hold it, loaded on one first if need be; 503 when none can.
 
 Then ``http.proxy.Proxy.forward`` binds it to a GPU server and relays the answer. A stage
 may be left out (``BalancerConfig.stages``); ``parse`` may not, and the stages that read
@@ -24,8 +26,10 @@ from collections.abc import Iterable
 
 from regions.balancer.errors import BalancerConfigError
 
-STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant", "revision")
-AFTER_PARSE = frozenset({"residency", "tenant", "revision"})  # they read the parsed request
+STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant", "revision",
+          "adapter")
+# the stages that read the parsed request
+AFTER_PARSE = frozenset({"residency", "tenant", "revision", "adapter"})
 
 
 def check_stages(names: Iterable[str]) -> tuple[str, ...]:

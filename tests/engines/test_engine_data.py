@@ -41,6 +41,20 @@ def test_vllm_sums_data_parallel_engines_and_reads_the_kv_capacity() -> None:
     assert load.kv_tokens == 432_000 + 1000 * 16  # the product where the size is absent
 
 
+LORA_INFO = """\
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,support",\
+waiting_lora_adapters="legal"} 1.7899e+09
+vllm:lora_requests_info{max_lora="oops",running_lora_adapters="",waiting_lora_adapters=""} 1.0
+"""
+
+
+def test_vllm_lora_batch_limit_is_read_where_the_page_says_it() -> None:
+    assert parse_load(VLLM_0_33 + LORA_INFO, "vllm").max_loras == 4  # a garbled label skipped
+    assert parse_load(VLLM_0_33, "vllm").max_loras is None  # no --enable-lora
+
+
 @pytest.mark.parametrize(("fixture", "engine", "running"), [
     ("vllm.prom", "vllm", 12.0), ("sglang.prom", "sglang", None), ("tgi.prom", "tgi", None),
     ("triton.prom", "triton", None)])

@@ -70,7 +70,7 @@ def test_config_refuses_fewer_cpu_slots_than_batch_slots() -> None:
 
 
 async def test_runtime_api_loads_lists_serves_and_unloads_an_adapter() -> None:
-    async with running_server(max_loras=2, lora_load_s=0.5, time_scale=10.0) as (server,
+    async with running_server(max_loras=2, lora_load_s=0.5, time_scale=10.0) as (_,
                                                                                  http):
         load = {"lora_name": "sql", "lora_path": "/adapters/sql-v3"}
         async with http.post("/v1/completions", json=completion(model="sql")) as resp:
@@ -109,7 +109,6 @@ async def test_load_api_refuses_bad_bodies_and_is_absent_without_lora() -> None:
                 assert resp.status == 400
         async with http.post("/v1/load_lora_adapter", data=b"{not json") as resp:
             assert resp.status == 400
-    async with running_server() as (_, http):
-        async with http.post("/v1/load_lora_adapter",
-                             json={"lora_name": "x", "lora_path": "/p"}) as resp:
-            assert resp.status in (404, 405)
+    async with running_server() as (_, http), http.post("/v1/load_lora_adapter",
+                         json={"lora_name": "x", "lora_path": "/p"}) as resp:
+        assert resp.status in (404, 405)

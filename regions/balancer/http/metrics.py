@@ -179,6 +179,21 @@ class BalancerMetrics:
             ["service"],
             registry=r,
         )
+        self.adapter_requests = Counter(
+            "director_balancer_adapter_requests",
+            "Requests for a LoRA adapter by where they went (hit: a holder within the load "
+            "bound; load: one started a load; joined: one waited for a load under way; "
+            "queued: holders busy and no room elsewhere; refused)",
+            ["outcome"], registry=r)
+        self.adapter_loads = Counter(
+            "director_balancer_adapter_loads", "LoRA adapter loads by backend and outcome",
+            ["backend", "outcome"], registry=r)
+
+    def adapter_requests_counted(self, outcome: str) -> None:
+        self.adapter_requests.labels(outcome).inc()
+
+    def adapter_loads_counted(self, backend: str, outcome: str) -> None:
+        self.adapter_loads.labels(backend, outcome).inc()
 
     def _tenancy(self, r: CollectorRegistry) -> None:
         """Per tenant and model: requests, tokens, cancellations, GPU time; identity refusals."""

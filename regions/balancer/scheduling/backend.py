@@ -32,6 +32,7 @@ class BackendSpec:
     priority_scheduling: bool = False  # send requests' priority (vLLM, scheduling priority)
     tokenizer: str | None = None  # its model's tokenizer (``http.tokenizers``); None: estimate
     revisions: tuple[tuple[str, str], ...] = ()  # (model, revision) it serves, as declared
+    adapter_slots: int | None = None  # LoRA adapters it holds at once, as declared
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -67,7 +68,8 @@ class BackendSpec:
                    getattr(obj, "kv_events_replay", None),
                    bool(getattr(obj, "priority_scheduling", False)),
                    getattr(obj, "tokenizer", None),
-                   tuple(getattr(obj, "revisions", ())))
+                   tuple(getattr(obj, "revisions", ())),
+                   getattr(obj, "adapter_slots", None))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}
@@ -165,6 +167,8 @@ class Backend:
     # models the version probe refuses it for, with why (workers.probes.versions): they
     # are left out of ``models``, so the model filter passes it by for them
     refused: tuple[tuple[str, str], ...] = ()
+    # LoRA adapters it holds loaded (``adapters``): served like its models
+    adapters: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.models = model_set(self.spec.models)

@@ -21,7 +21,7 @@ lifts the other's drain.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from regions.balancer.scheduling.backend import Backend, OutlierConfig, model_set
@@ -144,9 +144,24 @@ class PoolHealth:
         if pairs == b.refused:
             return False
         b.refused = pairs
-        b.models = model_set(m for m in b.spec.models if m not in refused)
-        self.changed(b.index)
+        self._set_models(b)
         return True
+
+    def set_adapters(self, name: str, adapters: Iterable[str]) -> bool:
+        """The LoRA adapters ``name`` holds loaded now (``adapters``): it serves them as
+        models; True if that changed."""
+        b = self._lookup(name)
+        held = frozenset(adapters)
+        if held == b.adapters:
+            return False
+        b.adapters = held
+        self._set_models(b)
+        return True
+
+    def _set_models(self, b: Backend) -> None:
+        refused = dict(b.refused)
+        b.models = model_set([*(m for m in b.spec.models if m not in refused), *b.adapters])
+        self.changed(b.index)
 
     def set_healthy(self, name: str, healthy: bool) -> None:
         b = self._lookup(name)

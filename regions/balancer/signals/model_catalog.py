@@ -9,6 +9,8 @@ its spec names until it answers again. The answer is the union over the backends
 now (healthy, not ejected), each model once, in the order first seen.
 
 Who may see what is the caller's business (``app``: with tenants, only a tenant's models).
+``listings`` gives each backend's own entries as last read (the LoRA adapters it holds are
+those with a ``parent``: ``adapters.loader``), from the same cache.
 """
 
 from __future__ import annotations
@@ -39,19 +41,16 @@ class ModelCatalog:
         self.timeout_s = timeout_s
         self.clock = clock
         self.fetches = 0  # backend reads so far (one per backend per refresh)
-        self._entries: dict[str, tuple[float, list[ModelEntry]]] = {}  # by backend name
+        # by backend name: when read, what it listed (its spec's models if unreadable)
+        self._entries: dict[str, tuple[float, list[ModelEntry]]] = {}
+        self._unread: set[str] = set()  # backends whose last read failed
         self._refresh: asyncio.Future[None] | None = None
 
     async def models(self) -> list[ModelEntry]:
         """The models of the backends usable now (at most one refresh at a time)."""
         snap = self.pool.snapshot()
         usable = [b.name for b in snap.backends if b.healthy and not b.ejected]
-        while stale := self._stale(usable):
-            if self._refresh is None or self._refresh.done():
-                self._refresh = asyncio.ensure_future(self._read(stale))
-            await asyncio.shield(self._refresh)
-            if self._stale(usable) == stale:
-                break  # read (or failed) just now: answer with what there is
+        await self._fresh(usable)
         found: dict[str, ModelEntry] = {}
         for name in usable:
             entry = self._entries.get(name)
@@ -59,6 +58,21 @@ class ModelCatalog:
             for model in listed:
                 found.setdefault(model["id"], model)
         return list(found.values())
+
+    async def listings(self, names: list[str]) -> dict[str, tuple[float, list[ModelEntry]]]:
+        """Each of these backends' own ``/v1/models`` entries with when they were read,
+        refreshed if older than the TTL; a backend that could not be read is left out."""
+        await self._fresh(names)
+        return {n: self._entries[n] for n in names
+                if n in self._entries and n not in self._unread}
+
+    async def _fresh(self, names: list[str]) -> None:
+        while stale := self._stale(names):
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.ensure_future(self._read(stale))
+            await asyncio.shield(self._refresh)
+            if self._stale(names) == stale:
+                break  # read (or failed) just now: answer with what there is
 
     def _stale(self, names: list[str]) -> list[str]:
         now = self.clock()
@@ -70,8 +84,12 @@ class ModelCatalog:
                                        return_exceptions=True)
         now = self.clock()
         for name, result in zip(names, results, strict=True):
-            listed = result if isinstance(result, list) else self._spec_models(name)
-            self._entries[name] = (now, listed)
+            if isinstance(result, list):
+                self._unread.discard(name)
+                self._entries[name] = (now, result)
+            else:
+                self._unread.add(name)
+                self._entries[name] = (now, self._spec_models(name))
         for gone in set(self._entries) - {b.name for b in self.pool}:
             del self._entries[gone]
 

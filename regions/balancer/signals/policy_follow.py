@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policies.model import Policy
+from regions.balancer.adapters.placement import AdapterPlacement, adapters_of
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.connections import BackendConnections, ConnectionPool
 from regions.balancer.http.revision_choice import ChooseRevision
@@ -83,6 +84,8 @@ class FollowedBalancer(Protocol):
     def overflow(self) -> Overflow | None: ...
     @property
     def revisions(self) -> ChooseRevision: ...
+    @property
+    def placement(self) -> AdapterPlacement: ...
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
@@ -192,6 +195,8 @@ class PolicyFollow:
         b.jurisdiction = region.jurisdiction
         b.revisions.splits = {model: RevisionSplit(model, weights)
                               for model, weights in region.splits}
+        b.placement.declare(adapters_of(region),
+                            {s.name: s.adapter_slots for s in specs if s.adapter_slots})
         if b.residency is not None:
             old = b.residency
             b.residency = ResidencyCheck(

@@ -199,10 +199,16 @@ class CheckResidency:
     ``check`` is replaced when the policy changes."""
 
     def __init__(self, check: ResidencyCheck | None, region: str,
-                 refused: Callable[[str], None]) -> None:
+                 refused: Callable[[str], None],
+                 base_of: Callable[[str], str | None] = lambda model: None) -> None:
+        """``base_of(model)``: the model a LoRA adapter adapts (None: not an adapter). A
+        request for an adapter is judged as one for its base model, and also as one for
+        the adapter when a service names the adapter itself: naming an adapter reaches no
+        GPU the base model's rules forbid."""
         self.check = check
         self.region = region
         self.refused = refused
+        self.base_of = base_of
 
     async def __call__(self, exchange: Exchange, call_next: Next) -> web.StreamResponse:
         check = self.check  # None: no policy to check by (tests, a bare balancer)
@@ -216,7 +222,11 @@ class CheckResidency:
             self.refused("bad-header")
             return error_response(400, str(exc), "invalid_request_error")
         exchange.client = CheckedClient(where, client, model)
-        verdict = check.verdict(where, client, request.host, model)
+        base = self.base_of(model) if model is not None else None
+        verdict = check.verdict(where, client, request.host, base or model)
+        if verdict.allowed and base is not None and any(model in s.models
+                                                        for s in check.services):
+            verdict = check.verdict(where, client, request.host, model)
         if verdict.allowed:
             return await call_next(exchange)
         self.refused(verdict.service or "no-service")
