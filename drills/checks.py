@@ -33,6 +33,7 @@ from typing import Any
 
 from drills import accounting as acc
 from drills.failover import failover_time
+from drills.faults import rollout_id
 from drills.model import Check, CheckType, Drill, When
 from drills.records import FaultRecord, RequestRecord, StatusSample
 from drills.throttling import throttling
@@ -110,6 +111,7 @@ class Judge:
     region_of: Callable[[str], str | None]
     all_regions: tuple[str, ...]
     quotas: Mapping[str, float | None] = field(default_factory=dict)  # tenant -> req/min
+    samples: Sequence[StatusSample] = ()  # every status sample so far (the runner's list)
 
     def evaluate(self, check: Check, records: Sequence[RequestRecord],
                  faults: Sequence[FaultRecord], now: float,
@@ -338,6 +340,29 @@ class Judge:
         detail = f"{share:.3f} of {len(where)} answered requests in {', '.join(sorted(names))}"
         return s.check.expect.holds(share), share, detail, [], {}
 
+    def _rollout(self, s: _Scope) -> Verdict:
+        """Seconds from a ``rollout.start`` fault's injection until the status page first
+        showed its rollout in the expected status (rolled-back counts aborted too)."""
+        fault_id, wanted = s.check.params["fault"], s.check.params["status"]
+        fault = next((f for f in s.faults if f.id == fault_id), None)
+        if fault is None or fault.t_start is None:
+            return False, None, f"rollout {fault_id} was not started", [], {}
+        ident = rollout_id(fault_id)
+        seen = [(sample.t, sample.rollouts[ident]) for sample in self.samples
+                if ident in sample.rollouts]
+        evidence = [f"{t - fault.t_start:.1f}s: {r.get('status')} at {r.get('percent')}%"
+                    for t, r in _changes(seen)]
+        statuses = {wanted, "aborted"} if wanted == "rolled-back" else {wanted}
+        reached = next(((t, r) for t, r in seen if r.get("status") in statuses), None)
+        if reached is None:
+            last = seen[-1][1] if seen else None
+            detail = (f"never {wanted}: last seen {last.get('status')} at "
+                      f"{last.get('percent')}%" if last else "never seen on the status page")
+            return False, None, detail, evidence, {}
+        seconds = reached[0] - fault.t_start
+        detail = f"{wanted} {seconds:.1f}s after its start ({reached[1].get('reason') or '-'})"
+        return s.check.expect.holds(seconds), seconds, detail, evidence, {"seconds": seconds}
+
     def _region_health(self, s: _Scope) -> Verdict:
         status = s.status
         if status is None or not status.reachable:
@@ -375,3 +400,13 @@ def _state(state: Mapping[str, Any] | None) -> str:
         return "unknown region"
     return ", ".join(f"{k}={state.get(k)}" for k in ("healthy", "draining", "stale")
                      if k in state)
+
+
+def _changes(seen: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any]]]:
+    """The samples where a rollout's status or step changed."""
+    out: list[tuple[float, dict[str, Any]]] = []
+    for t, r in seen:
+        key = (r.get("status"), r.get("percent"))
+        if not out or (out[-1][1].get("status"), out[-1][1].get("percent")) != key:
+            out.append((t, r))
+    return out

@@ -184,6 +184,7 @@ CHECK = Obj({
                             "{cohort | when, max_ratio | min_ratio}")),
     "min_admitted": Field(Num(0, 1)),
     "burst": Field(Duration()),
+    "status": Field(Str(("rolled-back", "completed", "paused"))),
 }, "a check {name, type, when, cohorts, tenants, expect}")
 
 GUARD = Obj({
@@ -256,6 +257,23 @@ FAULT_PARAMS: dict[FaultType, Obj] = {
     FaultType.GPU_FAIL: Obj({}),
     FaultType.GPU_KILL: Obj({}),
     FaultType.GPU_DRAIN: Obj({}),
+    FaultType.GPU_SHORT: Obj({"factor": Field(Num(0, 1, lo_open=True), default=0.3)}),
+    FaultType.GPU_SWAP: Obj({"model": Field(Str(), required=True),
+                             "root": Field(Str(), required=True,
+                                           hint="what /v1/models says it was loaded from")}),
+    FaultType.ROLLOUT_START: Obj({
+        "model": Field(Str(), required=True),
+        "baseline": Field(Str(), required=True),
+        "candidate": Field(Str(), required=True),
+        "steps": Field(ListOf(Num(0, 100, lo_open=True), min_len=1),
+                       default=[1, 5, 25, 50, 100]),
+        "interval": Field(Duration(positive=True), default=60.0),
+        "regions": Field(_names()),
+        "gates": Field(MapOf(Num(0, lo_open=True)),
+                       hint="gate name -> threshold, e.g. {ttft-p95: 1.25}; default: every "
+                            "gate at its default"),
+        "min_samples": Field(Num(1, 1_000_000, integer=True)),
+    }),
     FaultType.REDIS_DOWN: Obj({"process": Field(Str(), default="valkey"),
                                "mode": Field(Str(("kill", "freeze")), default="kill")}),
     FaultType.WORKERS_KILL: Obj({"process": Field(Str(), default="workers")}),
@@ -298,4 +316,5 @@ CHECK_EXPECT: dict[CheckType, tuple[Obj | None, When]] = {
     CheckType.FAILOVER_TIME: (SECONDS, When.DURING),
     CheckType.TRAFFIC_SHARE: (RATIO, When.DURING),
     CheckType.REGION_HEALTH: (None, When.BEFORE),
+    CheckType.ROLLOUT: (SECONDS, When.CONTINUOUS),
 }

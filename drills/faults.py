@@ -11,7 +11,11 @@ region.kill        POST /api/v1/chaos/processes kill               restore (same
 region.freeze      ... freeze ``balancer/<r>`` (SIGSTOP)           restore (SIGCONT)
 region.drain       POST /api/v1/regions/<r>/drain                  .../undrain
 gpu.errors|slow|   POST /api/v1/chaos/gpus/<r>/<g>/fault           the same with mode none
-hang|fail          (the simulator's fault switch)
+hang|fail|short    (the simulator's fault switch)
+gpu.swap           POST /api/v1/chaos/gpus/<r>/<g>/root            the same, restore: true
+                   (a silent revision swap: another root)
+rollout.start      POST /api/v1/rollouts, id ``drill-<fault id>``  DELETE /api/v1/rollouts/
+                                                                   <id>?abort=true
 gpu.kill           chaos/processes kill ``gpu/<r>/<g>``            restore
 gpu.drain          POST /api/v1/regions/<r>/gpus/<g>/drain         .../undrain
 redis.down         chaos/processes kill|freeze ``valkey``          restore
@@ -40,7 +44,14 @@ from drills.topology import Topology, regions_matching
 
 PROCESSES = "/api/v1/chaos/processes"
 _GPU_MODES = {FaultType.GPU_ERRORS: "error5xx", FaultType.GPU_SLOW: "slow",
-              FaultType.GPU_HANG: "hang", FaultType.GPU_FAIL: "fail"}
+              FaultType.GPU_HANG: "hang", FaultType.GPU_FAIL: "fail",
+              FaultType.GPU_SHORT: "short"}
+ROLLOUTS = "/api/v1/rollouts"
+
+
+def rollout_id(fault_id: str) -> str:
+    """The id of the rollout a ``rollout.start`` fault starts (its checks follow it)."""
+    return f"drill-{fault_id}"
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,8 @@ def plan_fault(fault: Fault, resolved: Resolved, ttl: float) -> Plan:
         body: dict[str, Any] = {"mode": _GPU_MODES[t], "ttl": ttl}
         if t is FaultType.GPU_SLOW:
             body["factor"] = p.get("factor", 3.0)
+        if t is FaultType.GPU_SHORT:
+            body["factor"] = p.get("factor", 0.3)
         if t is FaultType.GPU_ERRORS:
             body["rate"] = p.get("rate", 1.0)
             if p.get("status") is not None:
@@ -143,6 +156,25 @@ def plan_fault(fault: Fault, resolved: Resolved, ttl: float) -> Plan:
             path = f"/api/v1/chaos/gpus/{r}/{g}/fault"
             plan.operations.append(Operation(Call("POST", path, body),
                                              Call("POST", path, {"mode": "none"})))
+    elif t is FaultType.GPU_SWAP:
+        for r, g in resolved.gpus:
+            path = f"/api/v1/chaos/gpus/{r}/{g}/root"
+            plan.operations.append(Operation(
+                Call("POST", path, {"model": p["model"], "root": p["root"], "ttl": ttl}),
+                Call("POST", path, {"model": p["model"], "restore": True})))
+    elif t is FaultType.ROLLOUT_START:
+        ident = rollout_id(fault.id)
+        body = {"id": ident, "model": p["model"], "baseline": p["baseline"],
+                "candidate": p["candidate"], "steps": list(p.get("steps") or ()),
+                "interval_s": p.get("interval", 60.0)}
+        if p.get("regions"):
+            body["regions"] = list(p["regions"])
+        if p.get("gates"):
+            body["gates"] = [{"name": name, "threshold": threshold,
+                              **({"min_samples": p["min_samples"]} if p.get("min_samples")
+                                 else {})} for name, threshold in p["gates"].items()]
+        plan.operations.append(Operation(Call("POST", ROLLOUTS, body),
+                                         Call("DELETE", f"{ROLLOUTS}/{ident}?abort=true")))
     elif t is FaultType.GPU_KILL:
         names = [f"gpu/{r}/{g}" for r, g in resolved.gpus]
         plan.operations.append(_processes("kill", names, ttl))

@@ -125,10 +125,11 @@ _CHECK_FIELDS: dict[CheckType, set[str]] = {
     CheckType.FAILOVER_TIME: {"fault", "share", "window", "min_requests", "surviving"},
     CheckType.TRAFFIC_SHARE: {"regions", "backends"},
     CheckType.REGION_HEALTH: {"healthy", "unhealthy"},
+    CheckType.ROLLOUT: {"fault", "status"},
 }
 _OPTIONAL_FIELDS = ("fault", "quantile", "share", "window", "min_requests", "surviving",
                     "regions", "backends", "healthy", "unhealthy", "exclude_in_flight_at_fault",
-                    "compare_to", "min_admitted", "burst")
+                    "compare_to", "min_admitted", "burst", "status")
 
 
 class _Builder:
@@ -511,6 +512,19 @@ class _Builder:
                                  "servers), not both")
             params["regions"] = tuple(doc["regions"] or ())
             params["backends"] = tuple(doc["backends"] or ())
+        elif ctype is CheckType.ROLLOUT:
+            starts = [f.id for f in faults if f.type is FaultType.ROLLOUT_START]
+            if doc["fault"] not in starts:
+                self.error((*path, "fault"), "a rollout check needs the rollout.start fault "
+                           "whose rollout it follows", did_you_mean(str(doc["fault"]), starts)
+                           or "fault: <the id of a rollout.start fault>")
+            if doc["status"] is None:
+                self.error(path, "a rollout check needs the status the rollout must reach",
+                           "status: rolled-back | completed | paused")
+            if expect.max is None:
+                self.error((*path, "expect"), "a rollout check needs expect: {max: DURATION} "
+                           "(from the rollout's start to that status)")
+            params.update(fault=doc["fault"], status=doc["status"])
         elif ctype is CheckType.REGION_HEALTH:
             if not doc["healthy"] and not doc["unhealthy"]:
                 self.error(path, "a region_health check needs healthy or unhealthy regions")

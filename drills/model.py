@@ -37,6 +37,9 @@ class FaultType(enum.Enum):
     GPU_FAIL = "gpu.fail"
     GPU_KILL = "gpu.kill"
     GPU_DRAIN = "gpu.drain"
+    GPU_SHORT = "gpu.short"
+    GPU_SWAP = "gpu.swap"
+    ROLLOUT_START = "rollout.start"
     REDIS_DOWN = "redis.down"
     WORKERS_KILL = "workers.kill"
     PROCESS_KILL = "process.kill"
@@ -81,6 +84,7 @@ class CheckType(enum.Enum):
     COMPLETED = "completed"
     GOODPUT = "goodput"
     THROTTLED = "throttled"
+    ROLLOUT = "rollout"
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,7 @@ class StatusSample:
     reachable: bool
     regions: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
+    rollouts: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> status, step
 
 
 def to_json(value: Any) -> Any:

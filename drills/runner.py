@@ -94,7 +94,7 @@ class Runner:
         self.clock: Callable[[], float] = lambda: time.monotonic() - self.t0
         self.run = Run(self.drill, prepared, time.time())
         self.judge = Judge(self.drill, prepared.allowed, prepared.topology.region_of,
-                           prepared.topology.names, prepared.quotas)
+                           prepared.topology.names, prepared.quotas, self.run.samples)
         self.keys = TenantKeys(admin, f"drill {self.drill.name}")
         self.guards = Guards(self.drill.guards, self.drill.checks, self.judge)
         self.injector = Injector(admin)
@@ -361,7 +361,9 @@ class Runner:
             regions[r.get("name")] = {k: r.get(k) for k in
                                       ("healthy", "draining", "degraded", "stale",
                                        "utilization", "share")}
-        return StatusSample(round(t, 3), True, regions)
+        rollouts = {str(r.get("id")): {k: r.get(k) for k in ("status", "percent", "reason")}
+                    for r in status.get("rollouts") or () if isinstance(r, dict)}
+        return StatusSample(round(t, 3), True, regions, rollouts=rollouts)
 
     async def _judge_before(self) -> bool:
         before = [c for c in self.drill.checks if c.when is When.BEFORE]

@@ -1,6 +1,10 @@
 """Chaos drills on simulated GPU servers: forward a fault to ``<gpu url>/_sim/fault`` and
 revert it to ``{"mode": "none"}`` after its ttl (dead-man; default and maximum 600 s).
 
+``swap_root`` swaps the weights a server says it serves a model from (``/_sim/root``: a
+revision changed under the operator's feet), remembering the root it had; ``restore``
+or the ttl puts that one back (this API's dead-man only: the server keeps no ttl of it).
+
 The ttl goes to the server too, which reverts by itself at the same time: a fault ends even
 if this API crashes first (the API's own revert then finds the server healthy already)."""
 
@@ -24,6 +28,46 @@ class GpuChaos:
     def __init__(self, http: aiohttp.ClientSession, deadman: Deadman) -> None:
         self._http = http
         self._deadman = deadman
+        self._roots: dict[tuple[str, str, str], str] = {}  # the root before a swap
+
+    async def swap_root(self, policy: Policy, region: str, gpu: str,
+                        body: Any) -> dict[str, Any]:
+        """``{"model", "root", "ttl"?}``: the server says it serves ``model`` from
+        ``root`` until the ttl; ``{"model", "restore": true}``: as before the swap."""
+        _, server = find_gpu(policy, region, gpu)
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str) or not model:
+            raise ApiError("root: expected {\"model\": ..., \"root\": ...} or "
+                           "{\"model\": ..., \"restore\": true}")
+        key = (region, gpu, model)
+        if body.get("restore") is True:
+            self._deadman.cancel(f"root {region}/{gpu}/{model}")
+            original = self._roots.pop(key, None)
+            if original is not None:
+                await self._post(server.url, "/_sim/root", {"model": model, "root": original})
+            return {"region": region, "gpu": gpu, "model": model, "root": original,
+                    "restored": original is not None}
+        root = body.get("root")
+        if not isinstance(root, str) or not root:
+            raise ApiError("root: expected a non-empty string")
+        ttl = check_ttl(body.get("ttl"), default=MAX_TTL, maximum=MAX_TTL)
+        original = self._roots.get(key)
+        if original is None:
+            state = await self._get(server.url, "/_sim/state")
+            roots = state.get("roots") if isinstance(state, dict) else None
+            original = roots.get(model, model) if isinstance(roots, dict) else model
+        answer = await self._post(server.url, "/_sim/root", {"model": model, "root": root})
+        self._roots[key] = original
+
+        async def revert() -> None:
+            await self._post(server.url, "/_sim/root", {"model": model, "root": original})
+            self._roots.pop(key, None)
+
+        revert_at = None
+        if ttl is not None:
+            revert_at = self._deadman.schedule(f"root {region}/{gpu}/{model}", ttl, revert)
+        return {"region": region, "gpu": gpu, "url": server.url, "root": answer,
+                "was": original, "revert_at": revert_at}
 
     async def fault(self, policy: Policy, region: str, gpu: str, body: Any) -> dict[str, Any]:
         """Set a fault; raises ``NotFound``, ``BadTtl``, ``BadGateway`` or the simulator's
@@ -45,10 +89,18 @@ class GpuChaos:
                 "revert_at": revert_at}
 
     async def _send(self, url: str, spec: dict[str, Any]) -> Any:
-        target = f"{url.rstrip('/')}/_sim/fault"
+        return await self._post(url, "/_sim/fault", spec)
+
+    async def _get(self, url: str, path: str) -> Any:
+        return await self._post(url, path, None, method="GET")
+
+    async def _post(self, url: str, path: str, spec: dict[str, Any] | None,
+                    method: str = "POST") -> Any:
+        target = f"{url.rstrip('/')}{path}"
         try:
-            async with self._http.post(
-                target, json=spec, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+            async with self._http.request(
+                method, target, json=spec,
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
             ) as resp:
                 try:
                     data = await resp.json(content_type=None)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,8 @@ DEFAULT_STEPS = (1.0, 5.0, 25.0, 50.0, 100.0)
 LOCK_S = 10.0
 
 Audit = Callable[[str, str, str, Any], Any]  # who, action, target, detail
+
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _windows(spec: RolloutSpec, counts: Mapping[str, Mapping[str, Outcomes]],
@@ -236,14 +239,22 @@ class RolloutController:
 
     # -- operator actions ----------------------------------------------------------------
 
-    async def start(self, spec: RolloutSpec, policy: Policy, who: str) -> Rollout:
+    async def start(self, spec: RolloutSpec, policy: Policy, who: str,
+                    rollout_id: str | None = None) -> Rollout:
+        """Start a rollout (``rollout_id``: its id, chosen by the caller, such as a drill
+        that must undo it; else a random one)."""
+        if rollout_id is not None and not ROLLOUT_ID.fullmatch(rollout_id):
+            raise RolloutError(f"id: {rollout_id!r}: expected 1-64 letters, digits, '-' or "
+                               "'_'")
         spec = spec.check(policy)
         if spec.require_ready:
             await self._check_ready(spec, policy)
         for other in await self.all():
             if other.spec.model == spec.model and other.status in ACTIVE:
                 raise RolloutError(f"rollout {other.id} of {spec.model} is {other.status}")
-        rollout = Rollout(id=uuid.uuid4().hex[:10], spec=spec)
+            if other.id == rollout_id:
+                raise RolloutError(f"rollout {other.id} is {other.status}: clear it first")
+        rollout = Rollout(id=rollout_id or uuid.uuid4().hex[:10], spec=spec)
         if spec.steps[0] >= 100:  # blue-green: the baseline as it served until now
             before = _windows(spec, await self._read_counts(spec), {})
             rollout.reference = before[spec.baseline].to_json()

@@ -176,3 +176,35 @@ async def test_process_drills_go_through_the_control_socket(tmp_path, valkey, pr
     async with running_api(tmp_path / "again", valkey.url, prefix, control_socket=sock) as api:
         status, body = await api.get("/api/v1/processes")
         assert status == 502 and "control socket" in body["error"]
+
+
+async def test_a_silent_revision_swap_is_made_and_undone(tmp_path, valkey, prefix):
+    spec = ServerSpec("euw1-a100-a", "127.0.0.1", 0, ("llama-3.1-8b-instruct",),
+                      roots=(("llama-3.1-8b-instruct", "/weights/r1"),))
+    path = "/api/v1/chaos/gpus/eu-west/euw1-a100-a/root"
+    async with Fleet([spec], time_scale=50) as fleet:
+        server = fleet["euw1-a100-a"]
+        document = with_gpu_url(example_document(), POLICY_URL, server.url)
+        async with running_api(tmp_path, valkey.url, prefix, document=document,
+                               enable_chaos=True) as api:
+            swap = {"model": "llama-3.1-8b-instruct", "root": "/weights/other", "ttl": 0.5}
+            status, body = await api.post(path, json_body=swap)
+            assert status == 200, body
+            assert body["was"] == "/weights/r1" and body["revert_at"] is not None
+            assert server.context.roots["llama-3.1-8b-instruct"] == "/weights/other"
+
+            async def reverted() -> bool:
+                return server.context.roots["llama-3.1-8b-instruct"] == "/weights/r1"
+
+            await eventually(reverted, timeout=5)  # by the ttl
+            status, body = await api.post(path, json_body={**swap, "ttl": 60})
+            assert status == 200 and body["was"] == "/weights/r1"
+            status, body = await api.post(path, json_body={"model": "llama-3.1-8b-instruct",
+                                                           "restore": True})
+            assert status == 200 and body["restored"] is True
+            assert server.context.roots["llama-3.1-8b-instruct"] == "/weights/r1"
+            for bad in ({"root": "/x"}, {"model": "llama-3.1-8b-instruct"},
+                        {"model": "nope", "root": "/x"}):
+                status, body = await api.post(path, json_body=bad)
+                assert status in (400, 422), body
+            assert api.audit_lines()[-1]["action"] == "chaos.gpu_root"

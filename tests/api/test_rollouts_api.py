@@ -61,6 +61,27 @@ async def test_rollouts_through_the_api(tmp_path, valkey, prefix) -> None:
         assert ("rollout.abort", "ok") in actions and actions[-1] == ("rollout.clear", "ok")
 
 
+async def test_a_rollout_of_a_chosen_id_is_aborted_and_cleared_in_one_call(
+        tmp_path, valkey, prefix) -> None:
+    """What a drill does: start a rollout under an id it knows, undo it by that id."""
+    async with running_api(tmp_path, valkey.url, prefix, document=DOCUMENT) as api:
+        status, started = await api.post("/api/v1/rollouts", json_body={**SPEC, "id": "drill-x"})
+        assert status == 201 and started["id"] == "drill-x", started
+        status, _ = await api.post("/api/v1/rollouts", json_body={**SPEC, "id": "drill-x"})
+        assert status == 409
+        for bad in ("no spaces", "", 7):
+            status, body = await api.post("/api/v1/rollouts", json_body={**SPEC, "id": bad})
+            assert status == 422, body
+        assert (await api.call("DELETE", "/api/v1/rollouts/drill-x"))[0] == 409  # running
+        status, body = await api.call("DELETE", "/api/v1/rollouts/drill-x?abort=true")
+        assert status == 200 and body == {"cleared": "drill-x"}
+        assert (await api.get("/api/v1/rollouts/drill-x", token="read"))[0] == 404
+        assert (await api.call("DELETE", "/api/v1/rollouts/drill-x?abort=true"))[0] == 404
+        actions = [line["action"] for line in api.audit_lines()
+                   if line["action"].startswith("rollout")]
+        assert actions[-2:] == ["rollout.abort", "rollout.clear"]
+
+
 async def test_a_rollout_outlives_its_api_and_the_next_one_rolls_it_back(
         tmp_path, valkey, prefix) -> None:
     async with running_api(tmp_path / "first", valkey.url, prefix, document=DOCUMENT) as api:

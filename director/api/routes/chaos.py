@@ -68,6 +68,19 @@ async def gpu_fault(region: str, gpu: str, runtime: Runtime, who: Admin,
                          runtime.chaos.fault(runtime.active.policy, region, gpu, body))
 
 
+@chaos_router.post("/chaos/gpus/{region}/{gpu}/root",
+                   summary="Swap the weights a simulated GPU server says it serves")
+async def gpu_root(region: str, gpu: str, runtime: Runtime, who: Admin,
+                   body: dict[str, Any] = Body(examples=[{  # noqa: B008
+                       "model": "llama-3.1-8b-instruct", "root": "/weights/other", "ttl": 60}])
+                   ) -> dict[str, Any]:
+    """A silent revision swap: from now the server's ``/v1/models`` says ``model`` was loaded
+    from ``root`` (nothing else changes); put back after ``ttl`` seconds (default and
+    maximum 600) or by ``{"model": ..., "restore": true}``. 502 when it cannot be reached."""
+    return await audited(runtime, who, "chaos.gpu_root", f"gpu {region}/{gpu}", body,
+                         runtime.chaos.swap_root(runtime.active.policy, region, gpu, body))
+
+
 disabled_router = APIRouter(prefix="/api/v1", include_in_schema=False)
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from director.api.changes import audited
 from director.api.deps import Admin, Reader, Runtime
 from director.api.errors import ApiError
-from director.rollouts.controller import Rollout, RolloutError, RolloutSpec
+from director.rollouts.controller import ACTIVE, Rollout, RolloutError, RolloutSpec
 
 router = APIRouter(prefix="/api/v1/rollouts", tags=["rollouts"])
 T = TypeVar("T")
@@ -57,19 +57,23 @@ async def start_rollout(request: Request, runtime: Runtime, who: Admin) -> dict[
     judged by ``gates`` (``[{"name", "threshold", "min_samples"?}]``; default p95 TTFT and
     inter-token latency within 1.25x, error rate within 2 points, finish-reason mix and
     mean output length). ``require_ready`` (blue-green, with ``"steps": [100]``): refused
-    (422) unless every server of the candidate is up and not drained."""
+    (422) unless every server of the candidate is up and not drained. ``id``: the
+    rollout's id (default: a random one); 409 if a rollout of that id is stored."""
     try:
         body = json.loads(await request.body())
     except ValueError:
         raise ApiError("expected a JSON object", status=422) from None
     if not isinstance(body, dict):
         raise ApiError("expected a JSON object", status=422)
+    rollout_id = body.pop("id", None)
+    if rollout_id is not None and not isinstance(rollout_id, str):
+        raise ApiError("id: expected a string", status=422)
     async with _answered():
         spec = RolloutSpec.from_json(body)
         rollout = await audited(runtime, who, "rollout.start", f"model {spec.model}",
                                 spec.to_json(), _refused_as_api_errors(
                                     runtime.rollouts.start(spec, runtime.active.policy,
-                                                           who.name)))
+                                                           who.name, rollout_id)))
     return rollout.to_json()
 
 
@@ -96,7 +100,15 @@ async def abort_rollout(rollout_id: str, runtime: Runtime, who: Admin) -> dict[s
 
 
 @router.delete("/{rollout_id}", summary="Forget a finished rollout and withdraw its split")
-async def clear_rollout(rollout_id: str, runtime: Runtime, who: Admin) -> dict[str, Any]:
+async def clear_rollout(rollout_id: str, runtime: Runtime, who: Admin,
+                        abort: bool = False) -> dict[str, Any]:
+    """409 for a rollout still running or paused, unless ``?abort=true``: then it is
+    rolled back first (what a drill's restore does)."""
+    if abort:
+        async with _answered():
+            rollout = await runtime.rollouts.get(rollout_id)
+        if rollout.status in ACTIVE:
+            await _act(runtime, who, "abort", rollout_id)
     await audited(runtime, who, "rollout.clear", f"rollout {rollout_id}", {},
                   _refused_as_api_errors(runtime.rollouts.clear(rollout_id, who.name)))
     return {"cleared": rollout_id}
