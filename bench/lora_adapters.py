@@ -27,7 +27,8 @@ TTFT (at the client) and the balancer's idle time before an adapter may be unloa
 (60 model seconds) are scaled to match. After ``--warmup`` model seconds the window of
 ``--window`` model seconds (default 600, ten minutes) is measured:
 
-- hit rate: adapter requests the balancer sent to a holder within the load bound, of all;
+- hit rate: adapter requests the balancer sent to servers holding the adapter (no load
+  started or waited for), of all;
 - loads per adapter per server in the window, as the simulated servers count them (the
   goal: at most one each in ten minutes);
 - TTFT p50 and p99 (model seconds) and p99 over the preloaded run's of the same seed,
@@ -85,8 +86,10 @@ class Run:
 
     @property
     def hit_rate(self) -> float | None:
+        """Adapter requests sent to a server that held the adapter: no load was needed."""
         total = sum(self.outcomes.values())
-        return self.outcomes.get("hit", 0) / total if total else None
+        held = self.outcomes.get("hit", 0) + self.outcomes.get("queued", 0)
+        return held / total if total else None
 
     def to_json(self) -> dict[str, object]:
         return {"setup": self.setup, "seed": self.seed, "requests": self.requests,

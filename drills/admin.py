@@ -64,7 +64,8 @@ class AdminClient:
             self._session = None
 
     async def request(self, method: str, path: str, body: Any = None, *,
-                      log: bool = True) -> Any:
+                      log: bool = True, journal: list[dict[str, Any]] | None = None) -> Any:
+        """``journal``: also append the call there (a fault's own record of its calls)."""
         if self._session is None:
             raise AdminApiError("admin client is not open")
         url = self.base_url + path
@@ -77,6 +78,8 @@ class AdminClient:
                 entry["error"] = "cancelled before an answer came"
             if log:
                 self.calls.append(entry)
+            if journal is not None:
+                journal.append(entry)
 
     @staticmethod
     async def _send(session: aiohttp.ClientSession, method: str, url: str, path: str,

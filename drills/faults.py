@@ -217,17 +217,14 @@ class Injector:
         for op in plan.operations:
             entry = (record, op)
             self.ledger.append(entry)
-            before = len(self.admin.calls)
             try:
                 answer = await self.admin.request(op.inject.method, op.inject.path,
-                                                  op.inject.body)
+                                                  op.inject.body, journal=record.calls)
             except AdminApiError as exc:
                 record.error = str(exc)
                 if exc.status is not None and 400 <= exc.status < 500:
                     self.ledger.remove(entry)
                 raise InjectionError(f"fault '{record.id}': {exc}", exc.status) from exc
-            finally:
-                record.calls.extend(self.admin.calls[before:])
             if isinstance(answer, dict) and answer.get("affected") == []:
                 self.ledger.remove(entry)
                 record.error = "the fault affected nothing"
@@ -237,21 +234,22 @@ class Injector:
         """Undo injected operations (of one fault, or all, newest first); every undo is
         tried even when one fails. Returns the errors."""
         errors = []
-        keep = []
-        for record, op in reversed(self.ledger):
-            if fault_id is not None and record.id != fault_id:
-                keep.append((record, op))
+        # each entry leaves the ledger before its undo is sent: two faults ending at once
+        # restore concurrently, and neither may undo (or bring back) the other's entries
+        for entry in [e for e in reversed(self.ledger)
+                      if fault_id is None or e[0].id == fault_id]:
+            if entry not in self.ledger:
                 continue
-            before = len(self.admin.calls)
+            self.ledger.remove(entry)
+            record, op = entry
             try:
-                await self.admin.request(op.restore.method, op.restore.path, op.restore.body)
+                await self.admin.request(op.restore.method, op.restore.path, op.restore.body,
+                                         journal=record.calls)
             except AdminApiError as exc:
                 message = f"restore of fault '{record.id}' failed: {exc} (its dead-man ttl " \
                           f"of {record.ttl:g}s undoes it)"
                 record.restore_error = message
                 errors.append(message)
-            record.calls.extend(self.admin.calls[before:])
-        self.ledger = list(reversed(keep))
         return errors
 
 

@@ -23,12 +23,16 @@ KV capacity in tokens, where the page has it: vLLM's ``vllm:cache_config_info`` 
 ``sglang:max_total_num_tokens``, TGI's ``tgi_batch_max_total_tokens``.
 
 LoRA adapters one batch may use, where the page says: vLLM's ``vllm:lora_requests_info``
-``max_lora`` label (the largest over its engines); absent without ``--enable-lora``.
+``max_lora`` label (the largest over its engines), and the adapters of its running and
+waiting requests (``running_lora_adapters``, ``waiting_lora_adapters``: comma-separated
+names); absent without ``--enable-lora``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -90,6 +94,8 @@ class EngineLoad:
     kv_tokens: int | None = None
     generation_tokens: float | None = None  # None: the page has no such counter
     max_loras: int | None = None  # None: the page does not say (no LoRA, or not vLLM)
+    lora_running: frozenset[str] = frozenset()  # adapters of its running requests
+    lora_waiting: frozenset[str] = frozenset()  # and of its waiting ones
 
 
 @dataclass(frozen=True)
@@ -157,19 +163,31 @@ def parse_load(text: str, engine: str | None) -> EngineLoad:
         cache_usage=cache,
         kv_tokens=_kv_tokens(samples),
         generation_tokens=sum(generated) if generated else None,
-        max_loras=_max_loras(samples),
+        **_lora(samples),
     )
 
 
-def _max_loras(samples: list[_Sample]) -> int | None:
-    found = []
+def _lora(samples: list[_Sample]) -> dict[str, Any]:
+    """``max_loras`` and the running and waiting adapters, from the latest sample of
+    each engine's ``vllm:lora_requests_info`` (its value is the time it was set)."""
+    latest: dict[str, _Sample] = {}
     for sample in samples:
-        if sample.name == LORA_INFO:
-            try:
-                found.append(int(sample.labels["max_lora"]))
-            except (KeyError, ValueError):
-                continue
-    return max(found) if found else None
+        if sample.name == LORA_INFO and "max_lora" in sample.labels:
+            engine = sample.labels.get("engine", "")
+            if engine not in latest or sample.value >= latest[engine].value:
+                latest[engine] = sample
+    limits, running, waiting = [], set(), set()
+    for sample in latest.values():
+        with contextlib.suppress(ValueError):
+            limits.append(int(sample.labels["max_lora"]))
+        running.update(_names(sample.labels.get("running_lora_adapters", "")))
+        waiting.update(_names(sample.labels.get("waiting_lora_adapters", "")))
+    return {"max_loras": max(limits) if limits else None,
+            "lora_running": frozenset(running), "lora_waiting": frozenset(waiting)}
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def _kv_tokens(samples: list[_Sample]) -> int | None:

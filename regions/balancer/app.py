@@ -87,7 +87,7 @@ from regions.balancer.tenancy.access import Identify, Tenancy
 from regions.balancer.tenancy.accounting import Account, UsageRecorder
 from regions.balancer.tenancy.residency_check import CheckResidency, ResidencyCheck
 from regions.balancer.tenancy.tenant_quota import AdmitTenant, TenantQuotas
-from regions.balancer.types import Endpoint
+from regions.balancer.types import BackendSnapshot, Endpoint, RequestInfo
 from routing import PluginTimings, TimingsCollector
 from state.policy_metrics import PolicyCollector
 from state.records import RegionLoad
@@ -186,6 +186,7 @@ class Balancer(Lifecycle, Reports):
                                             self.metrics.adapter_loads_counted)
         self.place_adapter = PlaceAdapter(self.placement, self.adapter_loader, self.pool,
                                           self.metrics.adapter_requests_counted)
+        self.dispatcher.on_bind.append(self._adapter_bound)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
@@ -220,7 +221,7 @@ class Balancer(Lifecycle, Reports):
             "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
                                      cfg.info_every_s)
-        self.scraper.on_max_loras = self.placement.learn_slots
+        self.scraper.on_lora = self.placement.learn_active
         self.reconcile = UsageReconciler(self.pool, self.scraper.read_load,
                                          self.recorder.reconciled, cfg.usage_reconcile_s)
 
@@ -276,6 +277,10 @@ class Balancer(Lifecycle, Reports):
             return await self.handle(Exchange(request, endpoint))
 
         return handler
+
+    def _adapter_bound(self, request: RequestInfo, backend: BackendSnapshot) -> None:
+        if self.placement.adapters and request.model in self.placement.adapters:
+            self.placement.bound(backend.name, request.model)
 
     def _refused(self, tenant: str, status: int, limit: str | None) -> None:
         """Count a quota refusal for the status page (``tenants.throttles``)."""

@@ -218,3 +218,31 @@ async def test_an_adapter_is_judged_by_its_base_models_residency(
             async with client_session.post("/v1/completions", json=body("sql"),
                                            headers=headers) as resp:
                 assert resp.status == status, await resp.text()
+
+
+class Scraped:
+    def __init__(self, max_loras: int, running: set[str], waiting: set[str] = set()) -> None:
+        self.max_loras = max_loras
+        self.lora_running = frozenset(running)
+        self.lora_waiting = frozenset(waiting)
+
+
+def test_a_holder_whose_batch_is_full_of_other_adapters_is_crowded() -> None:
+    p = placement(slots=4)
+    for name in ("a", "b"):
+        p.ended(name, "sql", ok=True)
+    p.learn_active("a", Scraped(2, {"x", "y"}))  # two others fill its batch
+    p.learn_active("b", Scraped(2, {"x"}, {"sql"}))  # sql waits there: it will run there
+    assert p.learned_slots["a"] == 2 and p.slots("a") == 4  # declared slots win
+    assert p.crowded("sql", ["a", "b", "c"]) == {"a"}  # c says nothing: not crowded
+    p.learn_active("b", Scraped(2, {"x", "y"}))
+    assert p.crowded("sql", ["a", "b"]) == {"a", "b"}
+    # crowding steers among holders; it does not load a replica by itself
+    assert p.decide("sql", [view("a"), view("b"), view("c", 3)]) == USE
+    # but where one must be loaded, a batch with room comes first
+    p.learn_active("c", Scraped(4, {"x"}))
+    p.learn_active("d", Scraped(1, {"x"}))
+    views = [view("a", 9), view("b", 9), view("c", 3), view("d", 0)]
+    assert p.decide("sql", views) == Load("c")
+    p.bound("c", "z")  # sent there since the scrape: counts until the next one
+    assert "z" in p.active["c"][1]

@@ -4,13 +4,15 @@ rollout) as admin API calls with their undo, and the rollout check over status s
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from drills.checks import Judge
 from drills.errors import DrillFileError
-from drills.faults import Resolved, plan_fault, rollout_id
+from drills.faults import Injector, Resolved, plan_fault, rollout_id
 from drills.loader import load_drill_text
-from drills.records import StatusSample
+from drills.records import FaultRecord, StatusSample
 from tests.drills.synthetic import fault, region_of
 
 DRILL = """\
@@ -112,3 +114,36 @@ def test_the_rollout_check_times_the_status_from_the_rollouts_start(drill) -> No
     assert not judged(drill, "back", []).passed
     aborted = judged(drill, "back", samples((12, "aborted", 0)))
     assert aborted.passed  # an abort is a rollback too
+
+
+class SlowAdmin:
+    """An admin client whose every call takes a while and is remembered."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.calls: list[dict[str, object]] = []
+
+    async def request(self, method: str, path: str, body: object = None, *,
+                      log: bool = True, journal: list | None = None) -> object:
+        await asyncio.sleep(0.01)
+        self.sent.append((method, path))
+        if journal is not None:
+            journal.append({"method": method, "path": path})
+        return {}
+
+
+async def test_faults_that_end_together_are_each_undone_once(drill) -> None:
+    admin = SlowAdmin()
+    injector = Injector(admin)  # type: ignore[arg-type]
+    gpus = Resolved(regions=("eu-west",), gpus=(("eu-west", "c"),))
+    records = {}
+    for f in drill.faults:
+        record = FaultRecord(f.id, f.type.value, 0.0, 30.0)
+        records[f.id] = record
+        await injector.inject(plan_fault(f, gpus if f.target else Resolved(), 40.0), record)
+    errors = await asyncio.gather(*(injector.restore(f.id) for f in drill.faults))
+    assert errors == [[], [], []] and injector.ledger == []
+    undone = admin.sent[3:]
+    assert len(undone) == len(set(undone)) == 3
+    assert await injector.restore() == [] and len(admin.sent) == 6  # nothing left to undo
+    assert [c["method"] for c in records["canary"].calls] == ["POST", "DELETE"]

@@ -51,7 +51,9 @@ vllm:lora_requests_info{max_lora="oops",running_lora_adapters="",waiting_lora_ad
 
 
 def test_vllm_lora_batch_limit_is_read_where_the_page_says_it() -> None:
-    assert parse_load(VLLM_0_33 + LORA_INFO, "vllm").max_loras == 4  # a garbled label skipped
+    load = parse_load(VLLM_0_33 + LORA_INFO, "vllm")
+    assert load.max_loras == 4  # the latest sample; a garbled one does not count
+    assert (load.lora_running, load.lora_waiting) == ({"sql", "support"}, {"legal"})
     assert parse_load(VLLM_0_33, "vllm").max_loras is None  # no --enable-lora
 
 

@@ -62,6 +62,8 @@ class AdapterLoader:
         future = self._loads.get(key)
         if future is None:
             self.placement.started(backend, adapter, evict)  # before anyone decides again
+            if evict is not None:
+                self._publish(backend)  # nothing more goes there for it
             future = self._loads[key] = asyncio.ensure_future(self._load(backend, adapter,
                                                                          evict))
             future.add_done_callback(lambda _: self._loads.pop(key, None))

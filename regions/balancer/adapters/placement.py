@@ -13,15 +13,23 @@ backends that serve ``m`` and may hold adapters:
 1. ``USE``: some holder of ``a`` is within the load bound (``load_bound``, ``1 + epsilon``
    times the mean in flight, as prefix affinity): the request goes to the holders.
 2. ``Load(b)`` joining a load of ``a`` already under way on ``b``.
-3. ``Load(b, evict)``: the least loaded backend that does not hold ``a`` and has room: a
-   free slot, or an adapter idle for ``min_idle_s`` (the least recently used, unloaded
-   first). Hot adapters thus gain replicas as their holders fill, and an adapter in use
-   is never pushed out to make room for another.
+3. ``Load(b, evict)``: the backend that does not hold ``a`` and has room, one whose batch
+   has room for another adapter first, then the least loaded: a free slot, or an adapter
+   idle for ``min_idle_s`` (the least recently used, unloaded first). Hot adapters thus
+   gain replicas as their holders fill, and an adapter in use is never pushed out to make
+   room for another.
 4. ``QUEUE`` (a ``Use``) when no backend has room but some holder exists (it queues there).
 5. Forced ``Load`` on the least loaded backend, evicting its least recently used adapter,
    when nobody holds ``a`` and nobody has room.
 
 ``Refuse`` when no usable backend serves the base model with adapter slots.
+
+Among the holders, ``crowded`` names those whose batch has no room for the adapter: its
+engine runs ``max_lora`` other adapters already and none of its requests, running or
+waiting, is of this one (vLLM's ``vllm:lora_requests_info``, scraped; plus what was sent
+there since the last scrape). A request there would wait until one of those adapters has
+no request left, so the stage leaves them out while another holder has room; a holder
+with room is not crowded, nor one whose metrics say nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from regions.balancer.scheduling.load_bound import load_cap, within_bound
 from regions.balancer.types import BackendSnapshot
@@ -38,6 +46,17 @@ DEFAULT_EPSILON = 0.25
 DEFAULT_MIN_IDLE_S = 60.0
 UNKNOWN_SLOTS = 1  # vLLM's --max-loras default, until the metrics say
 REFUSED_FOR_S = 300.0  # a backend that refused a load is not asked again for this long
+
+
+class LoraLoad(Protocol):
+    """What a scrape says of a backend's adapters (``engines.EngineLoad``)."""
+
+    @property
+    def max_loras(self) -> int | None: ...
+    @property
+    def lora_running(self) -> frozenset[str]: ...
+    @property
+    def lora_waiting(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,8 @@ class AdapterPlacement:
         self.loading: dict[str, set[str]] = {}  # adapter -> backends loading it now
         self.refused_until: dict[str, float] = {}
         self.loaded_at: dict[str, dict[str, float]] = {}  # backend -> adapter -> our load
+        # backend -> (its max_lora, the adapters of its requests): scraped, plus bindings
+        self.active: dict[str, tuple[int, set[str]]] = {}
 
     # -- what is known ---------------------------------------------------------------------
 
@@ -130,6 +151,30 @@ class AdapterPlacement:
     def learn_slots(self, backend: str, max_loras: int) -> None:
         """``backend``'s metrics say one batch may use ``max_loras`` adapters."""
         self.learned_slots[backend] = max_loras
+
+    def learn_active(self, backend: str, load: LoraLoad) -> None:
+        """``backend``'s metrics: its batch limit and its requests' adapters now."""
+        if load.max_loras is None:
+            return
+        self.learn_slots(backend, load.max_loras)
+        self.active[backend] = (load.max_loras, set(load.lora_running | load.lora_waiting))
+
+    def bound(self, backend: str, adapter: str) -> None:
+        """A request of ``adapter`` was bound to ``backend``: count it as active there
+        until the next scrape says otherwise, and the adapter as used (not idle)."""
+        entry = self.active.get(backend)
+        if entry is not None:
+            entry[1].add(adapter)
+        self.used(backend, adapter)
+
+    def crowded(self, adapter: str, holders: Iterable[str]) -> set[str]:
+        """The holders whose batch has no room for ``adapter`` (module docstring)."""
+        out = set()
+        for name in holders:
+            entry = self.active.get(name)
+            if entry is not None and adapter not in entry[1] and len(entry[1]) >= entry[0]:
+                out.add(name)
+        return out
 
     def observe(self, backend: str, base_models: Iterable[str],
                 listed: Mapping[str, tuple[str, str]], read_at: float) -> None:
@@ -196,6 +241,7 @@ class AdapterPlacement:
         holders = [b for b in hosts if adapter in self.held.get(b.name, ())]
         if any(within_bound(b, cap) for b in holders):
             return USE
+        crowded = self.crowded(adapter, (b.name for b in hosts))
         loading = self.loading.get(adapter)
         if loading:
             return Load(min(loading))
@@ -203,7 +249,8 @@ class AdapterPlacement:
                      for has_room, evict in (self._room(b.name, now),) if has_room]
         if with_room:
             b, evict = min(with_room, key=lambda pair: (
-                pair[0].in_flight, pair[1] is not None, len(self.held.get(pair[0].name, ()))))
+                pair[0].name in crowded, pair[0].in_flight, pair[1] is not None,
+                len(self.held.get(pair[0].name, ()))))
             return Load(b.name, evict)
         if holders:
             return QUEUE

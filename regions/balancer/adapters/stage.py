@@ -6,7 +6,9 @@ The backends holding an adapter list it among their models (``BackendPool.set_ad
 so the ``model`` filter keeps exactly them and the usual scorers choose among them. A
 request for an adapter no usable server can hold gets 503; one whose load failed goes to
 a holder if there is one, else 503. A holder that answers 404 (it lost the adapter: a
-restart) stops counting as one until it lists it again.
+restart) stops counting as one until it lists it again. Holders whose batch has no room
+for the adapter (``placement.crowded``) are left out of this request's choice while
+another holder has room.
 
 ``counted(outcome)`` is told each adapter request's outcome: ``hit`` (a holder within the
 load bound), ``load`` (this request started a load), ``joined`` (it waited for a load
@@ -16,6 +18,7 @@ already under way), ``queued`` (holders all busy, nowhere to load), ``refused``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -41,6 +44,7 @@ class PlaceAdapter:
         spec = self.placement.spec(info.model) if info is not None else None
         if spec is None:
             return await call_next(exchange)
+        assert info is not None  # an adapter is named by a parsed request
         views = self.pool.snapshot().backends
         decision = self.placement.decide(spec.name, views)
         if isinstance(decision, Refuse):
@@ -57,6 +61,11 @@ class PlaceAdapter:
                                       "service_unavailable")
         else:
             self.counted("queued" if decision.queued else "hit")
+        holders = [b.name for b in self.pool.snapshot().backends
+                   if b.usable and spec.name in b.models and b.name not in info.exclude]
+        crowded = self.placement.crowded(spec.name, holders)
+        if crowded and len(crowded) < len(holders):
+            exchange.info = replace(info, exclude=info.exclude | crowded)
         resp = await call_next(exchange)
         if exchange.served_by is not None:
             if resp.status == 404:
