@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ class Outcomes:
     finish: dict[str, int] = field(default_factory=dict)
     ttft: dict[int, int] = field(default_factory=dict)  # bucket -> count
     itl: dict[int, int] = field(default_factory=dict)
+    output_tokens_sq: int = 0  # sum of each answer's output tokens squared (its variance)
 
     def record(self, *, ok: bool, ttft_s: float | None = None, itl_s: float | None = None,
                finish: str | None = None, output_tokens: int | None = None) -> None:
@@ -62,13 +64,15 @@ class Outcomes:
         if output_tokens is not None and ok:
             self.answered += 1
             self.output_tokens += output_tokens
+            self.output_tokens_sq += output_tokens * output_tokens
 
     # -- windows and sums ------------------------------------------------------------------
 
     def minus(self, earlier: Outcomes) -> Outcomes:
         """The counts since ``earlier``; all of these when any went down (a reset)."""
         pairs = ((self.requests, earlier.requests), (self.errors, earlier.errors),
-                 (self.output_tokens, earlier.output_tokens), (self.answered, earlier.answered))
+                 (self.output_tokens, earlier.output_tokens), (self.answered, earlier.answered),
+                 (self.output_tokens_sq, earlier.output_tokens_sq))
         maps: tuple[tuple[Mapping[Any, int], Mapping[Any, int]], ...] = (
             (self.finish, earlier.finish), (self.ttft, earlier.ttft), (self.itl, earlier.itl))
         if any(now < then for now, then in pairs) or any(
@@ -78,17 +82,19 @@ class Outcomes:
                         self.output_tokens - earlier.output_tokens,
                         self.answered - earlier.answered,
                         _sub(self.finish, earlier.finish), _sub(self.ttft, earlier.ttft),
-                        _sub(self.itl, earlier.itl))
+                        _sub(self.itl, earlier.itl),
+                        self.output_tokens_sq - earlier.output_tokens_sq)
 
     def plus(self, other: Outcomes) -> Outcomes:
         return Outcomes(self.requests + other.requests, self.errors + other.errors,
                         self.output_tokens + other.output_tokens, self.answered + other.answered,
                         _add(self.finish, other.finish), _add(self.ttft, other.ttft),
-                        _add(self.itl, other.itl))
+                        _add(self.itl, other.itl), self.output_tokens_sq + other.output_tokens_sq)
 
     def copy(self) -> Outcomes:
         return Outcomes(self.requests, self.errors, self.output_tokens, self.answered,
-                        dict(self.finish), dict(self.ttft), dict(self.itl))
+                        dict(self.finish), dict(self.ttft), dict(self.itl),
+                        self.output_tokens_sq)
 
     # -- what an analysis reads ------------------------------------------------------------
 
@@ -111,6 +117,21 @@ class Outcomes:
             seen += count
         return BOUNDS[-1]
 
+    def quantile_bounds(self, which: str, q: float, z: float) -> tuple[float, float] | None:
+        """Bounds of the ``q`` quantile of ``"ttft"`` or ``"itl"`` that hold it with the
+        confidence ``z`` (standard deviations) says, whatever the distribution: the values
+        of the ranks ``n q -+ z sqrt(n q (1 - q))`` (order statistics), each read as its
+        bucket's far bound (the low one's lower, the high one's upper). None without
+        samples."""
+        counts = self.ttft if which == "ttft" else self.itl
+        n = sum(counts.values())
+        if n == 0:
+            return None
+        spread = z * math.sqrt(n * q * (1 - q))
+        ordered = sorted(counts.items())
+        return (_at_rank(ordered, max(1, math.floor(n * q - spread)), upper=False),
+                _at_rank(ordered, min(n, math.ceil(n * q + spread) + 1), upper=True))
+
     def samples(self, which: str) -> int:
         return sum((self.ttft if which == "ttft" else self.itl).values())
 
@@ -119,6 +140,14 @@ class Outcomes:
 
     def mean_output_tokens(self) -> float | None:
         return self.output_tokens / self.answered if self.answered else None
+
+    def output_tokens_variance(self) -> float | None:
+        """The variance of the answers' output tokens (None: fewer than two answers)."""
+        if self.answered < 2:
+            return None
+        mean = self.output_tokens / self.answered
+        return max(0.0, (self.output_tokens_sq - self.answered * mean * mean)
+                   / (self.answered - 1))
 
     def finish_shares(self) -> dict[str, float]:
         total = sum(self.finish.values())
@@ -129,6 +158,7 @@ class Outcomes:
     def to_json(self) -> str:
         return json.dumps({"requests": self.requests, "errors": self.errors,
                            "output_tokens": self.output_tokens, "answered": self.answered,
+                           "output_tokens_sq": self.output_tokens_sq,
                            "finish": self.finish,
                            "ttft": {str(k): v for k, v in sorted(self.ttft.items())},
                            "itl": {str(k): v for k, v in sorted(self.itl.items())}},
@@ -141,9 +171,23 @@ class Outcomes:
             return cls(_count(data, "requests"), _count(data, "errors"),
                        _count(data, "output_tokens"), _count(data, "answered"),
                        _counts(data.get("finish", {}), str),
-                       _counts(data.get("ttft", {}), int), _counts(data.get("itl", {}), int))
+                       _counts(data.get("ttft", {}), int), _counts(data.get("itl", {}), int),
+                       _count(data, "output_tokens_sq"))
         except (ValueError, TypeError, AttributeError) as exc:
             raise RecordError(f"outcomes: {exc}") from exc
+
+
+def _at_rank(ordered: list[tuple[int, int]], rank: int, upper: bool) -> float:
+    """The bucket bound of the ``rank``-th smallest sample (its bucket's upper bound, or
+    its lower one)."""
+    seen = 0
+    for index, count in ordered:
+        seen += count
+        if seen >= rank:
+            if upper:
+                return BOUNDS[min(index, len(BOUNDS) - 1)]
+            return BOUNDS[index - 1] if index > 0 else 0.0
+    return BOUNDS[-1]
 
 
 def _count(data: Mapping[str, Any], name: str) -> int:

@@ -92,7 +92,7 @@ async def test_a_rollout_outlives_its_api_and_the_next_one_rolls_it_back(
     counts = {"r1": Outcomes(), "r2": Outcomes()}
     for i in range(40):
         counts["r1"].record(ok=True)
-        counts["r2"].record(ok=i % 4 != 0)
+        counts["r2"].record(ok=i % 2 != 0)  # half of them errors: beyond doubt
     store.client.hset(store.keys.outcomes("eu"), mapping={
         outcome_field("m", r, "run-1"): o.to_json() for r, o in counts.items()})
     async with running_api(tmp_path / "second", valkey.url, prefix, document=DOCUMENT) as api:
@@ -106,7 +106,7 @@ async def test_a_rollout_outlives_its_api_and_the_next_one_rolls_it_back(
             await asyncio.sleep(0.2)
         assert await rolled_back()
         _, body = await api.get(f"/api/v1/rollouts/{started['id']}", token="read")
-        assert "error rate 25.00%" in body["reason"]
+        assert "error rate 50.00%" in body["reason"]
         split = json.loads(store.client.hget(store.keys.split("eu"), "m"))
         assert split == [["r1", 100.0], ["r2", 0.0]]
         assert any(line["who"] == "controller" and line["action"] == "rollout.rollback"

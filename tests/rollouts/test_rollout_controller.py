@@ -104,10 +104,12 @@ async def test_steps_advance_when_every_gate_passes_and_a_failure_rolls_back(
         assert await split(store) == [["r1", 50.0], ["r2", 50.0]]
 
         await balancer.serve("r1", 50)
-        await balancer.serve("r2", 40, errors=8)  # 20 %: fails at once, mid-interval
+        # 40 % against none, 35 points past the threshold, some 4.5 standard errors: it
+        # fails at once, mid-interval
+        await balancer.serve("r2", 40, errors=16)
         clock.now += 5
         [failed] = await controller.tick()
-        assert failed.status == ROLLED_BACK and "error rate 20.00%" in failed.reason
+        assert failed.status == ROLLED_BACK and "error rate 40.00%" in failed.reason
         assert await split(store) == [["r1", 100.0], ["r2", 0.0]]
         assert [a[1] for a in audit] == ["rollout.step", "rollout.rollback"]
         events = [e["event"] for e in (await controller.get(rollout.id)).history]
@@ -236,7 +238,7 @@ async def test_the_balancers_of_a_region_and_their_restarts_add_up(valkey, prefi
         await second.serve("r1", 30)
         await first.serve("r2", 12)
         restarted = Balancer(store, "a-2")  # the first one restarted: zero again
-        await restarted.serve("r2", 12, errors=3)
-        [failed] = await controller.tick()  # 3 errors of 24 candidate requests: 12.5 %
+        await restarted.serve("r2", 12, errors=10)
+        [failed] = await controller.tick()  # 10 errors of 24 candidate requests: 41.67 %
         assert failed.id == rollout.id and failed.status == ROLLED_BACK
-        assert "error rate 12.50%" in failed.reason
+        assert "error rate 41.67%" in failed.reason

@@ -4,6 +4,8 @@ and passes only when every gate passes."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from director.rollouts.gates import DEFAULT_GATES, Gate, Verdict, judge_all
@@ -62,3 +64,32 @@ def test_gates_are_checked_when_made() -> None:
     for bad in (("p99", 1.0, 10), ("ttft-p95", -1.0, 10), ("ttft-p95", 1.2, 0)):
         with pytest.raises(ValueError):
             Gate(*bad)
+
+
+def drawn(n: int, rng: random.Random, slow: float = 1.0) -> Outcomes:
+    """``n`` answers as a loaded server gives them: lognormal times, varied lengths."""
+    o = Outcomes()
+    for _ in range(n):
+        tokens = max(1, int(rng.lognormvariate(4.5, 0.8)))
+        o.record(ok=rng.random() > 0.01, ttft_s=slow * rng.lognormvariate(-3.0, 0.5),
+                 itl_s=slow * rng.lognormvariate(-4.0, 0.3),
+                 finish="length" if rng.random() < 0.3 else "stop", output_tokens=tokens)
+    return o
+
+
+def test_chance_alone_does_not_fail_a_gate_and_a_real_regression_does() -> None:
+    """A window of some 40 answers: two revisions alike must not fail (at point estimates
+    the p95 TTFT gate failed 32 and the ITL gate 10 of these 300 windows), and one four
+    times slower must fail on 20 answers."""
+    rng = random.Random(7)
+    gates = [Gate(g.name, g.threshold, 10) for g in DEFAULT_GATES]
+    failures = 0
+    for _ in range(300):
+        candidate, baseline = drawn(40, rng), drawn(80, rng)
+        failures += judge_all(gates, candidate, baseline)[0] is Verdict.FAIL
+    assert failures == 0
+    for _ in range(20):
+        verdict, results = judge_all(gates, drawn(20, rng, slow=4.0), drawn(80, rng))
+        assert verdict is Verdict.FAIL
+        assert {r.gate for r in results if r.verdict is Verdict.FAIL} <= {"ttft-p95",
+                                                                          "itl-p95"}
