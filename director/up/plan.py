@@ -96,6 +96,9 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
         argv += ["--model", model]
     for model, fingerprint in gpu.fingerprints:  # it serves what the policy declares
         argv += ["--root", f"{model}={fingerprint}"]
+    if gpu.adapter_slots:  # LoRA on: it holds, and may batch, as many adapters as declared
+        argv += ["--max-loras", str(gpu.adapter_slots),
+                 "--max-cpu-loras", str(gpu.adapter_slots)]
     return ChildSpec(f"gpu/{region}/{gpu.name}", "gpu", tuple(argv), region=region,
                      gpu=gpu.name, address=gpu.url, ready_tcp=(host, port),
                      binds=(Bind("tcp", host, port),))

@@ -148,6 +148,18 @@ async def test_retries_on_another_backend_before_the_first_byte() -> None:
         assert balancer.pool.in_flight() == 0
 
 
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_a_5xx_before_the_first_byte_is_retried_and_a_4xx_is_not(status: int) -> None:
+    async with stack() as (fleet, balancer, client):
+        fleet["gpu0"].set_fault(Fault(FaultMode.ERROR5XX, status=status))
+        results = [await stream_completion(client, completion(2)) for _ in range(6)]
+        assert all(s == 200 and backend == "gpu1" for s, backend, _ in results)
+        assert balancer.pool["gpu0"].errors >= 1  # counted against it all the same
+    async with stack() as (fleet, _balancer, client):
+        status_4xx, _, _ = await stream_completion(client, {**completion(2), "n": 3})
+        assert status_4xx == 400  # the request's own fault: the same everywhere
+
+
 async def test_last_backend_error_is_passed_through_when_all_fail() -> None:
     async with stack(speeds=(1.0,)) as (fleet, _balancer, client):
         fleet["gpu0"].set_fault(Fault(FaultMode.ERROR5XX, status=503))

@@ -66,3 +66,15 @@ def test_a_simulated_gpu_serves_the_fingerprint_its_policy_declares(tmp_path: Pa
     gpus = [c for c in plan_children(policy, options)
             if c.role == "gpu"]
     assert [option_values(c.argv, "--root") for c in gpus] == [["m=/w/m@r1"], []]
+
+
+def test_a_simulated_gpu_with_adapter_slots_serves_lora(tmp_path: Path) -> None:
+    path = tmp_path / "p.dp"
+    path.write_text(FINGERPRINTED.replace("gpu b { url http://127.0.1.12:8000; models m }",
+                                          "gpu b { url http://127.0.1.12:8000; models m; "
+                                          "adapter-slots 8 }"))
+    policy = load_policy(str(path))
+    options = UpOptions(path, tmp_path, "redis://127.0.0.1:1/0", simulate=True)
+    gpus = [c for c in plan_children(policy, options) if c.role == "gpu"]
+    assert [(option_values(c.argv, "--max-loras"), option_values(c.argv, "--max-cpu-loras"))
+            for c in gpus] == [([], []), (["8"], ["8"])]

@@ -6,9 +6,13 @@
 2. ``Dispatcher.acquire`` binds it to a backend (maybe after waiting in the queue) and
    returns a ``Lease``; the lease is released by a ``with`` block however the request
    ends: success, upstream error, client disconnect (the handler is cancelled) or timeout.
-3. Before the first byte, a connection failure or a 502/503 answer is retried on another
-   backend (``max_retries``); the failed backend is excluded for this request and its
-   error counted towards outlier ejection.
+3. Before the first byte, a connection failure or a 500, 502 or 503 answer is retried on
+   another backend (``max_retries``); the failed backend is excluded for this request and
+   its error counted towards outlier ejection (and, for a declared revision, towards that
+   revision's error rate: a rollout still sees a bad revision's 500s that clients do not).
+   An inference request changes nothing on the server, so sending it again is safe; a 500
+   is what a broken revision or a crashing engine answers, and the retry is what keeps it
+   from reaching the client. Other statuses (4xx: the request's own fault) pass through.
 4. The response is relayed chunk by chunk as it arrives (``StreamResponse``, no
    buffering). SSE chunks are metered to learn the backend's decode rate, after each is
    written on: the accounting never delays a chunk. If the client goes away the handler
@@ -61,7 +65,7 @@ REGION_HEADER = "x-director-region"
 BACKEND_HEADER = "x-director-backend"
 REVISION_HEADER = "x-director-revision"  # of the model, as the serving backend declares it
 QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
-RETRYABLE_STATUS = frozenset({502, 503})
+RETRYABLE_STATUS = frozenset({500, 502, 503})
 MAX_ERROR_BODY = 64 * 1024
 
 log = logging.getLogger(__name__)
