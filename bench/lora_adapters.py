@@ -50,7 +50,6 @@ import statistics
 import sys
 import time
 from bisect import bisect
-from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path

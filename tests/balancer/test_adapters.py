@@ -221,10 +221,11 @@ async def test_an_adapter_is_judged_by_its_base_models_residency(
 
 
 class Scraped:
-    def __init__(self, max_loras: int, running: set[str], waiting: set[str] = set()) -> None:
+    def __init__(self, max_loras: int, running: set[str],
+                 waiting: frozenset[str] = frozenset()) -> None:
         self.max_loras = max_loras
         self.lora_running = frozenset(running)
-        self.lora_waiting = frozenset(waiting)
+        self.lora_waiting = waiting
 
 
 def test_a_holder_whose_batch_is_full_of_other_adapters_is_crowded() -> None:
@@ -232,7 +233,7 @@ def test_a_holder_whose_batch_is_full_of_other_adapters_is_crowded() -> None:
     for name in ("a", "b"):
         p.ended(name, "sql", ok=True)
     p.learn_active("a", Scraped(2, {"x", "y"}))  # two others fill its batch
-    p.learn_active("b", Scraped(2, {"x"}, {"sql"}))  # sql waits there: it will run there
+    p.learn_active("b", Scraped(2, {"x"}, frozenset({"sql"})))  # sql waits there: it will run there
     assert p.learned_slots["a"] == 2 and p.slots("a") == 4  # declared slots win
     assert p.crowded("sql", ["a", "b", "c"]) == {"a"}  # c says nothing: not crowded
     p.learn_active("b", Scraped(2, {"x", "y"}))
