@@ -247,3 +247,53 @@ def test_a_holder_whose_batch_is_full_of_other_adapters_is_crowded() -> None:
     assert p.decide("sql", views) == Load("c")
     p.bound("c", "z")  # sent there since the scrape: counts until the next one
     assert "z" in p.active["c"][1]
+
+
+def test_an_evicted_adapter_leaves_routing_at_once_and_a_listing_does_not_bring_it_back(
+) -> None:
+    clock = Clock()
+    p = placement(slots=1, clock=clock)
+    p.ended("a", "chat", ok=True)
+    p.bound("a", "chat")
+    p.bound("a", "chat")
+    p.released("a", "chat")
+    assert p.in_flight[("a", "chat")] == 1
+    p.started("a", "sql", evict="chat")
+    assert p.holding("a") == () and p.dropped["a"] == {"chat"}
+    p.observe("a", [MODEL], {"chat": (MODEL, "/adapters/chat")}, clock.now + 1)
+    assert "chat" not in p.holding("a")  # still registered there, no longer ours
+    p.unloaded("a", "chat")
+    p.observe("a", [MODEL], {"chat": (MODEL, "/adapters/chat")}, clock.now + 2)
+    assert "chat" in p.holding("a")  # registered again by someone: it holds it
+
+
+def test_a_forced_eviction_takes_an_adapter_without_requests_there_first() -> None:
+    p = placement(slots=2)
+    p.ended("a", "chat", ok=True)  # least recently used, but in use
+    p.ended("a", "other", ok=True)
+    p.bound("a", "chat")
+    p.bound("a", "other")
+    p.released("a", "other")
+    assert p.decide("sql", [view("a")]) == Load("a", evict="other")
+
+
+async def test_an_adapter_with_requests_in_flight_is_unloaded_only_after_them() -> None:
+    specs = [lora_server("g0", slots=1)]
+    async with Fleet(specs, time_scale=5.0) as fleet:
+        backends = [BackendSpec("g0", fleet["g0"].url, (MODEL,), 16, adapter_slots=1)]
+        config = BalancerConfig(adapters=(SQL, CHAT), adapter_sync_s=0.0)
+        balancer = build_balancer("r", backends, config)
+        balancer.placement.min_idle_s = 0.0
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            long = {**body("sql"), "max_tokens": 60, "x_output_tokens": 60, "stream": True}
+            async with client.post("/v1/completions", json=long) as streaming:
+                assert streaming.status == 200
+                await streaming.content.readany()  # sql is in flight on g0
+                assert await ask(client, "chat") == (200, "g0")  # sql evicted for it
+                assert "sql" in fleet["g0"].context.adapters  # not yet unloaded
+                rest = await streaming.read()
+            assert rest.endswith(b"data: [DONE]\n\n")
+            async with asyncio.timeout(5):
+                while "sql" in fleet["g0"].context.adapters:
+                    await asyncio.sleep(0.05)
+            assert balancer.placement.in_flight == {}

@@ -3,7 +3,10 @@
 what each holds.
 
 ``ensure(backend, adapter, evict)`` loads ``adapter`` on ``backend`` (vLLM's ``POST
-/v1/load_lora_adapter``, after ``POST /v1/unload_lora_adapter`` of ``evict``). Concurrent
+/v1/load_lora_adapter``). ``evict`` leaves that backend's routing at once and is unloaded
+(``POST /v1/unload_lora_adapter``) before the load when no request of it is in flight
+there, else once they have ended: a request sent before the eviction must not find its
+adapter gone (vLLM's own LRU makes room meanwhile; unloading only tidies). Concurrent
 calls for the same backend and adapter share one load: the first starts it, the others
 wait for its outcome, so a burst of requests for a cold adapter costs the server one
 load. An answer of "already been loaded" counts as loaded. Any other refusal (no runtime
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 LOAD_PATH = "/v1/load_lora_adapter"
 UNLOAD_PATH = "/v1/unload_lora_adapter"
 LOAD_TIMEOUT_S = 60.0  # a load reads weights from disk or a hub: it may take a while
+UNLOAD_POLL_S = 0.5
 LOAD_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
@@ -54,6 +58,7 @@ class AdapterLoader:
         self.timeout_s = timeout_s
         self._loads: dict[tuple[str, str], asyncio.Future[bool]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._unloads: set[asyncio.Future[None]] = set()
 
     async def ensure(self, backend: str, adapter: str, evict: str | None = None) -> bool:
         """Whether ``adapter`` is loaded on ``backend`` now (loading it, or waiting for the
@@ -77,10 +82,9 @@ class AdapterLoader:
         spec = self.placement.adapters[adapter]
         ok = False
         try:
-            if evict is not None:
-                await self._post(backend, UNLOAD_PATH, {"lora_name": evict})
-                log.info("backend %s: unloaded LoRA adapter %s for %s", backend, evict,
-                         adapter)
+            if evict is not None and not self.placement.in_flight[(backend, evict)]:
+                await self._unload(backend, evict, adapter)
+                evict = None
             status, text = await self._post(backend, LOAD_PATH,
                                             {"lora_name": adapter, "lora_path": spec.path})
             ok = status == 200 or (status == 400 and "already been loaded" in text)
@@ -97,7 +101,32 @@ class AdapterLoader:
             self._publish(backend)
             if self.counted is not None:
                 self.counted(backend, "loaded" if ok else "failed")
+        if evict is not None:  # its requests there still run: unload it once they end
+            task = asyncio.ensure_future(self._unload_when_idle(backend, evict, adapter))
+            self._unloads.add(task)
+            task.add_done_callback(self._unloads.discard)
         return ok
+
+    async def _unload(self, backend: str, evict: str, adapter: str) -> None:
+        """Unload ``evict`` from ``backend`` (a 404 means it is gone already)."""
+        try:
+            await self._post(backend, UNLOAD_PATH, {"lora_name": evict})
+            log.info("backend %s: unloaded LoRA adapter %s for %s", backend, evict, adapter)
+        except LOAD_ERRORS as exc:
+            log.warning("backend %s: unloading LoRA adapter %s failed: %s", backend, evict,
+                        exc or type(exc).__name__)
+        finally:
+            self.placement.unloaded(backend, evict)
+
+    async def _unload_when_idle(self, backend: str, evict: str, adapter: str) -> None:
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        while self.placement.in_flight[(backend, evict)]:
+            if asyncio.get_running_loop().time() > deadline:
+                self.placement.unloaded(backend, evict)  # the server's own LRU will do
+                return
+            await asyncio.sleep(UNLOAD_POLL_S)
+        if evict in self.placement.dropped.get(backend, set()):  # not loaded there again
+            await self._unload(backend, evict, adapter)
 
     async def _post(self, backend: str, path: str, body: dict[str, str]) -> tuple[int, str]:
         session = self.sessions[backend]
@@ -135,9 +164,10 @@ class AdapterLoader:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        pending = [*self._unloads, *([task] if task is not None else [])]
+        for each in pending:
+            each.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _follow(self, every_s: float) -> None:
         await self.sync()

@@ -19,8 +19,9 @@ backends that serve ``m`` and may hold adapters:
    gain replicas as their holders fill, and an adapter in use is never pushed out to make
    room for another.
 4. ``QUEUE`` (a ``Use``) when no backend has room but some holder exists (it queues there).
-5. Forced ``Load`` on the least loaded backend, evicting its least recently used adapter,
-   when nobody holds ``a`` and nobody has room.
+5. Forced ``Load`` on the least loaded backend, evicting its least recently used adapter
+   (one with no request there if it has one), when nobody holds ``a`` and nobody has
+   room.
 
 ``Refuse`` when no usable backend serves the base model with adapter slots.
 
@@ -34,7 +35,7 @@ with room is not crowded, nor one whose metrics say nothing.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -119,6 +120,10 @@ class AdapterPlacement:
         self.loaded_at: dict[str, dict[str, float]] = {}  # backend -> adapter -> our load
         # backend -> (its max_lora, the adapters of its requests): scraped, plus bindings
         self.active: dict[str, tuple[int, set[str]]] = {}
+        self.in_flight: Counter[tuple[str, str]] = Counter()  # (backend, adapter) -> requests
+        # adapters taken out of a backend's routing, still registered there until their
+        # requests end and the unload goes through: a listing does not bring them back
+        self.dropped: dict[str, set[str]] = {}
 
     # -- what is known ---------------------------------------------------------------------
 
@@ -161,11 +166,21 @@ class AdapterPlacement:
 
     def bound(self, backend: str, adapter: str) -> None:
         """A request of ``adapter`` was bound to ``backend``: count it as active there
-        until the next scrape says otherwise, and the adapter as used (not idle)."""
+        until the next scrape says otherwise, the adapter as used (not idle), and the
+        request in flight there until ``released``."""
         entry = self.active.get(backend)
         if entry is not None:
             entry[1].add(adapter)
         self.used(backend, adapter)
+        self.in_flight[(backend, adapter)] += 1
+
+    def released(self, backend: str, adapter: str) -> None:
+        """A request of ``adapter`` bound to ``backend`` has ended."""
+        key = (backend, adapter)
+        if self.in_flight[key] > 1:
+            self.in_flight[key] -= 1
+        else:
+            self.in_flight.pop(key, None)
 
     def crowded(self, adapter: str, holders: Iterable[str]) -> set[str]:
         """The holders whose batch has no room for ``adapter`` (module docstring)."""
@@ -189,8 +204,9 @@ class AdapterPlacement:
             if loaded_at.get(name, -1e18) < read_at and backend not in self.loading.get(
                     name, ()):
                 del held[name]
+        dropped = self.dropped.get(backend, set())
         for name, (parent, root) in listed.items():
-            if parent not in bases:
+            if parent not in bases or name in dropped:
                 continue
             held.setdefault(name, now)
             if name not in self.adapters:
@@ -199,10 +215,17 @@ class AdapterPlacement:
     # -- what happened ---------------------------------------------------------------------
 
     def started(self, backend: str, adapter: str, evict: str | None) -> None:
-        """A load of ``adapter`` on ``backend`` starts (``evict`` is unloaded first)."""
+        """A load of ``adapter`` on ``backend`` starts; ``evict`` leaves its routing now
+        (and the server once its requests there have ended)."""
         self.loading.setdefault(adapter, set()).add(backend)
+        self.dropped.get(backend, set()).discard(adapter)
         if evict is not None:
             self.held.get(backend, OrderedDict()).pop(evict, None)
+            self.dropped.setdefault(backend, set()).add(evict)
+
+    def unloaded(self, backend: str, adapter: str) -> None:
+        """``adapter`` was unloaded from ``backend`` (or that was given up)."""
+        self.dropped.get(backend, set()).discard(adapter)
 
     def ended(self, backend: str, adapter: str, ok: bool) -> None:
         """The load ended: ``adapter`` is held there, or the backend refused it."""
@@ -257,7 +280,9 @@ class AdapterPlacement:
         b = min(hosts, key=lambda v: v.in_flight)
         held = self.held.get(b.name, OrderedDict())
         full = len(held) + self._loading_on(b.name) >= self.slots(b.name)
-        return Load(b.name, next(iter(held), None) if full else None)
+        # the least recently used of those with no request there, else of all
+        victim = min(held, key=lambda a: self.in_flight[(b.name, a)] > 0, default=None)
+        return Load(b.name, victim if full else None)
 
     def _room(self, backend: str, now: float) -> tuple[bool, str | None]:
         """Whether ``backend`` has room for one more adapter, and what to unload for it

@@ -66,7 +66,11 @@ class PlaceAdapter:
         crowded = self.placement.crowded(spec.name, holders)
         if crowded and len(crowded) < len(holders):
             exchange.info = replace(info, exclude=info.exclude | crowded)
-        resp = await call_next(exchange)
+        try:
+            resp = await call_next(exchange)
+        finally:
+            for backend in exchange.bound:
+                self.placement.released(backend, spec.name)
         if exchange.served_by is not None:
             if resp.status == 404:
                 self.loader.forget(exchange.served_by, spec.name)

@@ -58,6 +58,7 @@ class Exchange:
     ask_usage: bool = False  # ask the engine for a stream's usage (and hide it)
     extra_headers: dict[str, str] = field(default_factory=dict)  # added to the answer
     served_by: str | None = None  # the backend that answered
+    bound: list[str] = field(default_factory=list)  # every backend it was bound to, in order
     relay_end: RelayEnd | None = None  # how the answer ended
     _request_id: str | None = None
 

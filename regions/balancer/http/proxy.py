@@ -128,6 +128,7 @@ class Proxy:
                 lease = await self.dispatcher.acquire(attempt_info, exchange.queue_timeout_s)
             except (NoBackendError, ShedError) as exc:
                 return last_failure or self._unbound(exc)
+            exchange.bound.append(lease.backend.name)
             with lease, self._finishing(exchange, attempt_info):
                 backend = lease.backend
                 self.metrics.backend(backend.name).decisions.inc()
