@@ -46,6 +46,13 @@ def view(name: str, in_flight: int = 0, models: Sequence[str] = (MODEL,),
                            0.0, 50.0, True)
 
 
+def decided(p: AdapterPlacement, adapter: str, views: list[BackendSnapshot]):
+    """``p.decide`` over views that list what ``p`` holds, as the pool publishes it."""
+    return p.decide(adapter, [
+        BackendSnapshot(0, v.name, v.models | frozenset(p.holding(v.name)), v.healthy, False,
+                        False, v.in_flight, 16, 0.0, 50.0, True) for v in views])
+
+
 def placement(slots: int = 2, clock: Clock | None = None, **kwargs: float) -> AdapterPlacement:
     return AdapterPlacement([SQL, CHAT], {"a": slots, "b": slots, "c": slots},
                             clock=clock or Clock(), **kwargs)
@@ -54,20 +61,20 @@ def placement(slots: int = 2, clock: Clock | None = None, **kwargs: float) -> Ad
 def test_a_holder_within_the_load_bound_is_used() -> None:
     p = placement()
     p.ended("a", "sql", ok=True)
-    assert p.decide("sql", [view("a", 2), view("b", 1)]) == USE
+    assert decided(p, "sql", [view("a", 2), view("b", 1)]) == USE
 
 
 def test_a_busy_holder_gets_a_replica_on_the_least_loaded_server() -> None:
     p = placement()
     p.ended("a", "sql", ok=True)
-    assert p.decide("sql", [view("a", 9), view("b", 3), view("c", 1)]) == Load("c")
+    assert decided(p, "sql", [view("a", 9), view("b", 3), view("c", 1)]) == Load("c")
 
 
 def test_a_cold_adapter_joins_the_load_under_way() -> None:
     p = placement()
-    assert p.decide("sql", [view("a", 1), view("b", 0)]) == Load("b")
+    assert decided(p, "sql", [view("a", 1), view("b", 0)]) == Load("b")
     p.started("b", "sql", None)
-    assert p.decide("sql", [view("a", 0), view("b", 5)]) == Load("b")
+    assert decided(p, "sql", [view("a", 0), view("b", 5)]) == Load("b")
 
 
 def test_a_full_server_unloads_only_an_idle_adapter() -> None:
@@ -79,20 +86,20 @@ def test_a_full_server_unloads_only_an_idle_adapter() -> None:
     views = [view("a", 1), view("b", 0), view("c", 2)]
     # every slot holds an adapter used just now: nowhere has room, so the least loaded
     # server must make room (nobody holds sql)
-    assert p.decide("sql", views) == Load("b", evict="chat")
+    assert decided(p, "sql", views) == Load("b", evict="chat")
     clock.now += 61
     p.used("a", "chat")
     p.used("c", "chat")
-    assert p.decide("sql", views) == Load("b", evict="chat")  # b's chat is idle
+    assert decided(p, "sql", views) == Load("b", evict="chat")  # b's chat is idle
     p.ended("b", "sql", ok=True)
     p.started("c", "sql", None)
     p.ended("c", "sql", ok=False)  # c refused: it is left out for a while
-    assert p.decide("sql", [view("a", 0), view("b", 30), view("c", 0)]) == QUEUE
+    assert decided(p, "sql", [view("a", 0), view("b", 30), view("c", 0)]) == QUEUE
 
 
 def test_no_server_that_can_hold_adapters_is_a_refusal() -> None:
     p = placement(slots=0)
-    decision = p.decide("sql", [view("a"), view("b", models=("other",))])
+    decision = decided(p, "sql", [view("a"), view("b", models=("other",))])
     assert isinstance(decision, Refuse) and "no usable GPU server" in decision.why
 
 
@@ -239,12 +246,12 @@ def test_a_holder_whose_batch_is_full_of_other_adapters_is_crowded() -> None:
     p.learn_active("b", Scraped(2, {"x", "y"}))
     assert p.crowded("sql", ["a", "b"]) == {"a", "b"}
     # crowding steers among holders; it does not load a replica by itself
-    assert p.decide("sql", [view("a"), view("b"), view("c", 3)]) == USE
+    assert decided(p, "sql", [view("a"), view("b"), view("c", 3)]) == USE
     # but where one must be loaded, a batch with room comes first
     p.learn_active("c", Scraped(4, {"x"}))
     p.learn_active("d", Scraped(1, {"x"}))
     views = [view("a", 9), view("b", 9), view("c", 3), view("d", 0)]
-    assert p.decide("sql", views) == Load("c")
+    assert decided(p, "sql", views) == Load("c")
     p.bound("c", "z")  # sent there since the scrape: counts until the next one
     assert "z" in p.active["c"][1]
 
@@ -274,7 +281,7 @@ def test_a_forced_eviction_takes_an_adapter_without_requests_there_first() -> No
     p.bound("a", "chat")
     p.bound("a", "other")
     p.released("a", "other")
-    assert p.decide("sql", [view("a")]) == Load("a", evict="other")
+    assert decided(p, "sql", [view("a")]) == Load("a", evict="other")
 
 
 async def test_an_adapter_with_requests_in_flight_is_unloaded_only_after_them() -> None:
@@ -297,3 +304,21 @@ async def test_an_adapter_with_requests_in_flight_is_unloaded_only_after_them() 
                 while "sql" in fleet["g0"].context.adapters:
                     await asyncio.sleep(0.05)
             assert balancer.placement.in_flight == {}
+
+
+async def test_a_request_whose_adapter_left_every_holder_before_binding_is_placed_again(
+) -> None:
+    async with Fleet([lora_server("g0")], time_scale=20.0) as fleet:
+        backends = [BackendSpec("g0", fleet["g0"].url, (MODEL,), 16)]
+        balancer = build_balancer("r", backends, BalancerConfig(adapters=(SQL,),
+                                                                adapter_sync_s=0.0))
+        decide, placed = balancer.placement.decide, []
+
+        def stale_first(adapter, views):  # as if its holder evicted it meanwhile
+            placed.append(adapter)
+            return USE if len(placed) == 1 else decide(adapter, views)
+
+        balancer.placement.decide = stale_first  # type: ignore[method-assign]
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            assert await ask(client, "sql") == (200, "g0")
+        assert placed == ["sql", "sql"]

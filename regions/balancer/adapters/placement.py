@@ -261,7 +261,7 @@ class AdapterPlacement:
             return Refuse(f"no usable GPU server here serves {spec.base} with LoRA "
                           f"adapter slots, so none can load {adapter}")
         cap = load_cap(hosts, 1.0 + self.epsilon)
-        holders = [b for b in hosts if adapter in self.held.get(b.name, ())]
+        holders = [b for b in hosts if adapter in b.models]  # as routing sees them
         if any(within_bound(b, cap) for b in holders):
             return USE
         crowded = self.crowded(adapter, (b.name for b in hosts))
