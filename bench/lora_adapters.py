@@ -268,12 +268,16 @@ async def main() -> None:
     parser.add_argument("--time-scale", type=float, default=4.0)
     parser.add_argument("--warmup", type=float, default=240.0, help="model seconds")
     parser.add_argument("--window", type=float, default=600.0, help="model seconds")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated setups to run (default: all)")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     args = parser.parse_args()
     runs: list[Run] = []
     slots = [int(c) for c in args.cpu_slots.split(",")]
     setups = [("preloaded", args.adapters), *((f"on-demand-{c}", c) for c in slots),
               (f"free-loads-{max(slots)}", max(slots))]
+    if args.only:
+        setups = [s for s in setups if s[0] in args.only.split(",")]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for setup, cpu_slots in setups:
             run = await one_run(setup, cpu_slots, seed, args)

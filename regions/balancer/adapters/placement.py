@@ -124,6 +124,7 @@ class AdapterPlacement:
         # adapters taken out of a backend's routing, still registered there until their
         # requests end and the unload goes through: a listing does not bring them back
         self.dropped: dict[str, set[str]] = {}
+        self.unloaded_at: dict[str, dict[str, float]] = {}  # backend -> adapter -> when
 
     # -- what is known ---------------------------------------------------------------------
 
@@ -205,8 +206,9 @@ class AdapterPlacement:
                     name, ()):
                 del held[name]
         dropped = self.dropped.get(backend, set())
+        unloaded_at = self.unloaded_at.get(backend, {})
         for name, (parent, root) in listed.items():
-            if parent not in bases or name in dropped:
+            if parent not in bases or name in dropped or unloaded_at.get(name, -1e18) >= read_at:
                 continue
             held.setdefault(name, now)
             if name not in self.adapters:
@@ -224,8 +226,10 @@ class AdapterPlacement:
             self.dropped.setdefault(backend, set()).add(evict)
 
     def unloaded(self, backend: str, adapter: str) -> None:
-        """``adapter`` was unloaded from ``backend`` (or that was given up)."""
+        """``adapter`` was unloaded from ``backend`` (or that was given up): a listing
+        read before now does not bring it back."""
         self.dropped.get(backend, set()).discard(adapter)
+        self.unloaded_at.setdefault(backend, {})[adapter] = self.clock()
 
     def ended(self, backend: str, adapter: str, ok: bool) -> None:
         """The load ended: ``adapter`` is held there, or the backend refused it."""
