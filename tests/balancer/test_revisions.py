@@ -17,6 +17,7 @@ from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.proxy import REVISION_HEADER
 from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.simulator import Fleet, ServerSpec
+from regions.simulator.faults import Fault, FaultMode
 from tests.balancer.helpers import MODEL, completion
 from workers.targets import GpuTarget, probe_targets
 
@@ -137,3 +138,24 @@ def test_a_revision_may_name_the_fingerprint_its_probe_must_read() -> None:
     with pytest.raises(PolicyError, match="revision"):
         load_policy_text(POLICY.format(split="").replace("revision m r2",
                                                          "revision m r2 fingerprint"))
+
+
+async def test_a_request_every_server_of_its_revision_failed_is_answered_by_another() -> None:
+    specs = [ServerSpec(n, models=(MODEL,)) for n in ("old", "new-a", "new-b")]
+    async with Fleet(specs, time_scale=20.0) as fleet:
+        for name in ("new-a", "new-b"):
+            fleet[name].set_fault(Fault(FaultMode.ERROR5XX, status=500))
+        backends = [BackendSpec(n, fleet[n].url, (MODEL,), 16,
+                                revisions=((MODEL, "r1" if n == "old" else "r2"),))
+                    for n in ("old", "new-a", "new-b")]
+        balancer = build_balancer("test-region", backends, BalancerConfig())
+        balancer.revisions.set_overrides({MODEL: RevisionSplit(MODEL, (("r1", 0.0),
+                                                                      ("r2", 100.0)))})
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client, \
+                client.post("/v1/completions", json=completion(2)) as resp:
+            await resp.read()
+            assert resp.status == 200
+            assert (resp.headers[REVISION_HEADER], resp.headers["x-director-backend"]) == (
+                "r1", "old")
+        counted = balancer.outcomes.by_revision
+        assert counted[(MODEL, "r2")].errors == 2  # the rollout still sees both failures

@@ -10,6 +10,8 @@
    another backend (``max_retries``); the failed backend is excluded for this request and
    its error counted towards outlier ejection (and, for a declared revision, towards that
    revision's error rate: a rollout still sees a bad revision's 500s that clients do not).
+   When every server of the request's revision has failed it, the retry may go to any
+   revision of the model.
    An inference request changes nothing on the server, so sending it again is safe; a 500
    is what a broken revision or a crashing engine answers, and the retry is what keeps it
    from reaching the client. Other statuses (4xx: the request's own fault) pass through.
@@ -126,7 +128,19 @@ class Proxy:
             )
             try:
                 lease = await self.dispatcher.acquire(attempt_info, exchange.queue_timeout_s)
-            except (NoBackendError, ShedError) as exc:
+            except NoBackendError as exc:
+                if not (excluded and info.revision is not None):
+                    return last_failure or self._unbound(exc)
+                # every server of its revision failed it: nothing was sent, so any
+                # revision may answer (in a rollout, the baseline takes a candidate's)
+                info = dataclasses.replace(info, revision=None)
+                attempt_info = dataclasses.replace(info, exclude=frozenset(excluded))
+                try:
+                    lease = await self.dispatcher.acquire(attempt_info,
+                                                          exchange.queue_timeout_s)
+                except (NoBackendError, ShedError) as again:
+                    return last_failure or self._unbound(again)
+            except ShedError as exc:
                 return last_failure or self._unbound(exc)
             exchange.bound.append(lease.backend.name)
             with lease, self._finishing(exchange, attempt_info):
