@@ -45,7 +45,7 @@ from aiohttp import web
 
 from policies.model import Policy
 from regions.balancer.adapters.loader import AdapterLoader
-from regions.balancer.adapters.placement import AdapterPlacement
+from regions.balancer.adapters.placement import AdapterPlacement, adapters_of
 from regions.balancer.adapters.stage import PlaceAdapter
 from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin import build_admin_app
@@ -277,6 +277,11 @@ class Balancer(Lifecycle, Reports):
             return await self.handle(Exchange(request, endpoint))
 
         return handler
+
+    def declare_adapters(self, region: Any, specs: list[BackendSpec]) -> None:
+        """The policy's region changed: its adapters, and its servers' declared slots."""
+        self.placement.declare(adapters_of(region),
+                               {s.name: s.adapter_slots for s in specs if s.adapter_slots})
 
     def _adapter_bound(self, request: RequestInfo, backend: BackendSnapshot) -> None:
         if self.placement.adapters and request.model in self.placement.adapters:

@@ -326,3 +326,18 @@ async def test_a_request_whose_adapter_left_every_holder_before_binding_is_place
         async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
             assert await ask(client, "sql") == (200, "g0")
         assert placed == ["sql", "sql"]
+
+
+def test_a_policy_change_declares_its_adapters_and_slots() -> None:
+    text = RESIDENCY.replace(
+        "region us-east { location 38.9 -77.0; jurisdiction US; endpoints 127.0.1.1; "
+        "capacity 10rps }",
+        "region us-east { location 38.9 -77.0; jurisdiction US; endpoints 127.0.1.1; "
+        "capacity 10rps\n  gpu g0 { url http://127.0.0.1:9; models sim-model; "
+        "adapter-slots 8 }\n  adapter sql base sim-model path /adapters/sql }")
+    policy = load_policy_text(text)
+    balancer = build_balancer("us-east", [BackendSpec("g0", "http://127.0.0.1:9", (MODEL,))])
+    assert balancer.placement.spec("sql") is None
+    balancer.apply_policy(policy)
+    assert balancer.placement.spec("sql") == AdapterSpec("sql", MODEL, "/adapters/sql")
+    assert balancer.placement.slots("g0") == 8

@@ -60,6 +60,7 @@ WINGS: dict[str, set[str]] = {
     "http": {"scheduling"},
     "tenancy": {"http", "scheduling"},
     "signals": {"http", "scheduling", "tenancy"},
+    "adapters": {"http", "scheduling", "signals"},
 }
 
 

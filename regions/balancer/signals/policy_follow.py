@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policies.model import Policy
-from regions.balancer.adapters.placement import AdapterPlacement, adapters_of
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.http.connections import BackendConnections, ConnectionPool
 from regions.balancer.http.revision_choice import ChooseRevision
@@ -84,8 +83,7 @@ class FollowedBalancer(Protocol):
     def overflow(self) -> Overflow | None: ...
     @property
     def revisions(self) -> ChooseRevision: ...
-    @property
-    def placement(self) -> AdapterPlacement: ...
+    def declare_adapters(self, region: Any, specs: list[BackendSpec]) -> None: ...
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None: ...
 
@@ -195,8 +193,7 @@ class PolicyFollow:
         b.jurisdiction = region.jurisdiction
         b.revisions.splits = {model: RevisionSplit(model, weights)
                               for model, weights in region.splits}
-        b.placement.declare(adapters_of(region),
-                            {s.name: s.adapter_slots for s in specs if s.adapter_slots})
+        b.declare_adapters(region, specs)
         if b.residency is not None:
             old = b.residency
             b.residency = ResidencyCheck(
