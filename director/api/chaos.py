@@ -44,7 +44,7 @@ class GpuChaos:
             self._deadman.cancel(f"root {region}/{gpu}/{model}")
             original = self._roots.pop(key, None)
             if original is not None:
-                await self._post(server.url, "/_sim/root", {"model": model, "root": original})
+                await self._request(server.url, "/_sim/root", {"model": model, "root": original})
             return {"region": region, "gpu": gpu, "model": model, "root": original,
                     "restored": original is not None}
         root = body.get("root")
@@ -53,14 +53,14 @@ class GpuChaos:
         ttl = check_ttl(body.get("ttl"), default=MAX_TTL, maximum=MAX_TTL)
         original = self._roots.get(key)
         if original is None:
-            state = await self._get(server.url, "/_sim/state")
+            state = await self._request(server.url, "/_sim/state", None, method="GET")
             roots = state.get("roots") if isinstance(state, dict) else None
             original = roots.get(model, model) if isinstance(roots, dict) else model
-        answer = await self._post(server.url, "/_sim/root", {"model": model, "root": root})
+        answer = await self._request(server.url, "/_sim/root", {"model": model, "root": root})
         self._roots[key] = original
 
         async def revert() -> None:
-            await self._post(server.url, "/_sim/root", {"model": model, "root": original})
+            await self._request(server.url, "/_sim/root", {"model": model, "root": original})
             self._roots.pop(key, None)
 
         revert_at = None
@@ -89,13 +89,12 @@ class GpuChaos:
                 "revert_at": revert_at}
 
     async def _send(self, url: str, spec: dict[str, Any]) -> Any:
-        return await self._post(url, "/_sim/fault", spec)
+        return await self._request(url, "/_sim/fault", spec)
 
-    async def _get(self, url: str, path: str) -> Any:
-        return await self._post(url, path, None, method="GET")
-
-    async def _post(self, url: str, path: str, spec: dict[str, Any] | None,
-                    method: str = "POST") -> Any:
+    async def _request(self, url: str, path: str, spec: dict[str, Any] | None,
+                       method: str = "POST") -> Any:
+        """``method`` ``path`` on the simulated server at ``url`` (``spec`` its JSON body);
+        its answer, or ``BadGateway`` / its own 4xx as ``ApiError``."""
         target = f"{url.rstrip('/')}{path}"
         try:
             async with self._http.request(

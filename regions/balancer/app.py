@@ -45,7 +45,11 @@ from aiohttp import web
 
 from policies.model import Policy
 from regions.balancer.adapters.loader import AdapterLoader
-from regions.balancer.adapters.placement import AdapterPlacement, adapters_of
+from regions.balancer.adapters.placement import (
+    AdapterPlacement,
+    adapters_of,
+    declared_slots,
+)
 from regions.balancer.adapters.stage import PlaceAdapter
 from regions.balancer.config import BalancerConfig
 from regions.balancer.http.admin import build_admin_app
@@ -178,9 +182,7 @@ class Balancer(Lifecycle, Reports):
             self.output_lengths, self.metrics.slow_requests.labels("body").inc)
         self.revisions = ChooseRevision({s.model: s for s in cfg.splits}, self.pool,
                                         self.profile.rng)
-        self.placement = AdapterPlacement(
-            cfg.adapters, {s.name: s.adapter_slots for s in specs if s.adapter_slots},
-            clock=clock)
+        self.placement = AdapterPlacement(cfg.adapters, declared_slots(specs), clock=clock)
         self.adapter_loader = AdapterLoader(self.placement, self.pool,
                                             self.connections.sessions, self.catalog,
                                             self.metrics.adapter_loads_counted)
@@ -280,11 +282,10 @@ class Balancer(Lifecycle, Reports):
 
     def declare_adapters(self, region: Any, specs: list[BackendSpec]) -> None:
         """The policy's region changed: its adapters, and its servers' declared slots."""
-        self.placement.declare(adapters_of(region),
-                               {s.name: s.adapter_slots for s in specs if s.adapter_slots})
+        self.placement.declare(adapters_of(region), declared_slots(specs))
 
     def _adapter_bound(self, request: RequestInfo, backend: BackendSnapshot) -> None:
-        if self.placement.adapters and request.model in self.placement.adapters:
+        if request.model in self.placement.adapters:
             self.placement.bound(backend.name, request.model)
 
     def _refused(self, tenant: str, status: int, limit: str | None) -> None:

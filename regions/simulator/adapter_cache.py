@@ -23,9 +23,6 @@ class AdapterCache:
     loads: Counter[str] = field(default_factory=Counter)
     evictions: int = 0
 
-    def holds(self, name: str) -> bool:
-        return name in self.loaded
-
     def use(self, name: str) -> bool:
         """Mark ``name`` used now; False if it must be loaded first (see ``load``)."""
         if name not in self.loaded:

@@ -194,15 +194,11 @@ class Engine:
     def adapters(self) -> AdapterCache:
         return self._sched.adapters
 
-    def adapter_requests(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Requests per adapter: running, and waiting (vLLM's ``lora_requests_info``)."""
-        running: dict[str, int] = {}
-        waiting: dict[str, int] = {}
-        for seqs, counts in ((self._sched.running, running), (self._sched.waiting, waiting)):
-            for seq in seqs:
-                if seq.adapter is not None:
-                    counts[seq.adapter] = counts.get(seq.adapter, 0) + 1
-        return running, waiting
+    def adapter_requests(self) -> tuple[set[str], set[str]]:
+        """The adapters of the running requests and of the waiting ones (vLLM's
+        ``lora_requests_info``)."""
+        return ({s.adapter for s in self._sched.running if s.adapter is not None},
+                {s.adapter for s in self._sched.waiting if s.adapter is not None})
 
     # -- fault knobs ---------------------------------------------------------------------
 

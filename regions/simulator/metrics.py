@@ -141,8 +141,8 @@ def lora_info(engine: Engine) -> Metric:
     metric = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
                                labels=["max_lora", "running_lora_adapters",
                                        "waiting_lora_adapters"])
-    metric.add_metric([str(engine.config.max_loras), ",".join(running), ",".join(waiting)],
-                      time.time())
+    metric.add_metric([str(engine.config.max_loras), ",".join(sorted(running)),
+                       ",".join(sorted(waiting))], time.time())
     return metric
 
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from regions.balancer.scheduling.backend import BackendSpec
 from regions.balancer.scheduling.load_bound import load_cap, within_bound
 from regions.balancer.types import BackendSnapshot
 
@@ -101,6 +102,11 @@ def adapters_of(region: Any) -> tuple[AdapterSpec, ...]:
     return tuple(AdapterSpec(a.name, a.base, a.path) for a in getattr(region, "adapters", ()))
 
 
+def declared_slots(specs: Iterable[BackendSpec]) -> dict[str, int]:
+    """The adapter slots the backends declare (``adapter-slots``), by backend."""
+    return {s.name: s.adapter_slots for s in specs if s.adapter_slots}
+
+
 class AdapterPlacement:
     """The adapters each backend holds, and where the next request of one should go."""
 
@@ -154,15 +160,12 @@ class AdapterPlacement:
     def holding(self, backend: str) -> tuple[str, ...]:
         return tuple(self.held.get(backend, ()))
 
-    def learn_slots(self, backend: str, max_loras: int) -> None:
-        """``backend``'s metrics say one batch may use ``max_loras`` adapters."""
-        self.learned_slots[backend] = max_loras
-
     def learn_active(self, backend: str, load: LoraLoad) -> None:
-        """``backend``'s metrics: its batch limit and its requests' adapters now."""
+        """``backend``'s metrics: its batch limit and its requests' adapters now (nothing
+        when they say nothing of LoRA)."""
         if load.max_loras is None:
             return
-        self.learn_slots(backend, load.max_loras)
+        self.learned_slots[backend] = load.max_loras
         self.active[backend] = (load.max_loras, set(load.lora_running | load.lora_waiting))
 
     def bound(self, backend: str, adapter: str) -> None:
@@ -268,17 +271,22 @@ class AdapterPlacement:
         holders = [b for b in hosts if adapter in b.models]  # as routing sees them
         if any(within_bound(b, cap) for b in holders):
             return USE
-        crowded = self.crowded(adapter, (b.name for b in hosts))
         loading = self.loading.get(adapter)
         if loading:
             return Load(min(loading))
-        with_room = [(b, evict) for b in hosts if b not in holders
-                     for has_room, evict in (self._room(b.name, now),) if has_room]
-        if with_room:
-            b, evict = min(with_room, key=lambda pair: (
-                pair[0].name in crowded, pair[0].in_flight, pair[1] is not None,
-                len(self.held.get(pair[0].name, ()))))
-            return Load(b.name, evict)
+        crowded = self.crowded(adapter, (b.name for b in hosts))
+        best: tuple[tuple[bool, int, bool, int], Load] | None = None
+        for b in hosts:
+            if adapter in b.models:
+                continue
+            has_room, evict = self._room(b.name, now)
+            if has_room:
+                rank = (b.name in crowded, b.in_flight, evict is not None,
+                        len(self.held.get(b.name, ())))
+                if best is None or rank < best[0]:
+                    best = (rank, Load(b.name, evict))
+        if best is not None:
+            return best[1]
         if holders:
             return QUEUE
         b = min(hosts, key=lambda v: v.in_flight)

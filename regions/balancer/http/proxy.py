@@ -123,32 +123,17 @@ class Proxy:
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
                 self.metrics.retries.inc()
-            attempt_info = (
-                dataclasses.replace(info, exclude=frozenset(excluded)) if excluded else info
-            )
             try:
-                lease = await self.dispatcher.acquire(attempt_info, exchange.queue_timeout_s)
-            except NoBackendError as exc:
-                if not (excluded and info.revision is not None):
-                    return last_failure or self._unbound(exc)
-                # every server of its revision failed it: nothing was sent, so any
-                # revision may answer (in a rollout, the baseline takes a candidate's)
-                info = dataclasses.replace(info, revision=None)
-                attempt_info = dataclasses.replace(info, exclude=frozenset(excluded))
-                try:
-                    lease = await self.dispatcher.acquire(attempt_info,
-                                                          exchange.queue_timeout_s)
-                except (NoBackendError, ShedError) as again:
-                    return last_failure or self._unbound(again)
-            except ShedError as exc:
+                lease, info = await self._bind(info, excluded, exchange.queue_timeout_s)
+            except (NoBackendError, ShedError) as exc:
                 return last_failure or self._unbound(exc)
             exchange.bound.append(lease.backend.name)
-            with lease, self._finishing(exchange, attempt_info):
+            with lease, self._finishing(exchange, info):
                 backend = lease.backend
                 self.metrics.backend(backend.name).decisions.inc()
                 sent_at = self.clock()
                 try:
-                    body = (with_priority(raw, attempt_info.priority)
+                    body = (with_priority(raw, info.priority)
                             if backend.spec.priority_scheduling else raw)
                     upstream = await self.upstreams[backend.name].request(
                         "POST", path, headers.items(), body)
@@ -167,6 +152,21 @@ class Proxy:
                 return await self._relay(exchange, upstream, lease, start, sent_at,
                                          strip_usage)
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
+
+    async def _bind(self, info: RequestInfo, excluded: set[str],
+                    timeout_s: float) -> tuple[Lease, RequestInfo]:
+        """A lease for ``info`` on a backend not in ``excluded``, and the request as bound.
+        When every server of its revision has failed it (all excluded), any revision of
+        the model may take it: nothing was sent, and in a rollout the baseline answers what
+        the candidate failed."""
+        attempt = dataclasses.replace(info, exclude=frozenset(excluded)) if excluded else info
+        try:
+            return await self.dispatcher.acquire(attempt, timeout_s), attempt
+        except NoBackendError:
+            if not excluded or info.revision is None:
+                raise
+        attempt = dataclasses.replace(attempt, revision=None)
+        return await self.dispatcher.acquire(attempt, timeout_s), attempt
 
     def _unbound(self, exc: NoBackendError | ShedError) -> web.Response:
         """The answer when no backend could take the request: 404 for an unknown model,

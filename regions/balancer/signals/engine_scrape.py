@@ -78,7 +78,7 @@ class EngineScraper:
         self._scraped_at: dict[str, float] = {}
         self._engine: dict[str, str] = {}  # detected from the page when the spec says none
         self._task: asyncio.Task[None] | None = None
-        # told each backend's LoRA adapters when its page says them (adapters.placement)
+        # told each scrape's load: its LoRA figures, where it has some (adapters.placement)
         self.on_lora: Callable[[str, engines.EngineLoad], None] | None = None
 
     async def scrape_once(self) -> None:
@@ -123,7 +123,7 @@ class EngineScraper:
         self.counts.failures_in_a_row.pop(b.name, None)
         self.pool.set_scraped(b.name, ScrapedLoad(load.waiting, load.running, load.cache_usage,
                                                     load.kv_tokens))
-        if load.max_loras is not None and self.on_lora is not None:
+        if self.on_lora is not None:
             self.on_lora(b.name, load)
         now = self.clock()
         if now - self._info_at.get(b.name, -1e18) >= self.info_every_s:
