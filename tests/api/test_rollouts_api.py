@@ -14,7 +14,7 @@ from director.api.config import PolicyDocument
 from state import StateStore
 from state.outcomes import Outcomes, outcome_field
 from tests.api.api_helpers import running_api
-from tests.api.test_status_page import chromium
+from tests.api.test_status_page import chromium, chromium_browser
 
 TEXT = """
 zone infer.example.com { ns ns1.infer.example.com 127.0.0.1 }
@@ -147,9 +147,7 @@ async def test_the_status_page_shows_the_rollouts(tmp_path, valkey, prefix) -> N
         _, document = await api.get("/api/v1/status", token="read")
         assert [(r["id"], r["status"], r["percent"]) for r in document["rollouts"]] == [
             (started["id"], "running", 10.0)]
-        browser = await playwright.chromium.launch(executable_path=browser_path,
-                                                   args=["--no-sandbox"])
-        try:
+        async with chromium_browser(playwright, browser_path) as browser:
             page = await browser.new_page()
             problems: list[str] = []
             page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
@@ -160,5 +158,3 @@ async def test_the_status_page_shows_the_rollouts(tmp_path, valkey, prefix) -> N
             assert [c.strip() for c in cells[:5]] == [started["id"], "m", "r1 → r2", "running",
                                                       "10 %"]
             assert problems == []
-        finally:
-            await browser.close()

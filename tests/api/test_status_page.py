@@ -4,9 +4,12 @@ tests/artifacts/status-page.png."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from api_helpers import running_api
@@ -23,6 +26,17 @@ def chromium() -> str:
     return path
 
 
+@contextlib.asynccontextmanager
+async def chromium_browser(playwright: Any, path: str) -> AsyncIterator[Any]:
+    """Chromium at ``path`` (``chromium()``) under ``playwright``, launched as root needs
+    it, closed however the block ends."""
+    browser = await playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+    try:
+        yield browser
+    finally:
+        await browser.close()
+
+
 async def test_status_page_shows_live_regions_and_follows_a_drain(tmp_path, valkey, prefix):
     browser_path = chromium()
     playwright_api = pytest.importorskip("playwright.async_api")
@@ -35,65 +49,61 @@ async def test_status_page_shows_live_regions_and_follows_a_drain(tmp_path, valk
     store.record_probe("eu-west", "euw1-a100-a", ok=False, rise=1, fall=1)
 
     async with running_api(tmp_path, valkey.url, prefix) as api, \
-            playwright_api.async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=browser_path,
-                                                   args=["--no-sandbox"])
-        try:
-            page = await browser.new_page(viewport={"width": 1440, "height": 1000})
-            problems: list[str] = []
-            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-            page.on("console", lambda msg: problems.append(msg.text)
-                    if msg.type == "error" else None)
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
+            playwright_api.async_playwright() as playwright, \
+            chromium_browser(playwright, browser_path) as browser:
+        page = await browser.new_page(viewport={"width": 1440, "height": 1000})
+        problems: list[str] = []
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        page.on("console", lambda msg: problems.append(msg.text)
+                if msg.type == "error" else None)
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
 
-            await page.goto(f"{api.url}/#token={api.reader}")
-            rows = page.locator("#regions tbody tr")
-            await rows.nth(3).wait_for(timeout=10_000)
-            assert await rows.count() == 4
-            assert "#token" not in page.url  # taken out of the address bar
-            assert await page.evaluate("sessionStorage.getItem('director.token')") == api.reader
+        await page.goto(f"{api.url}/#token={api.reader}")
+        rows = page.locator("#regions tbody tr")
+        await rows.nth(3).wait_for(timeout=10_000)
+        assert await rows.count() == 4
+        assert "#token" not in page.url  # taken out of the address bar
+        assert await page.evaluate("sessionStorage.getItem('director.token')") == api.reader
 
-            us = page.locator('tr[data-region="us-east"]')
-            await page.wait_for_function(
-                """() => document.querySelector('tr[data-region="us-east"] td.load')
-                         ?.textContent.includes('42%')""", timeout=10_000)
-            assert await us.locator("td.health").inner_text() == "healthy"
-            assert await page.locator('tr[data-region="eu-west"] td.health').inner_text() \
-                == "degraded"
-            assert await page.locator('tr[data-region="eu-west"] td.load').inner_text() \
-                == "91%"
-            assert await page.locator('tr[data-region="eu-central"] td.drain').inner_text() \
-                == "serving"
-            paris = page.locator('#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
-            assert await paris.inner_text() == "eu-central"
-            assert await page.locator("#map circle.region").count() == 4
-            assert await page.locator("#tenants-section").is_hidden()  # none declared
+        us = page.locator('tr[data-region="us-east"]')
+        await page.wait_for_function(
+            """() => document.querySelector('tr[data-region="us-east"] td.load')
+                     ?.textContent.includes('42%')""", timeout=10_000)
+        assert await us.locator("td.health").inner_text() == "healthy"
+        assert await page.locator('tr[data-region="eu-west"] td.health').inner_text() \
+            == "degraded"
+        assert await page.locator('tr[data-region="eu-west"] td.load').inner_text() \
+            == "91%"
+        assert await page.locator('tr[data-region="eu-central"] td.drain').inner_text() \
+            == "serving"
+        paris = page.locator('#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
+        assert await paris.inner_text() == "eu-central"
+        assert await page.locator("#map circle.region").count() == 4
+        assert await page.locator("#tenants-section").is_hidden()  # none declared
 
-            # A drain through the API shows on the page within a few seconds.
-            status, _ = await api.post("/api/v1/regions/eu-central/drain")
-            assert status == 200
-            await page.locator('tr[data-region="eu-central"] td.drain .pill.draining') \
-                .wait_for(timeout=5_000)
-            await page.wait_for_function(
-                """() => document.querySelector(
-                    '#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
-                    ?.textContent.startsWith('eu-west')""", timeout=5_000)
-            await page.wait_for_timeout(300)  # let the map settle for the picture
+        # A drain through the API shows on the page within a few seconds.
+        status, _ = await api.post("/api/v1/regions/eu-central/drain")
+        assert status == 200
+        await page.locator('tr[data-region="eu-central"] td.drain .pill.draining') \
+            .wait_for(timeout=5_000)
+        await page.wait_for_function(
+            """() => document.querySelector(
+                '#samples tr[data-label="Paris, FR"] td[data-service="chat"]')
+                ?.textContent.startsWith('eu-west')""", timeout=5_000)
+        await page.wait_for_timeout(300)  # let the map settle for the picture
 
-            ARTIFACTS.mkdir(exist_ok=True)
-            await page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
-            assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
+        assert (ARTIFACTS / "status-page.png").stat().st_size > 10_000
 
-            assert problems == []
-            assert all(url.startswith(api.url) for url in requests), requests  # offline
+        assert problems == []
+        assert all(url.startswith(api.url) for url in requests), requests  # offline
 
-            # A refused token brings the login form back.
-            await page.goto(f"{api.url}/#token=wrong")
-            await page.locator("#login").wait_for(state="visible", timeout=5_000)
-            assert "unknown token" in await page.locator("#login-error").inner_text()
-        finally:
-            await browser.close()
+        # A refused token brings the login form back.
+        await page.goto(f"{api.url}/#token=wrong")
+        await page.locator("#login").wait_for(state="visible", timeout=5_000)
+        assert "unknown token" in await page.locator("#login-error").inner_text()
     store.close()
 
 
@@ -102,32 +112,28 @@ async def test_api_docs_render_offline_from_local_assets(tmp_path, valkey, prefi
     browser_path = chromium()
     playwright_api = pytest.importorskip("playwright.async_api")
     async with running_api(tmp_path, valkey.url, prefix) as api, \
-            playwright_api.async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=browser_path,
-                                                   args=["--no-sandbox"])
-        try:
-            page = await browser.new_page()
-            problems: list[str] = []
-            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
-            failed: list[str] = []
-            page.on("requestfailed", lambda request: failed.append(request.url))
+            playwright_api.async_playwright() as playwright, \
+            chromium_browser(playwright, browser_path) as browser:
+        page = await browser.new_page()
+        problems: list[str] = []
+        page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+        failed: list[str] = []
+        page.on("requestfailed", lambda request: failed.append(request.url))
 
-            await page.goto(f"{api.url}/docs")
-            operation = page.locator("#operations-default-get_policy_api_v1_policy_get, "
-                                     ".opblock-summary-path[data-path='/api/v1/policy']")
-            await operation.first.wait_for(timeout=10_000)
-            assert await page.locator(".opblock").count() >= 10
-            assert await page.locator("button.authorize").count() == 1  # bearer tokens
+        await page.goto(f"{api.url}/docs")
+        operation = page.locator("#operations-default-get_policy_api_v1_policy_get, "
+                                 ".opblock-summary-path[data-path='/api/v1/policy']")
+        await operation.first.wait_for(timeout=10_000)
+        assert await page.locator(".opblock").count() >= 10
+        assert await page.locator("button.authorize").count() == 1  # bearer tokens
 
-            assert problems == [] and failed == []
-            for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
-                assert any(url.endswith(f"/docs/assets/{asset}") for url in requests)
-            outside = [url for url in requests if not url.startswith((api.url, "data:", "blob:"))]
-            assert outside == []  # offline
-        finally:
-            await browser.close()
+        assert problems == [] and failed == []
+        for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+            assert any(url.endswith(f"/docs/assets/{asset}") for url in requests)
+        outside = [url for url in requests if not url.startswith((api.url, "data:", "blob:"))]
+        assert outside == []  # offline
 
 
 def documented_screenshot_command() -> str:
