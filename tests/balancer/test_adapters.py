@@ -341,3 +341,30 @@ def test_a_policy_change_declares_its_adapters_and_slots() -> None:
     balancer.apply_policy(policy)
     assert balancer.placement.spec("sql") == AdapterSpec("sql", MODEL, "/adapters/sql")
     assert balancer.placement.slots("g0") == 8
+
+
+async def test_a_service_that_names_the_adapter_itself_is_enforced_too(
+        maxmind_test_locator: GeoLocator) -> None:
+    text = RESIDENCY.replace("all-down answer-nothing\n}", """all-down answer-nothing
+}
+service sql.infer.example.com {
+    models sql
+    residency us { clients country US; allow eu-west; all-down answer-allowed }
+    unknown-location regions eu-west
+    all-down answer-nothing
+}""", 1)
+    policy = load_policy_text(text)
+    check = ResidencyCheck(policy, "us-east",
+                           lambda a: maxmind_test_locator.locate(a).place, LOOPBACK_EDGE)
+    async with Fleet([lora_server("g0", ("sql", "/adapters/sql"))], time_scale=20.0) as fleet:
+        backends = [BackendSpec("g0", fleet["g0"].url, (MODEL,), 16)]
+        config = BalancerConfig(residency=check, adapters=(SQL,), adapter_sync_s=0.0)
+        balancer = build_balancer("us-east", backends, config)
+        async with balancer, aiohttp.ClientSession(base_url=balancer.url) as client:
+            headers = {"Host": "chat.infer.example.com", "X-Director-Client-IP": US}
+            async with client.post("/v1/completions", json=body("sql"),
+                                   headers=headers) as resp:
+                assert resp.status == 451, await resp.text()  # the adapter's own rule
+            async with client.post("/v1/completions", json=body(MODEL),
+                                   headers=headers) as resp:
+                assert resp.status == 200  # the base model's rules allow the client
