@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fault switches for drills, set at run time through ``POST /_sim/fault``.
 
-Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|"short", "factor": 3.0, "rate": 1.0,
+Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|"short"|"stall", "factor": 3.0,
+"rate": 1.0,
 "status": 503, "ttl": 30}``; every field is validated, and those a mode does not use have no
 effect. With ``ttl`` (seconds) the server reverts to healthy by itself after that long, unless
 another fault is set first: a drill's fault ends even if whoever set it is gone.
@@ -19,6 +20,10 @@ another fault is set first: a drill's fault ends even if whoever set it is gone.
 - ``short``: a bad revision that answers too little: each answer is cut to ``factor``
   (default 0.3, at most 1) of the tokens it would have had, and ends with finish reason
   ``stop`` instead of ``length``.
+- ``stall``: a ``rate`` share (default 1.0) of streamed answers stops after a random
+  number of its tokens (at least one, never the last): the connection stays open and no
+  byte follows, as when a worker hangs mid-answer. The sequence is aborted on the engine,
+  so its slot is freed; the stream stays silent until its client closes it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class FaultMode(enum.Enum):
     HANG = "hang"
     ERROR5XX = "error5xx"
     SHORT = "short"  # answers cut to ``factor`` of their tokens, ending "stop": a bad revision
+    STALL = "stall"  # a ``rate`` share of streams goes silent mid-answer
 
 
 _ERROR_STATUSES = (500, 503)
@@ -101,6 +107,13 @@ class Fault:
         if self.mode is not FaultMode.ERROR5XX or rng.random() >= self.rate:
             return None
         return self.status if self.status is not None else rng.choice(_ERROR_STATUSES)
+
+    def stall_after(self, rng: random.Random, output_tokens: int) -> int | None:
+        """For ``stall``: after how many of its ``output_tokens`` this stream goes silent
+        (1 to ``output_tokens - 1``), or None to stream it whole."""
+        if self.mode is not FaultMode.STALL or output_tokens < 2 or rng.random() >= self.rate:
+            return None
+        return rng.randint(1, output_tokens - 1)
 
 
 def _number(body: dict[str, Any], key: str, default: float) -> float:

@@ -7,6 +7,15 @@ estimate. The output length is ``max_tokens`` (``max_completion_tokens`` for cha
 16 for completions as in OpenAI's legacy API, 256 for chat), or ``x_output_tokens`` capped
 by ``max_tokens``: benchmarks replay traces with exact counts this way. The finish reason is
 ``length`` when the output reached ``max_tokens``, else ``stop``.
+
+Continuations (a stream resumed elsewhere after a stall): a chat request with
+``continue_final_message`` (and ``add_generation_prompt: false``, as vLLM requires) whose
+last message is the assistant's, or a completion whose prompt ends with generated text,
+continues that answer. Generated text is deterministic (``token_text``), so the
+continuation is the rest of the answer an unbroken request would have streamed: it
+starts at token ``k`` when the partial answer is the first ``k`` generated tokens, and
+stops where that answer would have (``max_tokens`` counts only the new tokens, as in
+vLLM). The partial answer's ``k`` tokens count as prompt tokens.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ class InferenceRequest:
     user: str | None
     inputs: tuple[str, ...] = ()
     token_stream: str = ""  # the prompt as the prefix cache sees it (``prompt_blocks``)
+    first_token: int = 0  # a continuation's: how many tokens of the answer came before
 
     @property
     def finish_reason(self) -> str:
@@ -72,32 +82,86 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         stream_text = chat_stream(body["messages"])
         max_tokens = _opt_int(body, "max_completion_tokens", 1) or _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_CHAT_TOKENS
+        partial = _final_message(body)
+        done = generated_tokens(partial) if partial else 0
+        if done:  # the partial answer's k tokens replace its message's estimate
+            estimate = _estimate_chat(body["messages"][:-1]) + done
     else:
         estimate = _estimate_prompt(body.get("prompt"))
         stream_text = completion_stream(body["prompt"])
         max_tokens = _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_COMPLETION_TOKENS
+        done = generated_suffix_tokens(body["prompt"])
     if body.get("n", 1) != 1:
         raise RequestError("only n=1 is supported by the simulator", "n")
     exact_out = _opt_int(body, "x_output_tokens", 1)
     if exact_out is None:
-        output = max_tokens if max_tokens is not None else default_out
+        output = max_tokens if max_tokens is not None else default_out - done
     else:
-        output = min(exact_out, max_tokens) if max_tokens is not None else exact_out
+        output = exact_out - done
+        output = min(output, max_tokens) if max_tokens is not None else output
+    output = max(1, output)
     stream = bool(body.get("stream", False))
     options = body.get("stream_options") or {}
     user = body.get("user")
+    declared = _opt_int(body, "x_prompt_tokens", 1)
     return InferenceRequest(
         endpoint=endpoint,
         model=model,
-        prompt_tokens=_opt_int(body, "x_prompt_tokens", 1) or estimate,
+        prompt_tokens=declared + done if declared else estimate,
         output_tokens=output,
         max_tokens=max_tokens,
         stream=stream,
         include_usage=stream and isinstance(options, dict) and bool(options.get("include_usage")),
         user=user if isinstance(user, str) else None,
         token_stream=stream_text,
+        first_token=done,
     )
+
+
+def _final_message(body: dict[str, Any]) -> str:
+    """The partial answer a chat request asks to continue ("" when it asks none)."""
+    if not body.get("continue_final_message"):
+        return ""
+    if body.get("add_generation_prompt", True):
+        raise RequestError("Cannot set both `continue_final_message` and "
+                           "`add_generation_prompt` to True.", "continue_final_message")
+    last = body["messages"][-1]
+    if last.get("role") != "assistant":
+        raise RequestError("continue_final_message requires the last message to be the "
+                           "assistant's", "continue_final_message")
+    content = last.get("content") or ""
+    return content if isinstance(content, str) else ""
+
+
+def generated_tokens(text: str) -> int:
+    """``k`` when ``text`` is the first ``k`` generated tokens, else 0."""
+    count, at = 0, 0
+    while at < len(text):
+        word = token_text(count)
+        if not text.startswith(word, at):
+            return 0
+        at += len(word)
+        count += 1
+    return count
+
+
+def generated_suffix_tokens(prompt: Any) -> int:
+    """The longest ``k`` such that ``prompt`` (a text) ends with the first ``k`` generated
+    tokens: the answer a completion's prompt carries on."""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return 0
+    best, end, run = 0, len(prompt), 0
+    index = next((i for i, w in enumerate(_WORDS) if prompt.endswith(w)), None)
+    while index is not None and prompt.endswith(_WORDS[index], 0, end):
+        end -= len(_WORDS[index])
+        run += 1
+        if index == 0:
+            best = run
+        index = (index - 1) % len(_WORDS)
+    return best
 
 
 def _parse_embeddings(body: dict[str, Any], model: str) -> InferenceRequest:
@@ -185,7 +249,8 @@ def usage(req: InferenceRequest, completion_tokens: int) -> dict[str, int]:
 
 def completion_body(req: InferenceRequest, rid: str, created: int) -> dict[str, Any]:
     """The non-streaming response of a finished completion or chat request."""
-    text = "".join(token_text(i) for i in range(req.output_tokens))
+    first = req.first_token
+    text = "".join(token_text(first + i) for i in range(req.output_tokens))
     if req.endpoint is Endpoint.CHAT:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
     else:
@@ -207,7 +272,7 @@ def chunk_body(
     """One streamed chunk: token ``index``, or (chat, ``role=True``) the opening role delta."""
     last = index is not None and index == req.output_tokens - 1
     finish = req.finish_reason if last else None
-    text = token_text(index) if index is not None else ""
+    text = token_text(req.first_token + index) if index is not None else ""
     if req.endpoint is Endpoint.CHAT:
         delta = {"role": "assistant", "content": ""} if role else {"content": text}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}

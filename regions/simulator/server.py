@@ -62,6 +62,7 @@ class SimContext:
     roots: dict[str, str] = field(default_factory=dict)
     # LoRA adapters registered (vLLM's lora_requests): name -> the path it was loaded from
     adapters: dict[str, str] = field(default_factory=dict)
+    stalled: int = 0  # streams the ``stall`` fault silenced
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
@@ -117,6 +118,7 @@ class SimContext:
             "fault": self.fault.to_json(),
             "counters": vars(s.counters),
             "lost_model_seconds": round(s.lost_s, 6),
+            "stalled_streams": self.stalled,
         }
 
 
@@ -229,12 +231,17 @@ async def _stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await resp.prepare(request)
+    stall_after = ctx.fault.stall_after(ctx.rng, req.output_tokens)
     try:
         async for index in ctx.engine.stream(seq):
             data = oai.sse(oai.chunk_body(req, rid, created, index))
             if index == 0 and req.endpoint is oai.Endpoint.CHAT:
                 data = oai.sse(oai.chunk_body(req, rid, created, None, role=True)) + data
             await resp.write(data)
+            if stall_after is not None and index + 1 >= stall_after:
+                ctx.engine.abort(seq)
+                ctx.stalled += 1
+                await asyncio.Event().wait()  # silent until the client leaves
     except SequenceAborted:
         _cut(request)
         return resp
