@@ -190,7 +190,8 @@ class Balancer(Lifecycle, Reports):
                                           self.metrics.adapter_requests_counted)
         self.dispatcher.on_bind.append(self._adapter_bound)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
-                                         client_stall_s=cfg.client.stall_s),
+                                         client_stall_s=cfg.client.stall_s,
+                                         max_resumes=cfg.max_resumes, silence=cfg.silence),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
                            clock, self.output_lengths, self.outcomes)
 

@@ -12,6 +12,7 @@ from policies.model import Policy
 from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
+from regions.balancer.http.silence_bound import SilenceSettings
 from regions.balancer.request_chain import STAGES
 from regions.balancer.scheduling.admission import AdmissionConfig
 from regions.balancer.scheduling.backend import OutlierConfig
@@ -44,6 +45,9 @@ class BalancerConfig:
     ``client``: how long a client may keep the balancer waiting (``client_timeouts``).
     ``models_ttl_s``: how long each backend's ``/v1/models`` is cached (``model_catalog``).
     ``stages``: a request's stages, in order (``request_chain``).
+    ``max_resumes``: how many times a stream whose server went silent mid-answer is
+    continued on another (0: never; ``http.proxy``), ``silence`` how long a silence that
+    is (``http.silence_bound``).
     ``adapters``: LoRA adapters it may load on its backends (``adapters.placement``; more
     are found in the backends' ``/v1/models`` every ``adapter_sync_s``).
 
@@ -59,6 +63,8 @@ class BalancerConfig:
 
     max_body_bytes: int = 8 * 1024 * 1024
     max_retries: int = 2
+    max_resumes: int = 2
+    silence: SilenceSettings = field(default_factory=SilenceSettings)
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 300.0
     prefill_ratio: float = 150.0

@@ -92,6 +92,11 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         max_tokens = _opt_int(body, "max_tokens", 1)
         default_out = DEFAULT_COMPLETION_TOKENS
         done = generated_suffix_tokens(body["prompt"])
+        if done:  # the answer it carries on counts its own k tokens
+            prompt = body["prompt"][0] if isinstance(body["prompt"], list) else body["prompt"]
+            carried = sum(len(token_text(i)) for i in range(done))
+            estimate = _estimate_prompt(prompt[:-carried]) + done if carried < len(prompt) \
+                else done
     if body.get("n", 1) != 1:
         raise RequestError("only n=1 is supported by the simulator", "n")
     exact_out = _opt_int(body, "x_output_tokens", 1)

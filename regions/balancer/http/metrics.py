@@ -8,6 +8,8 @@
   ``director_balancer_capacity_limit{backend}``, ``director_balancer_tenant_in_flight{tenant}``:
   gauges read from the pool and the region queue at scrape time;
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
+  ``director_balancer_stream_resumes_total{outcome,reason}`` (streams silent mid-answer,
+  ``upstream_errors_total{kind="stall"}`` by backend),
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
   ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
@@ -172,6 +174,12 @@ class BalancerMetrics:
         self.ejections = Counter(
             "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
         )
+        self.resumes = Counter(
+            "director_balancer_stream_resumes",
+            "Streams whose upstream went silent mid-answer, by outcome (resumed: continued "
+            "on another server; ended: whole but for its end; failed: an error event "
+            "ended it, with the reason)",
+            ["outcome", "reason"], registry=r)
         self.shed = Counter("director_balancer_shed", "Requests shed", ["reason"], registry=r)
         self.residency_refusals = Counter(
             "director_balancer_residency_refused",

@@ -21,7 +21,13 @@
    is cancelled and the upstream connection is closed, which aborts the sequence on the
    GPU server; a client that stops reading is cut after ``client_stall_s`` without
    progress, the same way (``relay``), and counted.
-5. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
+5. A stream whose upstream goes silent mid-answer for longer than the backend's learned
+   bound (``silence_bound``) is resumed on another server of the same model and
+   revision: the engine is sent the prompt plus what was already streamed
+   (``continuation``) and its answer is spliced into the client's stream
+   (``stream_tap``), up to ``max_resumes`` times. When it cannot be (the answer began a
+   tool call, no server can take it, the engine refuses), an error event ends the stream.
+6. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
    not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
    the backend was not busy when the request was bound: ``Lease.occupancy``).
@@ -32,12 +38,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from aiohttp import web
 
 from regions.balancer.errors import NoBackendError, ShedError
+from regions.balancer.http.continuation import NotResumable, continuation
 from regions.balancer.http.engine_priority import with_priority
 from regions.balancer.http.exchange import Exchange
 from regions.balancer.http.headers import upstream_request_headers
@@ -47,10 +55,13 @@ from regions.balancer.http.relay import (
     DEFAULT_STALL_S,
     UPSTREAM_ERRORS,
     RelayEnd,
+    end_open_answer,
     relay,
     response_for,
 )
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
+from regions.balancer.http.silence_bound import SilenceBounds, SilenceSettings
+from regions.balancer.http.stream_tap import StreamTap
 from regions.balancer.http.upstream import UpstreamResponse
 from regions.balancer.http.upstream_pool import UpstreamPool
 from regions.balancer.http.usage_stream import UsageEventFilter, ask_for_usage
@@ -59,7 +70,7 @@ from regions.balancer.scheduling.backend import Backend, Lease
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.speed import StreamMeter
-from regions.balancer.types import RequestInfo
+from regions.balancer.types import Endpoint, RequestInfo
 
 WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
@@ -68,6 +79,7 @@ BACKEND_HEADER = "x-director-backend"
 REVISION_HEADER = "x-director-revision"  # of the model, as the serving backend declares it
 QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
 RETRYABLE_STATUS = frozenset({500, 502, 503})
+RESUMABLE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
 MAX_ERROR_BODY = 64 * 1024
 
 log = logging.getLogger(__name__)
@@ -78,6 +90,8 @@ class ProxySettings:
     region: str
     max_retries: int
     client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
+    max_resumes: int = 2  # continuations of one stream whose upstreams went silent; 0: off
+    silence: SilenceSettings = dataclasses.field(default_factory=SilenceSettings)
 
 
 class Proxy:
@@ -102,6 +116,7 @@ class Proxy:
         self.clock = clock
         self.output_lengths = output_lengths  # learned here, read by parsing
         self.outcomes = outcomes or RevisionOutcomes()  # by declared revision, for rollouts
+        self.silences = SilenceBounds(settings.silence)
 
     # -- forwarding ----------------------------------------------------------------------
 
@@ -120,6 +135,8 @@ class Proxy:
         headers = upstream_request_headers(exchange.request.headers)
         excluded: set[str] = set()
         last_failure: web.Response | None = None
+        tap = StreamTap() if (info.stream and self.settings.max_resumes
+                              and info.endpoint in RESUMABLE) else None
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
                 self.metrics.retries.inc()
@@ -149,9 +166,110 @@ class Proxy:
                     last_failure = await self._consume_failure(exchange, upstream, backend)
                     excluded.add(backend.name)
                     continue
-                return await self._relay(exchange, upstream, lease, start, sent_at,
-                                         strip_usage)
+                resp = await self._relay(exchange, upstream, lease, start, sent_at,
+                                         strip_usage, tap)
+            if exchange.relay_end is not RelayEnd.UPSTREAM_STALLED or tap is None:
+                return resp
+            excluded.add(backend.name)
+            resumed = _Resume(resp, tap, path, headers, raw, strip_usage,
+                              _revision_of(exchange, backend))
+            return await self._resume(exchange, resumed, info, excluded)
         return last_failure or error_response(502, "no backend answered", "bad_gateway")
+
+    async def _resume(self, exchange: Exchange, resumed: _Resume, info: RequestInfo,
+                      excluded: set[str]) -> web.StreamResponse:
+        """Continue a stream whose upstream went silent on another server of its model
+        and revision, spliced into the client's open answer; an error event ends it when
+        that cannot be done."""
+        request, resp = exchange.request, resumed.resp
+        pinned = dataclasses.replace(info, revision=resumed.revision)
+        attempts = self.settings.max_resumes + self.settings.max_retries
+        for _ in range(attempts):
+            delivered = resumed.tap.delivered()
+            if delivered is None:
+                return await self._give_up(exchange, resp, "unreadable",
+                                           "the answer so far could not be read")
+            if delivered.finish is not None:  # every token went out: only its end is missing
+                self.metrics.resumes.labels("ended", "").inc()
+                exchange.relay_end = await end_open_answer(
+                    request, resp, b"data: [DONE]\n\n", self.settings.client_stall_s)
+                return resp
+            try:
+                body = continuation(info.endpoint, resumed.raw, delivered)
+            except NotResumable as exc:
+                return await self._give_up(exchange, resp, "not_resumable", str(exc))
+            bound = dataclasses.replace(pinned, exclude=frozenset(excluded))
+            try:
+                lease = await self.dispatcher.acquire(bound, exchange.queue_timeout_s)
+            except (NoBackendError, ShedError) as exc:
+                return await self._give_up(exchange, resp, "no_backend", str(exc))
+            exchange.bound.append(lease.backend.name)
+            before = exchange.meter.output_tokens() if exchange.meter is not None else 0
+            with lease, self._finishing(exchange, bound, before):
+                backend = lease.backend
+                excluded.add(backend.name)
+                try:
+                    sent = (with_priority(body, info.priority)
+                            if backend.spec.priority_scheduling else body)
+                    upstream = await self.upstreams[backend.name].request(
+                        "POST", resumed.path, resumed.headers.items(), sent)
+                except UPSTREAM_ERRORS:
+                    self._failed(backend, "connect")
+                    continue
+                if upstream.status != 200 or upstream.content_type != "text/event-stream":
+                    failure = await self._consume_failure(exchange, upstream, backend)
+                    if upstream.status in RETRYABLE_STATUS:
+                        continue
+                    return await self._give_up(exchange, resp, "refused", (
+                        f"{backend.name} refused to continue the answer "
+                        f"({failure.status}): {(failure.text or '')[:200]}"))
+                resumed.tap.splice(delivered)
+                exchange.served_by = backend.name
+                end = await self._relay_more(exchange, resumed, upstream, lease)
+            if end is not RelayEnd.UPSTREAM_STALLED:
+                self.metrics.resumes.labels("resumed", "").inc()
+                return resp
+        return await self._give_up(exchange, resp, "attempts",
+                                   f"the answer stalled {attempts} times")
+
+    async def _relay_more(self, exchange: Exchange, resumed: _Resume,
+                          upstream: UpstreamResponse, lease: Lease) -> RelayEnd:
+        """Relay a continuation into the client's open answer."""
+        meter = exchange.meter or StreamMeter()
+        started = False
+
+        def on_chunk(chunk: bytes, now: float) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                lease.started()
+            meter.observe(chunk, now)
+
+        backend = lease.backend
+        silence = self.silences.of(backend.name)
+        end = await relay(exchange.request, upstream, resumed.resp, on_chunk, self.clock,
+                          UsageEventFilter() if resumed.strip_usage else None,
+                          self.settings.client_stall_s, tap=resumed.tap,
+                          silence_s=silence.seconds(), prepared=True, gaps=silence.observe)
+        exchange.relay_end = end
+        self._count_end(end, backend, exchange.request)
+        if end in WHOLE_ANSWER:
+            self.pool.record_success(backend)
+        return end
+
+    async def _give_up(self, exchange: Exchange, resp: web.StreamResponse, reason: str,
+                       message: str) -> web.StreamResponse:
+        """End an open answer that cannot be continued with an error event."""
+        self.metrics.resumes.labels("failed", reason).inc()
+        log.warning("a stalled stream could not be resumed: %s", message)
+        event = {"error": {"message": f"the answer stalled and could not be resumed: {message}",
+                           "type": "server_error", "code": "stream_stalled"}}
+        tail = b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+        exchange.relay_end = await end_open_answer(exchange.request, resp, tail,
+                                                   self.settings.client_stall_s)
+        if exchange.relay_end is RelayEnd.FINISHED:
+            exchange.relay_end = RelayEnd.UPSTREAM_FAILED  # an error ended it
+        return resp
 
     async def _bind(self, info: RequestInfo, excluded: set[str],
                     timeout_s: float) -> tuple[Lease, RequestInfo]:
@@ -180,15 +298,17 @@ class Proxy:
         return error_response(status, exc.message, kind)
 
     @contextlib.contextmanager
-    def _finishing(self, exchange: Exchange, info: RequestInfo) -> Iterator[None]:
-        """Tell the dispatcher how a tenant's bound request ended (its fair share)."""
+    def _finishing(self, exchange: Exchange, info: RequestInfo,
+                   before: int = 0) -> Iterator[None]:
+        """Tell the dispatcher how a tenant's bound request ended (its fair share): the
+        tokens it produced beyond ``before`` (a continuation's, after the first part)."""
         try:
             yield
         finally:
             if info.tenant is not None:
                 meter = exchange.meter
                 produced = meter.output_tokens() if meter is not None else 0
-                self.dispatcher.finished(info, produced)
+                self.dispatcher.finished(info, produced - before)
 
     async def _consume_failure(
         self, exchange: Exchange, upstream: UpstreamResponse, backend: Backend
@@ -221,6 +341,7 @@ class Proxy:
         start: float,
         sent_at: float,
         strip_usage: bool = False,
+        tap: StreamTap | None = None,
     ) -> web.StreamResponse:
         backend, request = lease.backend, exchange.request
         exchange.served_by = backend.name
@@ -251,10 +372,15 @@ class Proxy:
             else:
                 meter.body(chunk)
 
+        watched = sse and upstream.status == 200
+        silence = self.silences.of(backend.name)
         try:
             end = await relay(request, upstream, resp, on_chunk, self.clock,
                               UsageEventFilter() if strip_usage and sse else None,
-                              self.settings.client_stall_s)
+                              self.settings.client_stall_s,
+                              tap=tap if watched else None,
+                              silence_s=silence.seconds() if watched and tap else None,
+                              gaps=silence.observe if watched else None)
             exchange.relay_end = end
         except asyncio.CancelledError:  # the client went away while we waited upstream
             self.metrics.client_gone.labels("before_end").inc()
@@ -288,7 +414,7 @@ class Proxy:
         """Count a relayed answer for its revision: an error if it failed or was cut
         upstream; a whole stream with its inter-token latency, finish reason and tokens.
         An answer the client left is not counted."""
-        if end is RelayEnd.UPSTREAM_FAILED:
+        if end in (RelayEnd.UPSTREAM_FAILED, RelayEnd.UPSTREAM_STALLED):
             self.outcomes.record(model, revision, ok=False, ttft_s=first_byte_s)
         elif end not in WHOLE_ANSWER:
             return
@@ -303,6 +429,10 @@ class Proxy:
     def _count_end(self, end: RelayEnd, backend: Backend, request: web.Request) -> None:
         if end is RelayEnd.UPSTREAM_FAILED:
             self._failed(backend, "mid_stream")
+        elif end is RelayEnd.UPSTREAM_STALLED:
+            self._failed(backend, "stall")
+            log.info("backend %s went silent mid-answer: resuming the stream elsewhere",
+                     backend.name)
         elif end in CLIENT_GONE:
             self.metrics.client_gone.labels(CLIENT_GONE[end]).inc()
             log.debug("client went away (%s) from a %s answer", CLIENT_GONE[end], backend.name)
@@ -330,6 +460,19 @@ class Proxy:
             self.output_lengths.observe(
                 info.model, info.prompt_tokens, info.max_tokens, meter.events
             )
+
+
+@dataclasses.dataclass
+class _Resume:
+    """What resuming a stalled stream needs of its first attempt."""
+
+    resp: web.StreamResponse  # the client's answer, open
+    tap: StreamTap
+    path: str
+    headers: Mapping[str, str]
+    raw: bytes  # the body as forwarded
+    strip_usage: bool
+    revision: str | None  # the revision that served it: the continuation's
 
 
 def _revision_of(exchange: Exchange, backend: Backend) -> str | None:

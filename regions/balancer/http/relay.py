@@ -16,7 +16,14 @@ its connection is aborted and the relay ends ``CLIENT_STALLED`` (the proxy count
 GPU's sequence is aborted and the lease and quota freed as for any end). A slow reader that
 keeps reading is never cut. The deadline runs on the monotonic clock, not the proxy's.
 
-``relay`` ends one of five ways (``RelayEnd``) and leaves the upstream connection in the
+A resumable stream (``silence_s`` given) is watched for the upstream going silent: once
+its first piece has arrived, a gap of more than ``silence_s`` between two pieces ends the
+relay ``UPSTREAM_STALLED`` with the client's answer still open, for the proxy to splice a
+continuation into (``relay`` again with ``prepared=True``). The sink records each
+answer's longest gap (``longest_gap``), from which the bound is learned. A ``tap`` sees
+each piece before anything else (``stream_tap.StreamTap``: whole events only).
+
+``relay`` ends one of six ways (``RelayEnd``) and leaves the upstream connection in the
 right state for each: back in its pool after a whole answer, closed otherwise (closing
 it is what aborts the sequence on a GPU server when the client goes away). When the
 upstream fails mid-answer the client's connection is aborted, so it sees a truncated
@@ -59,6 +66,7 @@ class RelayEnd(enum.Enum):
     CLIENT_GONE_AT_END = "client_gone_at_end"
     UPSTREAM_FAILED = "upstream_failed"  # a read from upstream failed mid-answer
     CLIENT_STALLED = "client_stalled"  # took no byte for ``stall_s``: its connection cut
+    UPSTREAM_STALLED = "upstream_stalled"  # silent for ``silence_s``: the client's answer open
 
 
 def response_for(upstream: UpstreamResponse, headers: Mapping[str, str]) -> web.StreamResponse:
@@ -87,10 +95,16 @@ class _ToClient(BodySink):
         clock: Callable[[], float],
         progress: SendProgress,
         transform: Transform | None = None,
+        tap: Transform | None = None,
+        watch: bool = False,
     ) -> None:
         self.transport = transport
         self.progress = progress
         self.transform = transform
+        self.tap = tap
+        self.watch = watch  # wake the pump on the first piece: it times the silences
+        self.last_read: float | None = None  # monotonic time of the last piece
+        self.longest_gap = 0.0  # between two pieces, after the first
         self.chunked = chunked
         self.upstream = upstream
         self.on_chunk = on_chunk
@@ -106,11 +120,21 @@ class _ToClient(BodySink):
         if transport.is_closing():
             self._stop(RelayEnd.CLIENT_GONE)
             return
-        now = self.clock()
+        now, wall = self.clock(), time.monotonic()
+        last, self.last_read = self.last_read, wall
+        if last is None:
+            if self.watch:
+                self._wake()
+        elif wall - last > self.longest_gap:
+            self.longest_gap = wall - last
+        if self.tap is not None:
+            payload = self.tap(payload)
+            if not payload:
+                return
         self.write(self.transform(payload) if self.transform is not None else payload)
         if self.on_chunk is not None:
             self.on_chunk(payload, now)
-        progress, wall = self.progress, time.monotonic()
+        progress = self.progress
         if progress.due(wall):
             progress.check(wall)
             if progress.stalled(wall):
@@ -150,21 +174,31 @@ async def relay(
     clock: Callable[[], float] = time.monotonic,
     transform: Transform | None = None,
     stall_s: float = DEFAULT_STALL_S,
+    *,
+    tap: Transform | None = None,
+    silence_s: float | None = None,
+    prepared: bool = False,
+    gaps: Callable[[float], None] | None = None,
 ) -> RelayEnd:
-    """Send ``resp``'s headers, then every piece of ``upstream``'s body as it arrives.
+    """Send ``resp``'s headers (unless ``prepared``: they went out with an earlier
+    answer), then every piece of ``upstream``'s body as it arrives.
 
     ``on_chunk`` runs after each piece is written (the accounting never delays a piece),
-    with the piece as it came; ``transform`` rewrites what the client gets; a client that
-    takes no byte for ``stall_s`` seconds is cut (``CLIENT_STALLED``).
+    with the piece as it came (through ``tap``); ``transform`` rewrites what the client
+    gets; a client that takes no byte for ``stall_s`` seconds is cut (``CLIENT_STALLED``);
+    an upstream silent for ``silence_s`` after its first piece ends it
+    ``UPSTREAM_STALLED``, the client's answer left open. ``gaps`` is told a whole
+    answer's longest silence.
     """
     finished = False
     try:
-        if resp.content_length is None and request.version >= (1, 1):
-            resp.enable_chunked_encoding()
-        try:
-            await resp.prepare(request)  # sends the head (a StreamResponse does not hold it)
-        except ConnectionResetError:
-            return RelayEnd.CLIENT_GONE
+        if not prepared:
+            if resp.content_length is None and request.version >= (1, 1):
+                resp.enable_chunked_encoding()
+            try:
+                await resp.prepare(request)  # sends the head (a StreamResponse holds none)
+            except ConnectionResetError:
+                return RelayEnd.CLIENT_GONE
         transport = request.transport
         if transport is None or transport.is_closing():
             return RelayEnd.CLIENT_GONE
@@ -172,17 +206,22 @@ async def relay(
         transport.set_write_buffer_limits(high=HIGH_WATER)
         progress = SendProgress(transport, stall_s, time.monotonic())
         sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock, progress,
-                         transform)
+                         transform, tap, silence_s is not None)
         upstream.stream(sink)
-        end = await _pump(request, upstream, sink, progress)
+        end = await _pump(request, upstream, sink, progress, silence_s)
         if end in (RelayEnd.UPSTREAM_FAILED, RelayEnd.CLIENT_STALLED):
             transport.abort()
             return end
         if end is not RelayEnd.FINISHED:
             return end
         finished = True
-        if transform is not None and not transport.is_closing():
-            sink.write(transform.rest())
+        if gaps is not None:
+            gaps(sink.longest_gap)
+        if not transport.is_closing():
+            if tap is not None:
+                sink.write(tap.rest())
+            if transform is not None:
+                sink.write(transform.rest())
         return await _end_answer(request, resp, progress, stall_s)
     finally:
         if finished:
@@ -191,12 +230,34 @@ async def relay(
             upstream.close()
 
 
+async def end_open_answer(request: web.Request, resp: web.StreamResponse, tail: bytes,
+                          stall_s: float = DEFAULT_STALL_S) -> RelayEnd:
+    """End an answer left open by a stalled upstream, with ``tail`` (an error event, or
+    the ``[DONE]`` of an answer that was whole but for it) as its last piece."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return RelayEnd.CLIENT_GONE
+    if tail:
+        transport.write(b"%x\r\n%b\r\n" % (len(tail), tail) if resp.chunked else tail)
+    return await _end_answer(request, resp, SendProgress(transport, stall_s, time.monotonic()),
+                             stall_s)
+
+
 async def _pump(request: web.Request, upstream: UpstreamResponse, sink: _ToClient,
-                progress: SendProgress) -> RelayEnd:
+                progress: SendProgress, silence_s: float | None = None) -> RelayEnd:
     """Wait while the body goes to the client from the sink's callbacks, resuming the
-    upstream each time the client has taken what was paused for; how it ended."""
+    upstream each time the client has taken what was paused for, and timing the
+    upstream's silences when ``silence_s`` is given; how it ended."""
     while sink.end_state is None:
-        await sink.wake
+        if silence_s is None or sink.last_read is None:
+            await sink.wake
+        else:
+            left = sink.last_read + silence_s - time.monotonic()
+            if left <= 0:
+                return RelayEnd.UPSTREAM_STALLED
+            await asyncio.wait((sink.wake,), timeout=left)
+            if not sink.wake.done():
+                continue
         sink.wake = asyncio.get_running_loop().create_future()
         if sink.paused and sink.end_state is None:
             try:
@@ -206,6 +267,8 @@ async def _pump(request: web.Request, upstream: UpstreamResponse, sink: _ToClien
             except ConnectionError:  # reset, or lost while waiting
                 return RelayEnd.CLIENT_GONE
             sink.paused = False
+            if sink.last_read is not None:  # a paused upstream was not silent
+                sink.last_read = time.monotonic()
             upstream.resume()
     return sink.end_state
 
