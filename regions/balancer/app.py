@@ -191,7 +191,8 @@ class Balancer(Lifecycle, Reports):
         self.dispatcher.on_bind.append(self._adapter_bound)
         self.proxy = Proxy(ProxySettings(self.region, cfg.max_retries,
                                          client_stall_s=cfg.client.stall_s,
-                                         max_resumes=cfg.max_resumes, silence=cfg.silence),
+                                         max_resumes=cfg.max_resumes, silence=cfg.silence,
+                                         hedge=cfg.hedge),
                            self.pool, self.dispatcher, self.metrics, self.connections.upstreams,
                            clock, self.output_lengths, self.outcomes)
 

@@ -12,6 +12,7 @@ from policies.model import Policy
 from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
+from regions.balancer.http.hedging import HedgeSettings
 from regions.balancer.http.silence_bound import SilenceSettings
 from regions.balancer.request_chain import STAGES
 from regions.balancer.scheduling.admission import AdmissionConfig
@@ -47,7 +48,7 @@ class BalancerConfig:
     ``stages``: a request's stages, in order (``request_chain``).
     ``max_resumes``: how many times a stream whose server went silent mid-answer is
     continued on another (0: never; ``http.proxy``), ``silence`` how long a silence that
-    is (``http.silence_bound``).
+    is (``http.silence_bound``); ``hedge``: first-byte hedging (``http.hedging``).
     ``adapters``: LoRA adapters it may load on its backends (``adapters.placement``; more
     are found in the backends' ``/v1/models`` every ``adapter_sync_s``).
 
@@ -65,6 +66,7 @@ class BalancerConfig:
     max_retries: int = 2
     max_resumes: int = 2
     silence: SilenceSettings = field(default_factory=SilenceSettings)
+    hedge: HedgeSettings = field(default_factory=HedgeSettings)
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 300.0
     prefill_ratio: float = 150.0

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fault switches for drills, set at run time through ``POST /_sim/fault``.
 
-Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|"short"|"stall", "factor": 3.0,
+Body: ``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|"short"|"stall"|"late", "factor": 3.0,
 "rate": 1.0,
 "status": 503, "ttl": 30}``; every field is validated, and those a mode does not use have no
 effect. With ``ttl`` (seconds) the server reverts to healthy by itself after that long, unless
@@ -20,6 +20,9 @@ another fault is set first: a drill's fault ends even if whoever set it is gone.
 - ``short``: a bad revision that answers too little: each answer is cut to ``factor``
   (default 0.3, at most 1) of the tokens it would have had, and ends with finish reason
   ``stop`` instead of ``length``.
+- ``late``: a ``rate`` share (default 1.0) of streamed answers holds its first token back
+  until ``factor`` (default 3.0) times the time it took (a stall in front of the engine:
+  a tokenizer or scheduler hiccup, a KV transfer wait); the rest streams as usual.
 - ``stall``: a ``rate`` share (default 1.0) of streamed answers stops after a random
   number of its tokens (at least one, never the last): the connection stays open and no
   byte follows, as when a worker hangs mid-answer. The sequence is aborted on the engine,
@@ -44,6 +47,7 @@ class FaultMode(enum.Enum):
     ERROR5XX = "error5xx"
     SHORT = "short"  # answers cut to ``factor`` of their tokens, ending "stop": a bad revision
     STALL = "stall"  # a ``rate`` share of streams goes silent mid-answer
+    LATE = "late"  # a ``rate`` share of streams sends its first token ``factor`` x late
 
 
 _ERROR_STATUSES = (500, 503)
@@ -107,6 +111,12 @@ class Fault:
         if self.mode is not FaultMode.ERROR5XX or rng.random() >= self.rate:
             return None
         return self.status if self.status is not None else rng.choice(_ERROR_STATUSES)
+
+    def first_token_factor(self, rng: random.Random) -> float:
+        """For ``late``: how many times its natural time this stream's first token takes."""
+        if self.mode is not FaultMode.LATE or rng.random() >= self.rate:
+            return 1.0
+        return self.factor
 
     def stall_after(self, rng: random.Random, output_tokens: int) -> int | None:
         """For ``stall``: after how many of its ``output_tokens`` this stream goes silent

@@ -232,8 +232,12 @@ async def _stream(
     )
     await resp.prepare(request)
     stall_after = ctx.fault.stall_after(ctx.rng, req.output_tokens)
+    late = ctx.fault.first_token_factor(ctx.rng)
+    arrived = time.monotonic()
     try:
         async for index in ctx.engine.stream(seq):
+            if index == 0 and late > 1:
+                await asyncio.sleep((late - 1) * (time.monotonic() - arrived))
             data = oai.sse(oai.chunk_body(req, rid, created, index))
             if index == 0 and req.endpoint is oai.Endpoint.CHAT:
                 data = oai.sse(oai.chunk_body(req, rid, created, None, role=True)) + data

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import aiohttp
@@ -104,3 +105,21 @@ async def test_continuing_with_the_generation_prompt_too_is_refused_as_vllm_does
         async with http.post("/v1/chat/completions", json=body) as resp:
             assert resp.status == 400
             assert "add_generation_prompt" in (await resp.json())["error"]["message"]
+
+
+async def test_late_holds_the_first_token_back_then_streams_as_usual() -> None:
+    async with running_server() as (_, http):
+        async def first_and_rest() -> tuple[float, float]:
+            start = time.monotonic()
+            async with http.post("/v1/completions",
+                                 json=completion(4000, 20, stream=True)) as resp:
+                await resp.content.readuntil(b"\n\n")
+                first = time.monotonic()
+                await resp.read()
+                return first - start, time.monotonic() - first
+
+        natural = await first_and_rest()
+        await set_fault(http, mode="late", factor=10)
+        late = await first_and_rest()
+        assert late[0] > 5 * natural[0]
+        assert late[1] < 3 * natural[1] + 0.05

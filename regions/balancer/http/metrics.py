@@ -10,6 +10,7 @@
 - ``director_balancer_decisions_total{backend}``, ``director_balancer_retries_total``,
   ``director_balancer_stream_resumes_total{outcome,reason}`` (streams silent mid-answer,
   ``upstream_errors_total{kind="stall"}`` by backend),
+  ``director_balancer_hedges_total{outcome}`` (late first bytes, ``http.hedging``),
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
   ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
@@ -174,6 +175,11 @@ class BalancerMetrics:
         self.ejections = Counter(
             "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
         )
+        self.hedges = Counter(
+            "director_balancer_hedges",
+            "Late first bytes by what hedging did (won, lost: a copy was sent; saturated, "
+            "budget, no_backend: none was; failed: the copy failed)",
+            ["outcome"], registry=r)
         self.resumes = Counter(
             "director_balancer_stream_resumes",
             "Streams whose upstream went silent mid-answer, by outcome (resumed: continued "

@@ -27,7 +27,9 @@
    (``continuation``) and its answer is spliced into the client's stream
    (``stream_tap``), up to ``max_resumes`` times. When it cannot be (the answer began a
    tool call, no server can take it, the engine refuses), an error event ends the stream.
-6. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
+6. A stream whose first body byte is late (``hedging``: off by default) may get a copy on
+   another server; the first to answer is relayed, the other closed (``hedge_race``).
+7. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
    to that backend (not from the request's arrival: queueing here and earlier attempts are
    not the backend's); ``BackendPool.record_ttft`` may eject it as a TTFT outlier (if
    the backend was not busy when the request was bound: ``Lease.occupancy``).
@@ -49,6 +51,8 @@ from regions.balancer.http.continuation import NotResumable, continuation
 from regions.balancer.http.engine_priority import with_priority
 from regions.balancer.http.exchange import Exchange
 from regions.balancer.http.headers import upstream_request_headers
+from regions.balancer.http.hedge_race import HedgeRace
+from regions.balancer.http.hedging import HedgeSettings
 from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.refusals import error_response
 from regions.balancer.http.relay import (
@@ -92,6 +96,7 @@ class ProxySettings:
     client_stall_s: float = DEFAULT_STALL_S  # an answer its client takes nothing of: cut
     max_resumes: int = 2  # continuations of one stream whose upstreams went silent; 0: off
     silence: SilenceSettings = dataclasses.field(default_factory=SilenceSettings)
+    hedge: HedgeSettings = dataclasses.field(default_factory=HedgeSettings)
 
 
 class Proxy:
@@ -117,6 +122,7 @@ class Proxy:
         self.output_lengths = output_lengths  # learned here, read by parsing
         self.outcomes = outcomes or RevisionOutcomes()  # by declared revision, for rollouts
         self.silences = SilenceBounds(settings.silence)
+        self.hedging = HedgeRace(settings.hedge, dispatcher, upstreams, metrics, clock)
 
     # -- forwarding ----------------------------------------------------------------------
 
@@ -137,6 +143,7 @@ class Proxy:
         last_failure: web.Response | None = None
         tap = StreamTap() if (info.stream and self.settings.max_resumes
                               and info.endpoint in RESUMABLE) else None
+        hedged = self.hedging.eligible(info)
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
                 self.metrics.retries.inc()
@@ -166,8 +173,22 @@ class Proxy:
                     last_failure = await self._consume_failure(exchange, upstream, backend)
                     excluded.add(backend.name)
                     continue
-                resp = await self._relay(exchange, upstream, lease, start, sent_at,
-                                         strip_usage, tap)
+                hedge = await self.hedging.race(
+                    info, lease, upstream, body, path, headers, sent_at,
+                    _revision_of(exchange, backend)) if hedged and upstream.status == 200 \
+                    else None
+                if hedge is None:
+                    resp = await self._relay(exchange, upstream, lease, start, sent_at,
+                                             strip_usage, tap)
+                else:
+                    self._ttft(backend, hedge.loser_waited_s, lease.occupancy)  # at least
+                    lease.release()
+                    backend = hedge.lease.backend
+                    exchange.bound.append(backend.name)
+                    with hedge.lease:
+                        resp = await self._relay(exchange, hedge.upstream, hedge.lease, start,
+                                                 hedge.sent_at, strip_usage, tap)
+                    self.dispatcher.finished(hedge.info, 0)  # its tokens are counted above
             if exchange.relay_end is not RelayEnd.UPSTREAM_STALLED or tap is None:
                 return resp
             excluded.add(backend.name)
@@ -367,6 +388,8 @@ class Proxy:
                 metrics.ttft.observe(now - start)
                 if upstream.status == 200:
                     self._ttft(backend, now - sent_at, lease.occupancy)
+                    if exchange.info is not None:
+                        self.hedging.bound.observe(exchange.info.prompt_tokens, now - sent_at)
             if sse:
                 meter.observe(chunk, now)
             else:

@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.response: UpstreamResponse | None = None
         self.sink: BodySink | None = None
         self.held: list[bytes] = []  # body pieces that came before a sink
+        self.arrived: asyncio.Future[None] | None = None  # set by the first piece or the end
         self.ended = False  # the body is whole or cut short (then ``error`` says why)
         self.error: BaseException | None = None
         self.received = 0
@@ -243,6 +244,7 @@ class Connection(asyncio.Protocol):
             sink = self.sink
             if sink is None:
                 self.held.append(payload)
+                self._arrive()
             else:
                 sink.data(payload)
         if done:
@@ -295,10 +297,23 @@ class Connection(asyncio.Protocol):
             return pieces[0], False
         return b"".join(pieces), False
 
+    def _arrive(self) -> None:
+        if self.arrived is not None and not self.arrived.done():
+            self.arrived.set_result(None)
+
+    def body_arrived(self) -> asyncio.Future[None]:
+        """Done once the body's first piece is here (or the body ended, or failed)."""
+        if self.arrived is None:
+            self.arrived = self.loop.create_future()
+        if self.held or self.ended:
+            self._arrive()
+        return self.arrived
+
     def _finish(self, error: BaseException | None) -> None:
         self.ended = True
         self.error = error
         self._stop_timer()
+        self._arrive()
         if self.sink is not None:
             self.sink.end(error)
 
@@ -352,6 +367,16 @@ class UpstreamResponse:
     def content_length(self) -> int | None:
         raw = self.headers.get("content-length")
         return int(raw) if raw is not None and raw.isdigit() else None
+
+    @property
+    def failed(self) -> bool:
+        """The body ended in an error (the connection was cut, or timed out)."""
+        return self._conn.ended and self._conn.error is not None
+
+    def first_piece(self) -> asyncio.Future[None]:
+        """Done once the first piece of the body has come (or the body ended or failed),
+        before any sink is attached: a race between two answers waits on it."""
+        return self._conn.body_arrived()
 
     def stream(self, sink: BodySink) -> None:
         """Hand every piece of the body to ``sink`` (those already here first)."""
