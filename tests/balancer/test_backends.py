@@ -133,6 +133,54 @@ def test_second_ejection_lasts_twice_as_long() -> None:
     assert not p.snapshot().backends[0].ejected
 
 
+def test_an_error_rate_ejects_a_backend_that_never_fails_twice_in_a_row() -> None:
+    clock = FakeClock()
+    p = pool(4, clock, error_rate=0.5, error_rate_min_requests=20)
+    b = p["b0"]
+    ejected = []
+    for _ in range(30):
+        clock.now += 0.1
+        p.record_success(b)
+        ejected.append(p.record_failure(b))
+        if any(ejected):
+            break
+    assert ejected.count(True) == 1 and len(ejected) == 10  # at 20 answers, half errors
+    p2 = pool(4, clock, error_rate=0.5, error_rate_min_requests=20)
+    for _ in range(40):  # one error in three: under the rate
+        clock.now += 0.1
+        p2.record_success(p2["b0"])
+        p2.record_success(p2["b0"])
+        assert not p2.record_failure(p2["b0"])
+
+
+def test_errors_older_than_the_window_are_forgotten() -> None:
+    clock = FakeClock()
+    p = pool(4, clock, error_rate=0.5, error_rate_min_requests=20, consecutive_errors=100)
+    b = p["b0"]
+    for _ in range(15):
+        p.record_failure(b)
+    clock.now += 11
+    for _ in range(10):
+        p.record_success(b)
+    assert not p.record_failure(b)
+
+
+def test_the_first_error_on_probation_ejects_again_at_once() -> None:
+    clock = FakeClock()
+    p = pool(4, clock, consecutive_errors=3, base_ejection_s=10.0, slow_start_s=0.0)
+    b = p["b0"]
+    for _ in range(3):
+        p.record_failure(b)
+    clock.now += 10.1  # back, half-open
+    assert p.record_failure(b)  # one error is enough
+    assert b.ejected_until == pytest.approx(clock.now + 20.0)
+    clock.now += 20.1
+    p.record_success(b)  # the probe passed: closed again
+    assert not p.record_failure(b)
+    assert not p.record_failure(b)
+    assert p.record_failure(b)
+
+
 def test_never_ejects_more_than_the_allowed_fraction() -> None:
     p = pool(2, consecutive_errors=1, max_ejected_fraction=0.5)
     assert p.record_failure(p["b0"])

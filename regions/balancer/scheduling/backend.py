@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.scheduling.capacity import Capacity, CapacityEstimator
+from regions.balancer.scheduling.error_rate import ErrorRate
 from regions.balancer.scheduling.latency import ttft_ewma
 from regions.balancer.scheduling.speed import BatchRate, Ewma
 
@@ -87,6 +88,12 @@ def model_set(models: Iterable[str]) -> frozenset[str]:
 class OutlierConfig:
     """When a backend is ejected, for how long, and how it comes back (module docstring).
 
+    Errors eject a backend two ways: ``consecutive_errors`` in a row, or an error rate of
+    ``error_rate`` or more over the last ten seconds once it has answered
+    ``error_rate_min_requests`` there (a backend failing every other request never makes
+    five in a row). Back from an error ejection it is half-open: on probation until its
+    first success, and its first error there ejects it again at once, for twice as long.
+
     TTFT ejection (opt-in: ``ttft_factor`` 0, the default, turns it off; 4 is a sensible
     setting): a backend with ``ttft_min_samples`` samples or more whose TTFT EWMA is above
     ``ttft_factor`` times the median of the others' and above ``ttft_floor_s``. Off by
@@ -116,6 +123,8 @@ class OutlierConfig:
     ttft_min_samples: int = 10
     ttft_floor_s: float = 1.0
     ttft_max_occupancy: float = 0.5
+    error_rate: float = 0.5  # share of errors over the window that ejects (0: never)
+    error_rate_min_requests: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +160,14 @@ class Backend:
     ejections: int = 0
     ejected_until: float | None = None
     ejected_for: str | None = None
+    on_probation: bool = False  # back from an error ejection, no success yet: half-open
     slow_start_from: float | None = None
     rate: Ewma = field(default_factory=Ewma)
     ttft: Ewma = field(default_factory=ttft_ewma)
     scraped: ScrapedLoad = field(default_factory=ScrapedLoad)
     requests: int = 0
     errors: int = 0
+    error_rate: ErrorRate = field(default_factory=ErrorRate)
     models: frozenset[str] = field(init=False)
     capacity: CapacityEstimator = field(init=False)
     cap_now: Capacity = field(init=False)  # capacity.current() as of the last change

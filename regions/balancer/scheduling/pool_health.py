@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A pool's health from the data path (a mixin of ``backends.BackendPool``).
 
-Outlier ejection: after ``consecutive_errors`` errors in a row, or when its time to first
+Outlier ejection: after ``consecutive_errors`` errors in a row, an error rate of
+``error_rate`` over ten seconds (with ``error_rate_min_requests``), the first error
+of a backend on probation (back from an error ejection without a success since: the
+breaker's half-open state), or when its time to first
 token is far above the region's (``record_ttft``, the rule in ``latency``, over the
 requests bound while the backend was at most ``ttft_max_occupancy`` full), a backend is
 ejected for ``base_ejection_s * 2**(k-1)`` (k = its ejection count, capped at
@@ -51,18 +54,36 @@ class PoolHealth:
 
     def record_success(self, backend: Backend) -> None:
         backend.consecutive_errors = 0
+        backend.on_probation = False
+        if self.outliers.error_rate > 0:
+            backend.error_rate.add(self.clock(), False)
 
     def record_failure(self, backend: Backend) -> bool:
-        """Count an error; eject the backend when the threshold is reached. True if ejected."""
+        """Count an error; eject the backend when it makes too many in a row, too high a
+        rate, or is the first on probation. True if ejected."""
         backend.errors += 1
         backend.consecutive_errors += 1
-        cfg = self.outliers
-        if backend.consecutive_errors < cfg.consecutive_errors:
+        cfg, now = self.outliers, self.clock()
+        if cfg.error_rate > 0:
+            backend.error_rate.add(now, True)
+        if backend.ejected_until is not None and now < backend.ejected_until:
+            return False  # a request sent before it was ejected
+        if not (backend.on_probation or backend.consecutive_errors >= cfg.consecutive_errors
+                or self._error_rate_high(backend, now)):
             return False
-        if not self._eject(backend, self.clock(), "errors"):
+        if not self._eject(backend, now, "errors"):
             return False
         backend.consecutive_errors = 0
+        backend.error_rate.reset()
+        backend.on_probation = True
         return True
+
+    def _error_rate_high(self, backend: Backend, now: float) -> bool:
+        cfg = self.outliers
+        if cfg.error_rate <= 0:
+            return False
+        errors, total = backend.error_rate.counts(now)
+        return total >= cfg.error_rate_min_requests and errors >= cfg.error_rate * total
 
     def record_ttft(self, backend: Backend, seconds: float, occupancy: float = 0.0) -> bool:
         """Fold a time-to-first-token sample in; eject the backend if that makes it a TTFT
