@@ -24,6 +24,7 @@ from policies.model import (
     PartialLocation,
     Region,
     ResidencyRule,
+    ResponseCache,
     Service,
     Spillover,
     UnknownKind,
@@ -109,6 +110,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
             healthcheck = arg.text
             refs.append(Ref("healthcheck", arg.text, arg.pos, arg.width, ctx.name))
 
+    cache = _cache(one("cache"), ctx)
     if "priority" in steer and not priority:
         report.at_directive(one("steer") or directive,
                             "steering by 'priority' needs a 'priority' list",
@@ -117,7 +119,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
         return None
     return Service(
         name=name, regions=served, steer=steer, priority=priority, ttl=ttl, degraded_ttl=degraded,
-        answers=answers, spillover=spillover, failover=failover, residency=rules,
+        answers=answers, spillover=spillover, failover=failover, residency=rules, cache=cache,
         all_down=all_down, unknown_location=unknown, no_ecs=no_ecs, affinity=affinity,
         healthcheck=healthcheck, partial_location=partial,
         models=tuple(dict.fromkeys(models)), pos=directive.pos,
@@ -309,3 +311,28 @@ def _unknown_location(directive: Directive, ctx: _Context) -> UnknownLocation | 
         return UnknownLocation(kind, regions, pos=directive.pos) if regions else None
     args.end("refuse | any")
     return UnknownLocation(kind, pos=directive.pos)
+
+
+CACHE_USAGE = "<ttl> [max <size>] [tenants <tenant> ...]"
+
+
+def _cache(directive: Directive | None, ctx: _Context) -> ResponseCache | None:
+    """``cache 10m max 64MB tenants acme beta``: the service's exact-match cache."""
+    if directive is None:
+        return None
+    args = Args(directive, ctx.report)
+    ttl = args.take(values.duration, CACHE_USAGE)
+    max_bytes = ResponseCache.max_bytes
+    if args.peek() == "max":
+        args.expect("max", CACHE_USAGE)
+        max_bytes = args.take(values.size, CACHE_USAGE) or max_bytes
+    tenants: list[str] = []
+    if args.peek() == "tenants":
+        args.expect("tenants", CACHE_USAGE)
+        for tenant, arg in args.rest(values.tenant_name, "<tenant> ..."):
+            tenants.append(tenant)
+            ctx.refs.append(Ref("tenant", tenant, arg.pos, arg.width, ctx.name))
+    args.end(CACHE_USAGE)
+    if ttl is None or ttl <= 0:
+        return None
+    return ResponseCache(ttl, max_bytes, tuple(dict.fromkeys(tenants)))

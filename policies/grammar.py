@@ -105,6 +105,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "all-down": Spec("answer-allowed | answer-nothing | fallback <region> ...",
                          required=True),
         "healthcheck": Spec("<healthcheck name>"),
+        "cache": Spec("<ttl> [max <size>] [tenants <tenant> ...]"),
     },
     "spillover": {
         "at": Spec("<percent of capacity>", required=True),

@@ -229,6 +229,17 @@ STEERING_METHODS = ("latency", "geo", "weighted", "priority")
 
 
 @dataclass(frozen=True)
+class ResponseCache:
+    """A service's exact-match response cache: deterministic requests only, per tenant,
+    kept ``ttl`` seconds, at most ``max_bytes`` per region; ``tenants`` (empty: every
+    tenant, or every client without identity) are those whose answers are cached."""
+
+    ttl: float
+    max_bytes: int = 64 * 1024 * 1024
+    tenants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Service:
     name: str  # fully qualified, lower case, no trailing dot
     regions: tuple[str, ...]  # regions that serve this service, policy order
@@ -249,6 +260,7 @@ class Service:
     # the models whose requests are this service's clients' (empty: every model); the
     # balancers re-check residency against every service serving the requested model
     models: tuple[str, ...] = ()
+    cache: ResponseCache | None = None  # opt-in exact-match response cache
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

@@ -58,6 +58,7 @@ def _references(policy: Policy, refs: Iterable[Ref], report: Reporter) -> None:
         "service": tuple(s.name for s in policy.services),
         "healthcheck": tuple(h.name for h in policy.healthchecks),
         "jurisdiction": tuple(j.name for j in policy.jurisdictions),
+        "tenant": tuple(t.name for t in policy.tenants),
     }
     for ref in refs:
         names = known[ref.kind]

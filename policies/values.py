@@ -117,6 +117,20 @@ def number(text: str, minimum: float | None = None, maximum: float | None = None
     return value
 
 
+_SIZE = re.compile(_NUMBER + r"(?P<unit>B|KB|MB|GB)$")
+_SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
+
+
+def size(text: str) -> int:
+    """A size in bytes: ``512KB``, ``64MB``, ``1GB`` (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        hint = f"write {text}MB" if re.fullmatch(_NUMBER, text) else None
+        raise ValueProblem(f"'{text}' is not a size",
+                           expected="a size such as 512KB, 64MB or 1GB", hint=hint)
+    return int(float(m["num"]) * _SIZE_UNITS[m["unit"]])
+
+
 def _check_range(text: str, value: float, minimum: float | None, maximum: float | None,
                  what: str = "") -> None:
     subject = f"{what} {text}" if what else text

@@ -52,6 +52,7 @@ from regions.balancer.adapters.placement import (
 )
 from regions.balancer.adapters.stage import PlaceAdapter
 from regions.balancer.config import BalancerConfig
+from regions.balancer.degrade.cache_stage import ResponseCacheStage
 from regions.balancer.http.admin import build_admin_app
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientGuard
@@ -205,6 +206,8 @@ class Balancer(Lifecycle, Reports):
                                self.dispatcher.fair, self._hold_for_tenants,
                                region=self.region)
         self.quotas = TenantQuotas(on_refused=self._refused)
+        self.cache = ResponseCacheStage(self.region, self.pool, self.tenancy, self.metrics,
+                                        self.config.cache)
         self.recorder = UsageRecorder(self.metrics)
         self.throttles: ThrottleLedger | None = None
 
@@ -253,6 +256,7 @@ class Balancer(Lifecycle, Reports):
             "residency": self.residency_stage,
             "tenant": AdmitTenant(self.tenancy, self.quotas),
             "revision": self.revisions,
+            "cache": self.cache,
             "adapter": self.place_adapter,
         }
         return [built[name] for name in check_stages(names)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from policies.model import Policy
+from policies.model import Policy, ResponseCache
 from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
@@ -67,6 +67,7 @@ class BalancerConfig:
     max_resumes: int = 2
     silence: SilenceSettings = field(default_factory=SilenceSettings)
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
+    cache: ResponseCache | None = None  # every request's, without a policy that says
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 300.0
     prefill_ratio: float = 150.0

@@ -16,6 +16,8 @@ from aiohttp import web
 
 from regions.balancer.adapters.loader import AdapterLoader
 from regions.balancer.config import BalancerConfig
+from regions.balancer.degrade.cache_stage import ResponseCacheStage
+from regions.balancer.degrade.response_store import RedisStore
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientGuard, GuardedSite
 from regions.balancer.http.metrics import BalancerMetrics
@@ -54,6 +56,7 @@ class Lifecycle:
     tenancy: Tenancy
     quotas: TenantQuotas
     recorder: UsageRecorder
+    cache: ResponseCacheStage
     throttles: ThrottleLedger | None
     reconcile: UsageReconciler
     outcomes: RevisionOutcomes
@@ -108,6 +111,8 @@ class Lifecycle:
             self.quotas.attach(self.link.store, (self.shared_state or _NO_STATE).quota_wait_s)
             self.recorder.ledger = UsageLedger(self.link.store)
             await self.recorder.ledger.__aenter__()
+            self.cache.store = RedisStore(self.link.store.client, self.link.store.keys.prefix,
+                                          self.region)
             self.throttles = ThrottleLedger(self.link.store)
             await self.throttles.__aenter__()
         await self.tenancy.__aenter__()

@@ -102,7 +102,7 @@ def test_the_stage_list_is_checked() -> None:
         build_balancer(
             "r",
             [BackendSpec("gpu0", "http://127.0.0.1:9", (MODEL,))],
-            BalancerConfig(stages=("parse", "cache")),
+            BalancerConfig(stages=("parse", "semantic-cache")),
         )
 
 

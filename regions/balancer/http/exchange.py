@@ -60,6 +60,7 @@ class Exchange:
     served_by: str | None = None  # the backend that answered
     bound: list[str] = field(default_factory=list)  # every backend it was bound to, in order
     relay_end: RelayEnd | None = None  # how the answer ended
+    capture: Callable[[bytes], None] | None = None  # told each piece the client is sent
     _request_id: str | None = None
 
     @property

@@ -11,6 +11,8 @@
   ``director_balancer_stream_resumes_total{outcome,reason}`` (streams silent mid-answer,
   ``upstream_errors_total{kind="stall"}`` by backend),
   ``director_balancer_hedges_total{outcome}`` (late first bytes, ``http.hedging``),
+  ``director_balancer_cache_total{outcome}``, ``director_balancer_cache_hit_seconds``
+  (the exact-match cache, ``degrade.cache_stage``),
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
   ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
@@ -175,6 +177,14 @@ class BalancerMetrics:
         self.ejections = Counter(
             "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
         )
+        self.cache = Counter(
+            "director_balancer_cache",
+            "Exact-match cache lookups by outcome (hit, miss) and answers stored or not",
+            ["outcome"], registry=r)
+        self.cache_lookup = Histogram(
+            "director_balancer_cache_hit_seconds",
+            "From the lookup to the replayed answer's end, for cache hits",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5), registry=r)
         self.hedges = Counter(
             "director_balancer_hedges",
             "Late first bytes by what hedging did (won, lost: a copy was sent; saturated, "

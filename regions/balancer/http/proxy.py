@@ -271,7 +271,8 @@ class Proxy:
         end = await relay(exchange.request, upstream, resumed.resp, on_chunk, self.clock,
                           UsageEventFilter() if resumed.strip_usage else None,
                           self.settings.client_stall_s, tap=resumed.tap,
-                          silence_s=silence.seconds(), prepared=True, gaps=silence.observe)
+                          silence_s=silence.seconds(), prepared=True, gaps=silence.observe,
+                          capture=exchange.capture)
         exchange.relay_end = end
         self._count_end(end, backend, exchange.request)
         if end in WHOLE_ANSWER:
@@ -403,7 +404,8 @@ class Proxy:
                               self.settings.client_stall_s,
                               tap=tap if watched else None,
                               silence_s=silence.seconds() if watched and tap else None,
-                              gaps=silence.observe if watched else None)
+                              gaps=silence.observe if watched else None,
+                              capture=exchange.capture)
             exchange.relay_end = end
         except asyncio.CancelledError:  # the client went away while we waited upstream
             self.metrics.client_gone.labels("before_end").inc()

@@ -97,11 +97,13 @@ class _ToClient(BodySink):
         transform: Transform | None = None,
         tap: Transform | None = None,
         watch: bool = False,
+        capture: Callable[[bytes], None] | None = None,
     ) -> None:
         self.transport = transport
         self.progress = progress
         self.transform = transform
         self.tap = tap
+        self.capture = capture
         self.watch = watch  # wake the pump on the first piece: it times the silences
         self.last_read: float | None = None  # monotonic time of the last piece
         self.longest_gap = 0.0  # between two pieces, after the first
@@ -148,6 +150,8 @@ class _ToClient(BodySink):
     def write(self, payload: bytes) -> None:
         if not payload:
             return
+        if self.capture is not None:
+            self.capture(payload)
         if self.chunked:
             payload = b"%x\r\n%b\r\n" % (len(payload), payload)
         self.transport.write(payload)
@@ -179,6 +183,7 @@ async def relay(
     silence_s: float | None = None,
     prepared: bool = False,
     gaps: Callable[[float], None] | None = None,
+    capture: Callable[[bytes], None] | None = None,
 ) -> RelayEnd:
     """Send ``resp``'s headers (unless ``prepared``: they went out with an earlier
     answer), then every piece of ``upstream``'s body as it arrives.
@@ -188,7 +193,7 @@ async def relay(
     gets; a client that takes no byte for ``stall_s`` seconds is cut (``CLIENT_STALLED``);
     an upstream silent for ``silence_s`` after its first piece ends it
     ``UPSTREAM_STALLED``, the client's answer left open. ``gaps`` is told a whole
-    answer's longest silence.
+    answer's longest silence, ``capture`` each piece as the client is sent it.
     """
     finished = False
     try:
@@ -206,7 +211,7 @@ async def relay(
         transport.set_write_buffer_limits(high=HIGH_WATER)
         progress = SendProgress(transport, stall_s, time.monotonic())
         sink = _ToClient(transport, resp.chunked, upstream, on_chunk, clock, progress,
-                         transform, tap, silence_s is not None)
+                         transform, tap, silence_s is not None, capture)
         upstream.stream(sink)
         end = await _pump(request, upstream, sink, progress, silence_s)
         if end in (RelayEnd.UPSTREAM_FAILED, RelayEnd.CLIENT_STALLED):

@@ -99,6 +99,9 @@ class Tenancy:
         identity = policy.identity if policy is not None else None
         self.tenants = {t.name: t for t in policy.tenants} if policy is not None else {}
         self.services = frozenset(s.name for s in policy.services) if policy else frozenset()
+        # the services whose deterministic answers are cached (``degrade.cache_stage``)
+        self.caches = {s.name: s.cache for s in policy.services if s.cache is not None} \
+            if policy else {}
         if self.fair is not None:
             self.fair.set_tenants({t.name: t.weight for t in self.tenants.values()},
                                   {t.name: t.reserve for t in self.tenants.values()})
