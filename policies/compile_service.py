@@ -19,6 +19,9 @@ from policies.model import (
     AllDown,
     AllDownKind,
     ClientMatch,
+    DegradeAction,
+    DegradeStep,
+    DegradeTrigger,
     Failover,
     NoEcs,
     PartialLocation,
@@ -111,6 +114,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
             refs.append(Ref("healthcheck", arg.text, arg.pos, arg.width, ctx.name))
 
     cache = _cache(one("cache"), ctx)
+    degrade = _degrade(one("degrade"), ctx)
     if "priority" in steer and not priority:
         report.at_directive(one("steer") or directive,
                             "steering by 'priority' needs a 'priority' list",
@@ -120,6 +124,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     return Service(
         name=name, regions=served, steer=steer, priority=priority, ttl=ttl, degraded_ttl=degraded,
         answers=answers, spillover=spillover, failover=failover, residency=rules, cache=cache,
+        degrade=degrade,
         all_down=all_down, unknown_location=unknown, no_ecs=no_ecs, affinity=affinity,
         healthcheck=healthcheck, partial_location=partial,
         models=tuple(dict.fromkeys(models)), pos=directive.pos,
@@ -336,3 +341,50 @@ def _cache(directive: Directive | None, ctx: _Context) -> ResponseCache | None:
     if ttl is None or ttl <= 0:
         return None
     return ResponseCache(ttl, max_bytes, tuple(dict.fromkeys(tenants)))
+
+
+STEP_USAGE = {"model": "<model> [when <trigger> <value>]"}
+TRIGGER_VALUES = {DegradeTrigger.QUEUE_WAIT: ("<duration>", values.duration),
+                  DegradeTrigger.SATURATION: ("<percent>", values.percent),
+                  DegradeTrigger.ERROR_RATE: ("<percent>", values.percent)}
+
+
+def _degrade(directive: Directive | None, ctx: _Context) -> tuple[DegradeStep, ...]:
+    """``degrade { overflow when queue-wait 2s; model small when saturation 90%; ... }``:
+    the ladder, in the order written."""
+    if directive is None:
+        return ()
+    report = ctx.report
+    Args(directive, report).end("")
+    read_block(directive.directives(), "degrade", directive, report)  # names and repeats
+    steps = []
+    for d in directive.directives():
+        try:
+            action = DegradeAction(d.name)
+        except ValueError:
+            continue  # reported by read_block
+        usage = STEP_USAGE.get(d.name, "[when <trigger> <value>]")
+        args = Args(d, report)
+        model = None
+        if action is DegradeAction.MODEL:
+            model = args.take(lambda t: values.name(t, "model name"), usage)
+        trigger, threshold = None, 0.0
+        if args.peek() == "when":
+            args.expect("when", usage)
+            trigger = args.take(_trigger, usage)
+            if trigger is not None:
+                kind, convert = TRIGGER_VALUES[trigger]
+                threshold = args.take(convert, f"when {trigger.value} {kind}") or 0.0
+        args.end(usage)
+        if action is not DegradeAction.MODEL or model is not None:
+            steps.append(DegradeStep(action, model, trigger, threshold, pos=d.pos))
+    return tuple(steps)
+
+
+def _trigger(text: str) -> DegradeTrigger:
+    try:
+        return DegradeTrigger(text)
+    except ValueError:
+        raise values.ValueProblem(
+            f"unknown trigger '{text}'", expected=one_of([t.value for t in DegradeTrigger]),
+            hint=did_you_mean(text, [t.value for t in DegradeTrigger])) from None

@@ -106,6 +106,13 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
                          required=True),
         "healthcheck": Spec("<healthcheck name>"),
         "cache": Spec("<ttl> [max <size>] [tenants <tenant> ...]"),
+        "degrade": Spec("", block="degrade"),
+    },
+    "degrade": {
+        "overflow": Spec("[when <trigger> <value>]"),
+        "model": Spec("<model> [when <trigger> <value>]", repeat=True),
+        "cache": Spec("[when <trigger> <value>]"),
+        "shed": Spec("[when <trigger> <value>]"),
     },
     "spillover": {
         "at": Spec("<percent of capacity>", required=True),

@@ -25,6 +25,11 @@ for the model to the rules of both (residency follows the GPUs, not the Host hea
 client one service's DNS answers sends there may be refused. Giving each service its own
 ``models`` (or the same rules) silences it.
 
+``degrade``: a ladder's ``cache`` step in a service that caches nothing (no ``cache``
+directive: it never finds an answer); a ``model`` step naming a model that no GPU server
+of the service's regions serves (checked only when the policy declares GPU servers), or
+the service's own model.
+
 ``jwt``: a ``jwt`` block without ``issuer`` (any issuer whose tokens the key set verifies
 is accepted; an ``audience`` is required by the compiler, not linted).
 
@@ -41,7 +46,7 @@ import dataclasses
 from policies.continents import CONTINENT_OF, CONTINENT_ONLY_RECORDS
 from policies.errors import Diagnostic, did_you_mean
 from policies.matching import rule_clients
-from policies.model import Policy, ResidencyRule, Service
+from policies.model import DegradeAction, Policy, ResidencyRule, Service
 from policies.reading import Reporter
 
 
@@ -54,6 +59,7 @@ def lint(policy: Policy, directives: Reporter) -> list[Diagnostic]:
             _cross_border(policy, service, rule, report)
             if service.partial_location is None:
                 _partial_location(policy, service, rule, report)
+        _degrade(policy, service, report)
     _shared_models(policy, report)
     _tenants(policy, report)
     _jwt(policy, report)
@@ -121,6 +127,27 @@ def _partial_location(policy: Policy, service: Service, rule: ResidencyRule,
         hint=f"say how those clients go in the service: 'partial-location intersect' (what "
         f"happens now) or 'partial-location unknown' (as clients of unknown location); or "
         f"name the continent in the rule ('clients continent {partly[0]}') if all of it is meant")
+
+
+def _degrade(policy: Policy, service: Service, report: Reporter) -> None:
+    served = {model for region in policy.regions if region.name in service.regions
+              for gpu in region.gpus for model in gpu.models}
+    declared = any(region.gpus for region in policy.regions)
+    for step in service.degrade:
+        if step.action is DegradeAction.CACHE and service.cache is None:
+            report.at_name(step.pos, f"service {service.name}: the 'cache' step never finds "
+                           "an answer: the service caches none",
+                           hint="add 'cache <ttl>' to the service, or drop the step")
+        if step.model is None:
+            continue
+        if step.model in service.models and len(service.models) == 1:
+            report.at_name(step.pos, f"service {service.name}: the 'model' step names the "
+                           f"service's own model '{step.model}'", words=(step.model,),
+                           hint="name a lighter model its regions also serve")
+        elif declared and step.model not in served:
+            report.at_name(step.pos, f"service {service.name}: no GPU server of its regions "
+                           f"serves '{step.model}', so the step never serves",
+                           words=(step.model,), hint=did_you_mean(step.model, served))
 
 
 def _shared_models(policy: Policy, report: Reporter) -> None:

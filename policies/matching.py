@@ -183,3 +183,25 @@ def unknown_allowed(service: Service) -> tuple[str, ...]:
     for rule in service.residency:
         allowed &= set(rule.allowed)
     return tuple(r for r in service.regions if r in allowed)
+
+
+def serving(policy: Policy, region: str, model: str | None) -> tuple[Service, ...]:
+    """The services whose clients ``region``'s GPUs serve ``model`` for (None: any model):
+    those serving the region, with no ``models`` list or one naming the model."""
+    return tuple(s for s in policy.services if region in s.regions
+                 and (model is None or not s.models or model in s.models))
+
+
+def refusal(policy: Policy, region: str, where: Place,
+            model: str | None) -> tuple[Service | None, Coverage | None] | None:
+    """Why ``region`` may not serve a client at ``where`` for ``model``, or None when it
+    may: residency follows the GPUs, so every service the region serves the model for
+    must allow it. ``(None, None)``: no service serves the model there."""
+    services = serving(policy, region, model)
+    if not services:
+        return None, None
+    for service in services:
+        held = coverage(policy, service, where)
+        if held.allowed is not None and region not in held.allowed:
+            return service, held
+    return None

@@ -228,6 +228,41 @@ class Affinity(enum.Enum):
 STEERING_METHODS = ("latency", "geo", "weighted", "priority")
 
 
+class DegradeAction(enum.Enum):
+    """What a step of a service's degradation ladder does with a request."""
+
+    OVERFLOW = "overflow"  # the same model in a sibling region the client may use
+    MODEL = "model"  # a declared lighter model, in this region
+    CACHE = "cache"  # an exact-match cache hit
+    SHED = "shed"  # 429 with a Retry-After that, honoured, is served
+
+
+class DegradeTrigger(enum.Enum):
+    """When a step is taken before the request is queued (without one: only once the
+    region has shed the request, or has no server for it)."""
+
+    QUEUE_WAIT = "queue-wait"  # the oldest queued request has waited this long (seconds)
+    SATURATION = "saturation"  # requests in flight and queued over the region's slots
+    ERROR_RATE = "error-rate"  # the region's share of errors over the last ten seconds
+
+
+@dataclass(frozen=True)
+class DegradeStep:
+    action: DegradeAction
+    model: str | None = None  # the lighter model (``model`` steps)
+    trigger: DegradeTrigger | None = None
+    threshold: float = 0.0  # seconds (queue-wait) or a fraction (saturation, error-rate)
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+    def describe(self) -> str:
+        what = f"model {self.model}" if self.model else self.action.value
+        if self.trigger is None:
+            return what
+        value = (f"{self.threshold:g}s" if self.trigger is DegradeTrigger.QUEUE_WAIT
+                 else f"{self.threshold * 100:g}%")
+        return f"{what} when {self.trigger.value} {value}"
+
+
 @dataclass(frozen=True)
 class ResponseCache:
     """A service's exact-match response cache: deterministic requests only, per tenant,
@@ -261,6 +296,7 @@ class Service:
     # balancers re-check residency against every service serving the requested model
     models: tuple[str, ...] = ()
     cache: ResponseCache | None = None  # opt-in exact-match response cache
+    degrade: tuple[DegradeStep, ...] = ()  # the degradation ladder, in order
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

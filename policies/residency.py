@@ -11,6 +11,12 @@ the set of regions it may answer:
   what ``unknown-location`` answers must be allowed by every rule;
 - ``no ECS``: with ``no-ecs resolver`` the resolver is located and the paths above apply;
   with ``no-ecs unknown`` the unknown-location path applies;
+- ``degrade ...``: each step of the service's degradation ladder that answers elsewhere or
+  otherwise: ``overflow <from> -> <to>`` runs the balancers' own re-check
+  (``matching.refusal``) for every shape of location the rule's clients may have, so the
+  siblings it lets them reach must be allowed; ``model <m> in <region>`` and ``cache in
+  <region>`` answer in the region that already served the client (the re-check for the
+  lighter model may only narrow it);
 - ``client located as ...``: every shape of location the rule's clients may have (each of
   its countries, each continent it names or holds a country of, as a continent-only
   GeoIP record, each of its countries beside a represented country outside it), run
@@ -28,9 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.continents import CONTINENT_OF
-from policies.matching import Place, coverage, rule_clients, unknown_answers
+from policies.matching import Place, coverage, refusal, rule_clients, unknown_answers
 from policies.model import (
     AllDownKind,
+    DegradeAction,
     NoEcs,
     Policy,
     ResidencyRule,
@@ -84,6 +91,7 @@ def enumerate_paths(policy: Policy) -> list[PathCheck]:
         for rule in service.residency:
             checks += _rule_paths(service, rule)
             checks += _matching_paths(policy, service, rule)
+            checks += _degrade_paths(policy, service, rule)
     return checks
 
 
@@ -121,6 +129,35 @@ def _matching_paths(policy: Policy, service: Service, rule: ResidencyRule) -> li
         out.append(PathCheck(service.name, rule.name,
                              f"client located as {where.describe()}", answers, rule.allowed,
                              rule.pos))
+    return out
+
+
+def _degrade_paths(policy: Policy, service: Service, rule: ResidencyRule) -> list[PathCheck]:
+    """The ladder's steps, for the rule's clients in each region that may serve them."""
+    candidates = rule_candidates(service, rule)
+    held = [where for where in rule_places(policy, rule)
+            if rule in coverage(policy, service, where).rules]
+    models = service.models or (None,)
+    out: list[PathCheck] = []
+    for step in service.degrade:
+        for source in candidates:
+            if step.action is DegradeAction.OVERFLOW:
+                for target in service.regions:
+                    if target == source:
+                        continue
+                    let = any(refusal(policy, target, where, model) is None
+                              for where in held for model in models)
+                    out.append(PathCheck(service.name, rule.name,
+                                         f"degrade overflow {source} -> {target}",
+                                         (target,) if let else (), rule.allowed, step.pos))
+            elif step.action is DegradeAction.MODEL:
+                let = any(refusal(policy, source, where, step.model) is None for where in held)
+                out.append(PathCheck(service.name, rule.name,
+                                     f"degrade model {step.model} in {source}",
+                                     (source,) if let else (), rule.allowed, step.pos))
+            elif step.action is DegradeAction.CACHE:
+                out.append(PathCheck(service.name, rule.name, f"degrade cache in {source}",
+                                     (source,), rule.allowed, step.pos))
     return out
 
 

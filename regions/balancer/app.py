@@ -53,6 +53,7 @@ from regions.balancer.adapters.placement import (
 from regions.balancer.adapters.stage import PlaceAdapter
 from regions.balancer.config import BalancerConfig
 from regions.balancer.degrade.cache_stage import ResponseCacheStage
+from regions.balancer.degrade.ladder import DegradeLadder
 from regions.balancer.http.admin import build_admin_app
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientGuard
@@ -208,6 +209,10 @@ class Balancer(Lifecycle, Reports):
         self.quotas = TenantQuotas(on_refused=self._refused)
         self.cache = ResponseCacheStage(self.region, self.pool, self.tenancy, self.metrics,
                                         self.config.cache)
+        self.ladder = DegradeLadder(self.dispatcher, self.tenancy, self.cache, self.metrics,
+                                    lambda: self.overflow, lambda: self.residency,
+                                    lambda info: self.revisions.choose(info),
+                                    self.config.degrade)
         self.recorder = UsageRecorder(self.metrics)
         self.throttles: ThrottleLedger | None = None
 
@@ -256,6 +261,7 @@ class Balancer(Lifecycle, Reports):
             "residency": self.residency_stage,
             "tenant": AdmitTenant(self.tenancy, self.quotas),
             "revision": self.revisions,
+            "degrade": self.ladder,
             "cache": self.cache,
             "adapter": self.place_adapter,
         }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from policies.model import Policy, ResponseCache
+from policies.model import DegradeStep, Policy, ResponseCache
 from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
 from regions.balancer.http.client_timeouts import ClientTimeouts
@@ -68,6 +68,7 @@ class BalancerConfig:
     silence: SilenceSettings = field(default_factory=SilenceSettings)
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
     cache: ResponseCache | None = None  # every request's, without a policy that says
+    degrade: tuple[DegradeStep, ...] = ()  # every request's ladder, without a policy's
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 300.0
     prefill_ratio: float = 150.0

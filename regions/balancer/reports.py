@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from regions.balancer.config import BalancerConfig
+from regions.balancer.degrade.ladder import DegradeLadder
 from regions.balancer.http.parse import Parse
 from regions.balancer.http.request_info import parse_request
 from regions.balancer.http.revision_choice import ChooseRevision
@@ -38,6 +39,7 @@ class Reports:
     policy_follow: PolicyFollow
     spill: SpillOver
     revisions: ChooseRevision
+    ladder: DegradeLadder
 
     def explain(
         self, path: str, body: Any, headers: dict[str, str] | None = None
@@ -76,6 +78,8 @@ class Reports:
             **({"prefix": self.prefix_scorer.describe(info, self.pool.snapshot().backends)}
                if self.prefix_scorer is not None else {}),
             "queued": self.dispatcher.queued,
+            # the ladder of the service the Host header names: its steps, triggers, signals
+            "degrade": self.ladder.explain((headers or {}).get("host"), info.model),
         }
 
     def state(self) -> dict[str, Any]:

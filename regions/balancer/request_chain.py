@@ -12,10 +12,12 @@
 6. ``tenant`` (``tenancy.tenant_quota.AdmitTenant``): the tenant's model and quota; 403/429.
 7. ``revision`` (``http.revision_choice.ChooseRevision``): the model's revision, when the
    region splits it over several (its session's, ``scheduling.revision_split``).
-8. ``cache`` (``degrade.cache_stage.ResponseCacheStage``): a deterministic request of a
+8. ``degrade`` (``degrade.ladder.DegradeLadder``): the service's degradation ladder, under
+   overload or failure: a sibling region, a lighter model, a cache hit, a kept 429.
+9. ``cache`` (``degrade.cache_stage.ResponseCacheStage``): a deterministic request of a
    service that caches is answered from the region's exact-match cache, or its answer
    stored there.
-9. ``adapter`` (``adapters.stage.PlaceAdapter``): a LoRA adapter's request goes to the
+10. ``adapter`` (``adapters.stage.PlaceAdapter``): a LoRA adapter's request goes to the
    servers that hold it, loaded on one first if need be; 503 when none can.
 
 Then ``http.proxy.Proxy.forward`` binds it to a GPU server and relays the answer. A stage
@@ -30,9 +32,9 @@ from collections.abc import Iterable
 from regions.balancer.errors import BalancerConfigError
 
 STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant", "revision",
-          "cache", "adapter")
+          "degrade", "cache", "adapter")
 # the stages that read the parsed request
-AFTER_PARSE = frozenset({"residency", "tenant", "revision", "cache", "adapter"})
+AFTER_PARSE = frozenset({"residency", "tenant", "revision", "degrade", "cache", "adapter"})
 
 
 def check_stages(names: Iterable[str]) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ async def test_hedges_stay_within_the_budget() -> None:
         client = openai.AsyncOpenAI(base_url=f"{balancer.url}/v1", api_key="x", max_retries=0)
         for _ in range(8):
             await chat(client)
-        fleet["gpu0"].set_fault(Fault(FaultMode.SLOW, factor=50))
+        fleet["gpu0"].set_fault(Fault(FaultMode.LATE, factor=30))
         await asyncio.gather(*(chat(client) for _ in range(20)))
         sent = sum(balancer.metrics.hedges.labels(o)._value.get()
                    for o in ("won", "lost", "failed"))

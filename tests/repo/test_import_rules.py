@@ -61,7 +61,7 @@ WINGS: dict[str, set[str]] = {
     "tenancy": {"http", "scheduling"},
     "signals": {"http", "scheduling", "tenancy"},
     "adapters": {"http", "scheduling", "signals"},
-    "degrade": {"http", "scheduling", "tenancy"},
+    "degrade": {"http", "scheduling", "signals", "tenancy"},
 }
 
 

@@ -79,23 +79,13 @@ class ResponseCacheStage:
         self._storing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, exchange: Exchange, call_next: Next) -> web.StreamResponse:
-        info = exchange.info
-        found = self._policy(exchange, info)
-        if found is None or info is None:
+        found = self._key(exchange)
+        if found is None:
             return await call_next(exchange)
-        service, policy = found
-        key = cache_key(exchange.raw, tenant=info.tenant, service=service, model=info.model,
-                        revision=self._revision(info), endpoint=info.endpoint.value)
-        if key is None:
-            return await call_next(exchange)
-        started = self.clock()
-        entry = await self.store.get(key)
-        if entry is not None:
-            replayed = await self._replay(exchange, entry)
-            if replayed is not None:
-                self.metrics.cache.labels("hit").inc()
-                self.metrics.cache_lookup.observe(self.clock() - started)
-                return replayed
+        key, policy = found
+        replayed = await self._lookup(exchange, key)
+        if replayed is not None:
+            return replayed
         self.metrics.cache.labels("miss").inc()
         capture = Capture(max(1, policy.max_bytes // 8), [])
         exchange.capture = capture
@@ -113,6 +103,33 @@ class ResponseCacheStage:
     async def _store(self, key: str, entry: bytes, policy: ResponseCache) -> None:
         stored = await self.store.put(key, entry, policy.ttl, policy.max_bytes)
         self.metrics.cache.labels("stored" if stored else "not_stored").inc()
+
+    async def hit(self, exchange: Exchange) -> web.StreamResponse | None:
+        """The cached answer to ``exchange``, replayed, if there is one (the ladder's
+        ``cache`` step)."""
+        found = self._key(exchange)
+        return await self._lookup(exchange, found[0]) if found is not None else None
+
+    def _key(self, exchange: Exchange) -> tuple[str, ResponseCache] | None:
+        info = exchange.info
+        found = self._policy(exchange, info)
+        if found is None or info is None:
+            return None
+        service, policy = found
+        key = cache_key(exchange.raw, tenant=info.tenant, service=service, model=info.model,
+                        revision=self._revision(info), endpoint=info.endpoint.value)
+        return (key, policy) if key is not None else None
+
+    async def _lookup(self, exchange: Exchange, key: str) -> web.StreamResponse | None:
+        started = self.clock()
+        entry = await self.store.get(key)
+        if entry is None:
+            return None
+        replayed = await self._replay(exchange, entry)
+        if replayed is not None:
+            self.metrics.cache.labels("hit").inc()
+            self.metrics.cache_lookup.observe(self.clock() - started)
+        return replayed
 
     def _policy(self, exchange: Exchange,
                 info: RequestInfo | None) -> tuple[str, ResponseCache] | None:
@@ -148,7 +165,8 @@ class ResponseCacheStage:
         if found is not None:
             fresh = f"{found.group(1).decode(errors='replace').split('-')[0]}-{uuid.uuid4().hex}"
             body = body.replace(b'"' + found.group(1) + b'"', b'"' + fresh.encode() + b'"')
-        headers = {CACHE_HEADER: "hit", "x-director-region": self.region}
+        headers = {**exchange.extra_headers, CACHE_HEADER: "hit",
+                   "x-director-region": self.region}
         if content_type != SSE:
             exchange.relay_end = RelayEnd.FINISHED
             return web.Response(body=body, content_type=content_type, headers=headers)

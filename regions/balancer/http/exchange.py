@@ -61,6 +61,7 @@ class Exchange:
     bound: list[str] = field(default_factory=list)  # every backend it was bound to, in order
     relay_end: RelayEnd | None = None  # how the answer ended
     capture: Callable[[bytes], None] | None = None  # told each piece the client is sent
+    walks_ladder: bool = False  # its service's degradation ladder decides its sheds
     _request_id: str | None = None
 
     @property

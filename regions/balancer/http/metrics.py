@@ -12,7 +12,8 @@
   ``upstream_errors_total{kind="stall"}`` by backend),
   ``director_balancer_hedges_total{outcome}`` (late first bytes, ``http.hedging``),
   ``director_balancer_cache_total{outcome}``, ``director_balancer_cache_hit_seconds``
-  (the exact-match cache, ``degrade.cache_stage``),
+  (the exact-match cache, ``degrade.cache_stage``), ``director_balancer_degraded_total{step}``
+  (``degrade.ladder``),
   ``director_balancer_ejections_total{backend}``, ``director_balancer_shed_total{reason}``,
   ``director_balancer_upstream_errors_total{backend,kind}``,
   ``director_balancer_client_gone_total{when}`` (``before_end``, ``at_end``: after the last
@@ -177,6 +178,10 @@ class BalancerMetrics:
         self.ejections = Counter(
             "director_balancer_ejections", "Outlier ejections", ["backend"], registry=r
         )
+        self.degraded = Counter(
+            "director_balancer_degraded",
+            "Requests a degradation ladder's step answered, by step (overflow, "
+            "model=<m>, cache, shed)", ["step"], registry=r)
         self.cache = Counter(
             "director_balancer_cache",
             "Exact-match cache lookups by outcome (hit, miss) and answers stored or not",

@@ -107,6 +107,12 @@ class Dispatcher:
     def queued(self) -> int:
         return len(self._queue)
 
+    def oldest_wait(self) -> float:
+        """How long the longest-waiting queued request has waited (0: none queued)."""
+        if not self._queue:
+            return 0.0
+        return max(0.0, self.pool.clock() - min(e.since for e in self._queue))
+
     def queued_cost(self) -> float:
         return sum(e.request.cost_tokens for e in self._queue)
 

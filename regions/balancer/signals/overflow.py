@@ -307,6 +307,7 @@ class SpillOver:
         exchange.overflowed = Overflow.marked(exchange.request)
         exchange.request = strip_marker(exchange.request)
         response = await call_next(exchange)
-        if self.overflow is not None and not exchange.overflowed and is_shed(response):
+        if self.overflow is not None and not exchange.overflowed and is_shed(response) \
+                and not exchange.walks_ladder:
             return await self.overflow.handle(exchange, response)
         return response

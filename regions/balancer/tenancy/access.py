@@ -102,6 +102,9 @@ class Tenancy:
         # the services whose deterministic answers are cached (``degrade.cache_stage``)
         self.caches = {s.name: s.cache for s in policy.services if s.cache is not None} \
             if policy else {}
+        # the services that degrade, with their ladders (``degrade.ladder``)
+        self.ladders = {s.name: s.degrade for s in policy.services if s.degrade} \
+            if policy else {}
         if self.fair is not None:
             self.fair.set_tenants({t.name: t.weight for t in self.tenants.values()},
                                   {t.name: t.reserve for t in self.tenants.values()})

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from policies.matching import NOWHERE, Place, coverage, is_country, place
+from policies.matching import NOWHERE, Place, is_country, place, refusal, serving
 from policies.model import Policy, Service
 from regions.balancer.http.exchange import CheckedClient, Exchange, Next
 from regions.balancer.http.refusals import error_response
@@ -88,9 +88,7 @@ class ResidencyCheck:
 
     def serving(self, model: str | None) -> tuple[Service, ...]:
         """The services whose clients this region's GPUs serve ``model`` for (None: any)."""
-        if model is None:
-            return self.services
-        return tuple(s for s in self.services if not s.models or model in s.models)
+        return serving(self.policy, self.region, model)
 
     def check(self, peer: str | None, host: str | None, headers: Mapping[str, str],
               model: str | None = None) -> Verdict:
@@ -103,17 +101,15 @@ class ResidencyCheck:
         """The verdict for a client at ``where`` (described as ``client``)."""
         name = host_name(host)
         by_address = _is_address(host or "")
-        services = self.serving(model)
-        names = tuple(s.name for s in services)
-        if not services:
+        names = tuple(s.name for s in self.serving(model))
+        refused = refusal(self.policy, self.region, where, model)
+        if refused is None:
+            return Verdict(True, client, name, (), None, by_address, names)
+        service, held = refused
+        if service is None or held is None:
             return Verdict(False, client, "", (), (), by_address)
-        for service in services:
-            held = coverage(self.policy, service, where)
-            if held.allowed is not None and self.region not in held.allowed:
-                rules = tuple(r.name for r in held.rules) if held.located else ()
-                return Verdict(False, client, service.name, rules, held.allowed, by_address,
-                               names)
-        return Verdict(True, client, name, (), None, by_address, names)
+        rules = tuple(r.name for r in held.rules) if held.located else ()
+        return Verdict(False, client, service.name, rules, held.allowed, by_address, names)
 
     def trusts(self, peer: str | None) -> bool:
         """Whether ``peer`` is one of the trusted edges, whose headers count."""
