@@ -11,7 +11,8 @@ region.kill        POST /api/v1/chaos/processes kill               restore (same
 region.freeze      ... freeze ``balancer/<r>`` (SIGSTOP)           restore (SIGCONT)
 region.drain       POST /api/v1/regions/<r>/drain                  .../undrain
 gpu.errors|slow|   POST /api/v1/chaos/gpus/<r>/<g>/fault           the same with mode none
-hang|fail|short    (the simulator's fault switch)
+hang|fail|short|   (the simulator's fault switch)
+stall|late
 gpu.swap           POST /api/v1/chaos/gpus/<r>/<g>/root            the same, restore: true
                    (a silent revision swap: another root)
 rollout.start      POST /api/v1/rollouts, id ``drill-<fault id>``  DELETE /api/v1/rollouts/
@@ -45,7 +46,8 @@ from drills.topology import Topology, regions_matching
 PROCESSES = "/api/v1/chaos/processes"
 _GPU_MODES = {FaultType.GPU_ERRORS: "error5xx", FaultType.GPU_SLOW: "slow",
               FaultType.GPU_HANG: "hang", FaultType.GPU_FAIL: "fail",
-              FaultType.GPU_SHORT: "short"}
+              FaultType.GPU_SHORT: "short", FaultType.GPU_STALL: "stall",
+              FaultType.GPU_LATE: "late"}
 ROLLOUTS = "/api/v1/rollouts"
 
 
@@ -148,6 +150,10 @@ def plan_fault(fault: Fault, resolved: Resolved, ttl: float) -> Plan:
             body["factor"] = p.get("factor", 3.0)
         if t is FaultType.GPU_SHORT:
             body["factor"] = p.get("factor", 0.3)
+        if t is FaultType.GPU_LATE:
+            body["factor"] = p.get("factor", 5.0)
+        if t in (FaultType.GPU_STALL, FaultType.GPU_LATE):
+            body["rate"] = p.get("rate", 1.0)
         if t is FaultType.GPU_ERRORS:
             body["rate"] = p.get("rate", 1.0)
             if p.get("status") is not None:

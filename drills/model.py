@@ -38,6 +38,8 @@ class FaultType(enum.Enum):
     GPU_KILL = "gpu.kill"
     GPU_DRAIN = "gpu.drain"
     GPU_SHORT = "gpu.short"
+    GPU_STALL = "gpu.stall"  # a share of its streams goes silent mid-answer
+    GPU_LATE = "gpu.late"  # a share of its streams sends the first token late
     GPU_SWAP = "gpu.swap"
     ROLLOUT_START = "rollout.start"
     REDIS_DOWN = "redis.down"

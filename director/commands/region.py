@@ -91,12 +91,14 @@ def serve(
     late_binding: opt.LateBindingOption = False,
     ttft_eject: opt.TtftEjectOption = 0.0,
     provisional_growth: opt.ProvisionalGrowthOption = CapacityConfig.provisional_growth,
+    hedge: opt.HedgeOption = 0.0,
 ) -> None:
     """Serve the OpenAI-compatible API of REGION, routing to its GPU servers."""
     options = RegionOptions(policy, region, listen, geoip, trusted, redis_url, state_prefix,
                             state_dir, quota_wait, admin_listen, admin_token_file,
                             follow_policy, no_follow_policy, overflow, sibling, balancer_port,
-                            scorer, picker, late_binding, ttft_eject, provisional_growth)
+                            scorer, picker, late_binding, ttft_eject, provisional_growth,
+                            hedge)
     run_balancer(*balancer_setup(options))
 
 
@@ -125,6 +127,7 @@ class RegionOptions:
     late_binding: Any
     ttft_eject: Any
     provisional_growth: Any
+    hedge: Any = 0.0
 
 
 def balancer_setup(
@@ -153,7 +156,7 @@ def balancer_setup(
         ) from None
     siblings = dict(parse_pairs(o.sibling, "--sibling", "REGION=URL"))
     config = balancer_config(o.scorer, o.picker, o.late_binding, o.ttft_eject,
-                             o.provisional_growth)
+                             o.provisional_growth, o.hedge)
     acceptance = policy_gate.accept(str(o.policy))
     if acceptance.policy is None:
         err.print(acceptance.error().render(), markup=False)
@@ -220,7 +223,7 @@ def run_balancer(region: str, gpus: tuple[GpuServer, ...], config: BalancerConfi
 
 def balancer_config(
     scorer: list[str] | None, picker: str | None, late_binding: bool, ttft_eject: float,
-    provisional_growth: float = CapacityConfig.provisional_growth,
+    provisional_growth: float = CapacityConfig.provisional_growth, hedge: float = 0.0,
 ) -> BalancerConfig:
     """The balancer's configuration from the command line's routing options."""
     from regions.balancer import BalancerConfig
@@ -251,6 +254,9 @@ def balancer_config(
         config = dataclasses.replace(
             config, outliers=dataclasses.replace(config.outliers, ttft_factor=ttft_eject)
         )
+    if hedge:
+        config = dataclasses.replace(config, hedge=dataclasses.replace(config.hedge,
+                                                                       share=hedge))
     return config
 
 

@@ -181,6 +181,18 @@ TtftEjectOption = Annotated[
     ),
 ]
 
+HedgeOption = Annotated[
+    float,
+    typer.Option(
+        "--hedge",
+        min=0.0,
+        max=1.0,
+        help="First-byte hedging: a stream whose first token is later than the region's "
+        "p90 for its prompt size gets a copy on another server, at most SHARE of requests "
+        "(0, the default: off).",
+    ),
+]
+
 ProvisionalGrowthOption = Annotated[
     float,
     typer.Option(

@@ -94,6 +94,8 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
             "--engine", gpu.engine]
     for model in gpu.models:
         argv += ["--model", model]
+    if gpu.max_seqs:  # as vLLM's --max-num-seqs: the batch the policy says it runs
+        argv += ["--max-num-seqs", str(gpu.max_seqs)]
     for model, fingerprint in gpu.fingerprints:  # it serves what the policy declares
         argv += ["--root", f"{model}={fingerprint}"]
     if gpu.adapter_slots:  # LoRA on: it holds, and may batch, as many adapters as declared

@@ -60,10 +60,11 @@ async def chaos_processes(runtime: Runtime, who: Admin,
 async def gpu_fault(region: str, gpu: str, runtime: Runtime, who: Admin,
                     body: dict[str, Any] = Body(examples=[{  # noqa: B008
                         "mode": "fail", "ttl": 60}])) -> dict[str, Any]:
-    """Forwards the simulator fault (``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx",
-    ...}``) to the server's ``/_sim/fault``; it is reverted to ``{"mode": "none"}`` after
-    ``ttl`` seconds (default and maximum 600), by this API and by the server itself (so it
-    ends even if the API does not outlive it). 502 when the server cannot be reached."""
+    """Forwards the simulator fault (``{"mode": "none"|"fail"|"slow"|"hang"|"error5xx"|
+    "short"|"stall"|"late", ...}``) to the server's ``/_sim/fault``; it is reverted to
+    ``{"mode": "none"}`` after ``ttl`` seconds (default and maximum 600), by this API and
+    by the server itself (so it ends even if the API does not outlive it). 502 when the
+    server cannot be reached."""
     return await audited(runtime, who, "chaos.gpu_fault", f"gpu {region}/{gpu}", body,
                          runtime.chaos.fault(runtime.active.policy, region, gpu, body))
 
