@@ -223,10 +223,10 @@ async def relay(
         if gaps is not None:
             gaps(sink.longest_gap)
         if not transport.is_closing():
-            if tap is not None:
-                sink.write(tap.rest())
+            tail = tap.rest() if tap is not None else b""  # an unterminated last event
             if transform is not None:
-                sink.write(transform.rest())
+                tail = (transform(tail) if tail else b"") + transform.rest()
+            sink.write(tail)
         return await _end_answer(request, resp, progress, stall_s)
     finally:
         if finished:
