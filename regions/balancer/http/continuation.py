@@ -5,7 +5,7 @@ The engine is sent the prompt plus the text already streamed, and asked to go on
 
 - chat: the partial answer becomes the final assistant message (appended to it when the
   client already asked to continue one) with ``continue_final_message: true`` and
-  ``add_generation_prompt: false`` (vLLM's and SGLang's chat-template options);
+  ``add_generation_prompt: false`` (vLLM's chat-template options);
 - completions: the prompt followed by the partial answer.
 
 ``max_tokens`` (and ``max_completion_tokens``) shrink by the tokens already delivered,
