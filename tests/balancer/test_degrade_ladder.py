@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -30,6 +30,7 @@ from regions.balancer import (
     build_balancer,
 )
 from regions.balancer.degrade.retry_promises import RetryPromises
+from regions.balancer.signals.overflow import OverflowConfig, OverflowMode
 from regions.balancer.tenancy.residency_check import LOOPBACK_EDGE, ResidencyCheck
 from regions.simulator import Fleet, ServerSpec
 from tests.run_clock import eventually
@@ -212,3 +213,55 @@ def test_promises_are_spread_over_the_seconds_the_region_can_answer() -> None:
     assert not promises.redeem(key, 105.0)  # too early
     assert promises.redeem(key, 111.2)
     assert not promises.redeem(key, 111.3)  # used up
+
+
+OVERFLOW_POLICY = POLICY.replace("""    degrade {
+        overflow when queue-wait 2s""", """    degrade {
+        overflow when saturation 100%""").replace("    cache\n", "").replace(
+    "    cache 1m\n", "")
+
+
+@asynccontextmanager
+async def three_regions(siblings: tuple[str, ...]) -> AsyncIterator[
+        tuple[Fleet, dict[str, Balancer]]]:
+    """A balancer per region, one big-model GPU each; eu-west overflows (proxy) to
+    ``siblings``."""
+    policy = load_policy_text(OVERFLOW_POLICY)
+    names = ("eu-west", "eu-central", "us-east")
+    specs = [ServerSpec(f"gpu-{n}", models=(BIG,)) for n in names]
+    async with Fleet(specs, time_scale=5) as fleet, AsyncExitStack() as exits:
+        balancers: dict[str, Balancer] = {}
+        for name in reversed(names):
+            residency = ResidencyCheck(policy, name, country_of, LOOPBACK_EDGE)
+            overflow = None
+            if name == "eu-west":
+                overflow = OverflowConfig(OverflowMode.PROXY, urls={
+                    s: balancers[s].url for s in siblings})
+            config = dataclasses.replace(SMALL_QUEUE, policy=policy, residency=residency,
+                                         overflow=overflow)
+            backends = [BackendSpec(f"gpu-{name}", fleet[f"gpu-{name}"].url, (BIG,), 1)]
+            balancers[name] = await exits.enter_async_context(
+                build_balancer(name, backends, config))
+        yield fleet, balancers
+
+
+@pytest.mark.parametrize("siblings", [("us-east",), ("eu-central", "us-east")])
+async def test_the_overflow_step_never_leaves_the_client_s_jurisdiction(
+        siblings: tuple[str, ...]) -> None:
+    async with three_regions(siblings) as (fleet, balancers):
+        west = balancers["eu-west"]
+        busy = asyncio.create_task(ask(west, "US", tokens=3000))
+        await eventually(lambda: fleet["gpu-eu-west"].engine.state().running == 1)
+        status, headers, _ = await ask(west, "US", tokens=5)  # no rule holds it
+        assert status == 200 and headers["x-director-region"] == siblings[0]
+        us_east = fleet["gpu-us-east"].engine.state().counters.prompt_tokens
+        german = asyncio.create_task(ask(west, "DE", tokens=5))
+        if "eu-central" not in siblings:  # outside the EU only: it waits for eu-west
+            await eventually(lambda: west.dispatcher.queued == 1)
+            busy.cancel()
+        status, headers, _ = await german
+        assert status == 200
+        assert headers["x-director-region"] == ("eu-central" if "eu-central" in siblings
+                                                else "eu-west")
+        assert fleet["gpu-us-east"].engine.state().counters.prompt_tokens == us_east
+        busy.cancel()
