@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
 import httpx
@@ -101,3 +102,28 @@ async def test_resuming_can_be_turned_off() -> None:
         with pytest.raises(httpx.RemoteProtocolError):
             await chat(sdk(balancer.url), 40)  # cut by the read timeout, as before
         assert balancer.metrics.resumes.labels("resumed", "")._value.get() == 0
+
+
+async def test_at_most_max_resumes_continuations_are_sent() -> None:
+    config = dataclasses.replace(QUICK, max_resumes=2)
+    async with stack((1.0, 1.0, 1.0, 1.0), config=config) as (fleet, balancer, _):
+        for server in fleet:
+            server.set_fault(Fault(FaultMode.STALL, rate=1.0))
+        with pytest.raises(openai.APIError, match="broke off 3 times"):
+            await chat(sdk(balancer.url), 200)
+        assert stalled(fleet) == 3  # the first stream and two continuations
+        assert balancer.metrics.resumes.labels("failed", "attempts")._value.get() == 1
+
+
+async def test_a_stream_whose_server_dies_mid_answer_is_continued_elsewhere() -> None:
+    async with stack((1.0, 1.0), config=QUICK, time_scale=2) as (fleet, balancer, client):
+        body = {"model": MODEL, "prompt": "Once", "max_tokens": 300, "stream": True}
+        async with client.post("/v1/completions", json=body) as resp:
+            first = await resp.content.readuntil(b"\n\n")
+            fleet[resp.headers["x-director-backend"]].set_fault(Fault(FaultMode.FAIL))
+            rest = await resp.read()
+        events = [json.loads(e[6:]) for e in (first + rest).split(b"\n\n")
+                  if e.startswith(b"data: {")]
+        assert "".join(e["choices"][0]["text"] for e in events) == answer(300)
+        assert len({e["id"] for e in events}) == 1 and rest.endswith(b"data: [DONE]\n\n")
+        assert balancer.metrics.resumes.labels("resumed", "")._value.get() == 1

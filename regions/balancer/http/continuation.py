@@ -40,6 +40,8 @@ def continuation(endpoint: Endpoint, raw: bytes, delivered: Delivered) -> bytes:
         raise NotResumable("the request body is not JSON") from None
     if not isinstance(body, dict) or body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
         raise NotResumable("the request asks for more than one choice")
+    if not delivered.tokens and not delivered.text:
+        return raw  # nothing of the answer went out: the request itself, again
     _shrink_budget(body, delivered.tokens)
     if endpoint is Endpoint.CHAT:
         _continue_chat(body, delivered.text)

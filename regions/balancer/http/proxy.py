@@ -22,11 +22,13 @@
    GPU server; a client that stops reading is cut after ``client_stall_s`` without
    progress, the same way (``relay``), and counted.
 5. A stream whose upstream goes silent mid-answer for longer than the backend's learned
-   bound (``silence_bound``) is resumed on another server of the same model and
-   revision: the engine is sent the prompt plus what was already streamed
-   (``continuation``) and its answer is spliced into the client's stream
-   (``stream_tap``), up to ``max_resumes`` times. When it cannot be (the answer began a
-   tool call, no server can take it, the engine refuses), an error event ends the stream.
+   bound (``silence_bound``), or whose upstream connection fails mid-answer, is resumed on
+   another server of the same model and revision: the engine is sent the prompt plus what
+   was already streamed (``continuation``) and its answer is spliced into the client's
+   stream (``stream_tap``), at most ``max_resumes`` continuations (servers that refuse or
+   cannot be reached count towards ``max_retries`` instead). When it cannot be (the answer
+   began a tool call, no server can take it, the engine refuses), an error event ends the
+   stream.
 6. A stream whose first body byte is late (``hedging``: off by default) may get a copy on
    another server; the first to answer is relayed, the other closed (``hedge_race``).
 7. The first byte of a 200 answer gives the backend a TTFT sample, timed from sending it
@@ -84,6 +86,8 @@ REVISION_HEADER = "x-director-revision"  # of the model, as the serving backend 
 QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
 RETRYABLE_STATUS = frozenset({500, 502, 503})
 RESUMABLE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
+# how a resumable stream may break off mid-answer with its client's answer left open
+RESUMABLE_ENDS = (RelayEnd.UPSTREAM_STALLED, RelayEnd.UPSTREAM_FAILED)
 MAX_ERROR_BODY = 64 * 1024
 
 log = logging.getLogger(__name__)
@@ -189,7 +193,7 @@ class Proxy:
                         resp = await self._relay(exchange, hedge.upstream, hedge.lease, start,
                                                  hedge.sent_at, strip_usage, tap)
                     self.dispatcher.finished(hedge.info, 0)  # its tokens are counted above
-            if exchange.relay_end is not RelayEnd.UPSTREAM_STALLED or tap is None:
+            if exchange.relay_end not in RESUMABLE_ENDS or tap is None:
                 return resp
             excluded.add(backend.name)
             resumed = _Resume(resp, tap, path, headers, raw, strip_usage,
@@ -204,8 +208,8 @@ class Proxy:
         that cannot be done."""
         request, resp = exchange.request, resumed.resp
         pinned = dataclasses.replace(info, revision=resumed.revision)
-        attempts = self.settings.max_resumes + self.settings.max_retries
-        for _ in range(attempts):
+        resumes = retries = 0  # continuations sent; servers that would not take one
+        while resumes < self.settings.max_resumes:
             delivered = resumed.tap.delivered()
             if delivered is None:
                 return await self._give_up(exchange, resp, "unreadable",
@@ -236,22 +240,30 @@ class Proxy:
                         "POST", resumed.path, resumed.headers.items(), sent)
                 except UPSTREAM_ERRORS:
                     self._failed(backend, "connect")
+                    retries += 1
+                    if retries > self.settings.max_retries:
+                        return await self._give_up(exchange, resp, "unreachable",
+                                                   "no server could be reached")
                     continue
                 if upstream.status != 200 or upstream.content_type != "text/event-stream":
                     failure = await self._consume_failure(exchange, upstream, backend)
-                    if upstream.status in RETRYABLE_STATUS:
+                    retries += 1
+                    if upstream.status in RETRYABLE_STATUS and \
+                            retries <= self.settings.max_retries:
                         continue
                     return await self._give_up(exchange, resp, "refused", (
                         f"{backend.name} refused to continue the answer "
                         f"({failure.status}): {(failure.text or '')[:200]}"))
+                resumes += 1
                 resumed.tap.splice(delivered)
                 exchange.served_by = backend.name
                 end = await self._relay_more(exchange, resumed, upstream, lease)
-            if end is not RelayEnd.UPSTREAM_STALLED:
-                self.metrics.resumes.labels("resumed", "").inc()
+            if end not in RESUMABLE_ENDS:
+                self.metrics.resumes.labels(
+                    "resumed" if end in WHOLE_ANSWER else "client_gone", "").inc()
                 return resp
         return await self._give_up(exchange, resp, "attempts",
-                                   f"the answer stalled {attempts} times")
+                                   f"the answer broke off {resumes + 1} times")
 
     async def _relay_more(self, exchange: Exchange, resumed: _Resume,
                           upstream: UpstreamResponse, lease: Lease) -> RelayEnd:

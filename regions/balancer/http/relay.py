@@ -19,9 +19,11 @@ keeps reading is never cut. The deadline runs on the monotonic clock, not the pr
 A resumable stream (``silence_s`` given) is watched for the upstream going silent: once
 its first piece has arrived, a gap of more than ``silence_s`` between two pieces ends the
 relay ``UPSTREAM_STALLED`` with the client's answer still open, for the proxy to splice a
-continuation into (``relay`` again with ``prepared=True``). The sink records each
-answer's longest gap (``longest_gap``), from which the bound is learned. A ``tap`` sees
-each piece before anything else (``stream_tap.StreamTap``: whole events only).
+continuation into (``relay`` again with ``prepared=True``); so does an upstream that
+fails mid-answer when a ``tap`` is given (the caller resumes it, or ends the answer). The
+sink records each answer's longest gap (``longest_gap``), from which the bound is
+learned. A ``tap`` sees each piece before anything else (``stream_tap.StreamTap``: whole
+events only).
 
 ``relay`` ends one of six ways (``RelayEnd``) and leaves the upstream connection in the
 right state for each: back in its pool after a whole answer, closed otherwise (closing
@@ -214,7 +216,7 @@ async def relay(
                          transform, tap, silence_s is not None, capture)
         upstream.stream(sink)
         end = await _pump(request, upstream, sink, progress, silence_s)
-        if end in (RelayEnd.UPSTREAM_FAILED, RelayEnd.CLIENT_STALLED):
+        if end is RelayEnd.CLIENT_STALLED or (end is RelayEnd.UPSTREAM_FAILED and tap is None):
             transport.abort()
             return end
         if end is not RelayEnd.FINISHED:

@@ -115,9 +115,11 @@ class StreamTap:
         return out
 
     def splice(self, delivered: Delivered) -> None:
-        """From now on, pieces are a continuation of ``delivered``."""
+        """From now on, pieces are a continuation of ``delivered`` (or, when no event went
+        out, the answer from its start: kept as it comes)."""
         self._carry = b""
-        self._splice = _Splice(delivered.tokens, delivered.stream_id, delivered.created)
+        self._splice = None if delivered.stream_id is None else _Splice(
+            delivered.tokens, delivered.stream_id, delivered.created)
 
     def _rewrite(self, whole: bytes, splice: _Splice) -> bytes:
         if not splice.opened:
