@@ -265,3 +265,28 @@ async def test_the_overflow_step_never_leaves_the_client_s_jurisdiction(
                                                 else "eu-west")
         assert fleet["gpu-us-east"].engine.state().counters.prompt_tokens == us_east
         busy.cancel()
+
+
+def test_a_promise_past_the_horizon_is_kept_all_the_same() -> None:
+    promises = RetryPromises(horizon_s=5)
+    for i in range(20):  # 2 answers a second: 1 promise a second
+        promises.served(100.0 + i / 2)
+    keys = [RetryPromises.key(None, f"c{i}", b"{}") for i in range(8)]
+    after = [promises.promise(k, 110.0) for k in keys]
+    assert after == [1, 2, 3, 4, 5, 5, 5, 5]  # the last ones overbook the horizon
+    assert promises.redeem(keys[-1], 115.0)
+
+
+async def test_saturation_counts_only_the_model_s_own_queue() -> None:
+    ladder = (DegradeStep(DegradeAction.MODEL, SMALL, DegradeTrigger.SATURATION, 1.0),)
+    config = dataclasses.replace(SMALL_QUEUE, degrade=ladder)
+    async with region("r", config, policy=None) as (_, balancer):
+        lighter = [asyncio.create_task(ask(balancer, "US", tokens=2000, model=SMALL))
+                   for _ in range(3)]
+        await eventually(lambda: balancer.dispatcher.queued_for(SMALL)[0] == 2)
+        explained = balancer.ladder.explain(None, BIG)["signals"]
+        assert explained["saturation"] == 0 and explained["queue-wait"] == 0
+        status, headers, _ = await ask(balancer, "US", tokens=5)  # the big model is idle
+        assert status == 200 and "x-director-degraded" not in headers
+        for task in lighter:
+            task.cancel()

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The region's state that a degradation ladder's triggers read, for one model.
 
-- ``queue-wait``: how long the oldest request in the region queue has waited, which is
-  about what a request arriving now would wait;
-- ``saturation``: requests in flight on the model's usable servers plus those queued,
-  over those servers' slots (1 is full, 3 is three times what the servers hold);
+- ``queue-wait``: how long the oldest request for the model in the region queue has
+  waited, which is about what a request arriving now would wait;
+- ``saturation``: requests in flight on the model's usable servers plus those queued for
+  the model, over those servers' capacity (``cap``: pinned, learned, or the region's
+  guess while unknown; 1 is full, 3 is three times what the servers run at once);
 - ``error-rate``: the model's servers' errors over their answers in the last ten seconds
   (``scheduling.error_rate``), once they have given ``MIN_ANSWERS``.
 """
@@ -50,13 +51,12 @@ def read_signals(dispatcher: Dispatcher, model: str) -> Signals:
     for view in pool.snapshot().backends:
         if model not in view.models or not view.usable:
             continue
-        slots += view.limit
+        slots += view.cap
         busy += view.in_flight
     for backend in pool.backends:
         if model in backend.models:
             e, t = backend.error_rate.counts(now)
             errors, answers = errors + e, answers + t
-    queued = dispatcher.queued
+    queued, waited = dispatcher.queued_for(model)
     saturation = (busy + queued) / slots if slots else (float("inf") if queued else 0.0)
-    return Signals(dispatcher.oldest_wait(), saturation,
-                   errors / answers if answers >= MIN_ANSWERS else None)
+    return Signals(waited, saturation, errors / answers if answers >= MIN_ANSWERS else None)

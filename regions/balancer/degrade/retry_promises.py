@@ -9,8 +9,8 @@ shed request gets the first second with room, at least ``min_after_s`` away. Whe
 request (the same tenant and body: what an SDK sends again) comes back from its promised
 second on, within ``grace_s``, it is redeemed (the same tenant, the same client, the same
 body: another client's request with the same body is not): it skips the ladder's triggers and goes
-ahead of every other request in the queue. A promise that cannot be placed within
-``horizon_s`` is given as the horizon, unpromised.
+ahead of every other request in the queue. When every second up to ``horizon_s`` is
+booked, the promise is for the horizon all the same (overbooked: it is still queued first).
 """
 
 from __future__ import annotations
@@ -47,12 +47,14 @@ class RetryPromises:
         _, answers = self.answered.counts(now)
         per_second = max(1, math.floor(self.share * answers / self.answered.window_s))
         start = math.floor(now) + self.min_after_s
+        chosen = start + self.horizon_s - 1
         for second in range(start, start + self.horizon_s):
             if self._booked.get(second, 0) < per_second:
-                self._booked[second] = self._booked.get(second, 0) + 1
-                self._promised[key] = second
-                return max(self.min_after_s, math.ceil(second - now))
-        return self.horizon_s
+                chosen = second
+                break
+        self._booked[chosen] = self._booked.get(chosen, 0) + 1
+        self._promised[key] = chosen
+        return max(self.min_after_s, math.ceil(chosen - now))
 
     def redeem(self, key: str, now: float) -> bool:
         """Whether ``key`` comes back with a promise due now (it is used up)."""

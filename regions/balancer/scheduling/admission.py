@@ -107,11 +107,13 @@ class Dispatcher:
     def queued(self) -> int:
         return len(self._queue)
 
-    def oldest_wait(self) -> float:
-        """How long the longest-waiting queued request has waited (0: none queued)."""
-        if not self._queue:
-            return 0.0
-        return max(0.0, self.pool.clock() - min(e.since for e in self._queue))
+    def queued_for(self, model: str) -> tuple[int, float]:
+        """Requests for ``model`` in the region queue, and how long the longest-waiting of
+        them has waited (0 when none)."""
+        since = [e.since for e in self._queue if e.request.model == model]
+        if not since:
+            return 0, 0.0
+        return len(since), max(0.0, self.pool.clock() - min(since))
 
     def queued_cost(self) -> float:
         return sum(e.request.cost_tokens for e in self._queue)
