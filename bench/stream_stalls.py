@@ -286,6 +286,7 @@ class Run:
     wall_s: float = 0.0
     unfinished: int = 0  # still open when the run ended
     learned_at_fault: int = 0  # backends whose bound was learned when the fault was set
+    fault_at: float = 0.0  # model seconds after the first arrival
 
     # -- derived -------------------------------------------------------------------------
 
@@ -345,6 +346,7 @@ class Run:
             "loop_lag_max_ms": round(self.loop_lag_max_ms, 1),
             "cpu_share": round(self.cpu_share, 3), "wall_s": round(self.wall_s, 1),
             "unfinished": self.unfinished, "learned_at_fault": self.learned_at_fault,
+            "fault_at": round(self.fault_at, 1),
             "failures": self.failures(limit=20),
             "ttft_s": [round(x, 4) for x in self.ttft()],
             "e2e_s": [round(x, 4) for x in self.e2e()],
@@ -411,9 +413,13 @@ async def one_run(api: str, load: float, seed: int, mode: str, silence: str,
     config = BalancerConfig(silence=settings, max_resumes=0 if mode == "off" else 2)
     rng = random.Random(seed)
     capacity = args.servers * CAPACITY_PER_SERVER * args.speed
-    span = args.warmup + args.window
+    # the fault starts after ``--warmup`` model seconds and ``--warmup-requests`` requests,
+    # whichever is later: the same instant in every mode of a seed
+    rate = load * capacity
+    span = max(args.warmup, args.warmup_requests / rate) * 1.5 + args.window
     arrivals = arrivals_at_load(trace(), offset=rng.randrange(len(trace())), load=load,
                                 capacity=capacity, until=span, span=span).arrivals
+    fault_at = max(args.warmup, arrivals[min(args.warmup_requests, len(arrivals) - 1)].at)
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=args.speed)
              for i in range(args.servers)]
     run = Run(api, load, seed, mode, silence, scale)
@@ -442,8 +448,8 @@ async def one_run(api: str, load: float, seed: int, mode: str, silence: str,
                 delay = started + a.at / scale - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if window_at is None and a.at >= args.warmup:
-                    window_at = a.at
+                if window_at is None and a.at >= fault_at:
+                    window_at = run.fault_at = a.at
                     run.learned_at_fault = learned(balancer, fleet)
                     run.bounds_at_fault_s = {s.spec.name: notes.bound_of(s.spec.name)
                                              for s in fleet}
@@ -701,7 +707,11 @@ async def main() -> None:
     parser.add_argument("--apis", default="chat,completions")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--rate", type=float, default=0.05)
-    parser.add_argument("--warmup", type=float, default=30.0, help="model seconds")
+    parser.add_argument("--warmup", type=float, default=20.0,
+                        help="model seconds at least before the fault")
+    parser.add_argument("--warmup-requests", type=int, default=300,
+                        help="requests at least before the fault (the bounds are learned "
+                             "from 20 whole streams per backend)")
     parser.add_argument("--window", type=float, default=45.0, help="model seconds")
     parser.add_argument("--drain", type=float, default=60.0,
                         help="model seconds after the last arrival before open streams "
