@@ -69,6 +69,7 @@ import asyncio
 import contextlib
 import json
 import math
+import multiprocessing
 import random
 import statistics
 import sys
@@ -118,6 +119,7 @@ class Notes:
     """Every stall drawn and every continuation started, by the servers."""
 
     bound_of: Any = None  # backend name -> the balancer's bound now (set once it runs)
+    stuck: Any = None  # told each stalled request's message (a run without resumes)
     stalls: list[StallNote] = field(default_factory=list)
     continuations: list[tuple[str, str, int, float]] = field(default_factory=list)
 
@@ -132,6 +134,8 @@ class Notes:
         if after is not None:
             bound = self.bound_of(server) if self.bound_of is not None else math.nan
             self.stalls.append(StallNote(key, server, first, after, bound, now))
+            if self.stuck is not None:
+                self.stuck({"stuck": key})
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,7 @@ class Run:
     wall_s: float = 0.0
     unfinished: int = 0  # still open when the run ended
     learned_at_fault: int = 0  # backends whose bound was learned when the fault was set
+    client_lag_p99_ms: float = 0.0
     fault_at: float = 0.0  # model seconds after the first arrival
 
     # -- derived -------------------------------------------------------------------------
@@ -344,6 +349,7 @@ class Run:
             "bounds_at_fault_s": {k: round(v, 3) for k, v in self.bounds_at_fault_s.items()},
             "loop_lag_p99_ms": round(self.loop_lag_p99_ms, 1),
             "loop_lag_max_ms": round(self.loop_lag_max_ms, 1),
+            "client_lag_p99_ms": round(self.client_lag_p99_ms, 1),
             "cpu_share": round(self.cpu_share, 3), "wall_s": round(self.wall_s, 1),
             "unfinished": self.unfinished, "learned_at_fault": self.learned_at_fault,
             "fault_at": round(self.fault_at, 1),
@@ -405,25 +411,42 @@ def resume_counts(balancer: Any) -> dict[str, int]:
     return out
 
 
+FAULT_AT: dict[tuple[str, float, int], float] = {}  # (api, load, seed): the first run's
+
+
 async def one_run(api: str, load: float, seed: int, mode: str, silence: str,
                   args: argparse.Namespace) -> Run:
+    """One run: the fleet and the balancer here, the client in a child process (its own
+    core: its reading does not delay the balancer's, nor the balancer's its clock)."""
     scale = args.time_scale
     settings = (SilenceSettings() if silence == "default"
                 else SilenceSettings(floor_s=2.0 / scale))
     config = BalancerConfig(silence=settings, max_resumes=0 if mode == "off" else 2)
     rng = random.Random(seed)
     capacity = args.servers * CAPACITY_PER_SERVER * args.speed
-    # the fault starts after ``--warmup`` model seconds and ``--warmup-requests`` requests,
-    # whichever is later: the same instant in every mode of a seed
-    rate = load * capacity
-    span = max(args.warmup, args.warmup_requests / rate) * 1.5 + args.window
+    span = args.max_warmup + args.window
     arrivals = arrivals_at_load(trace(), offset=rng.randrange(len(trace())), load=load,
                                 capacity=capacity, until=span, span=span).arrivals
-    fault_at = max(args.warmup, arrivals[min(args.warmup_requests, len(arrivals) - 1)].at)
+    schedule = []
+    for i, a in enumerate(arrivals):
+        tokens = max(1, a.output_tokens)
+        schedule.append((f"s{seed}-{i}", a.at, tokens,
+                         tokens if i % 4 == 0 else max(tokens, SERVICE_CAP),
+                         max(1, a.prompt_tokens)))
+    # the fault starts after --warmup model seconds and --warmup-requests requests, once
+    # every backend's bound is learned; the first run of a seed finds that instant and the
+    # others (other modes, the default-settings cell) start theirs at the same one
+    cached = FAULT_AT.get((api, load, seed))
+    earliest = max(args.warmup, arrivals[min(args.warmup_requests, len(arrivals) - 1)].at)
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=args.speed)
              for i in range(args.servers)]
     run = Run(api, load, seed, mode, silence, scale)
-    notes = Notes()
+    spawn = multiprocessing.get_context("spawn")
+    to_client, client_in = spawn.Pipe(duplex=False)
+    client_out, from_client = spawn.Pipe(duplex=False)
+    child = spawn.Process(target=client_process, args=(to_client, from_client), daemon=True)
+    child.start()
+    notes = Notes(stuck=client_in.send if mode == "off" else None)
     lags: list[float] = []
     ticker = asyncio.create_task(loop_lag(lags))
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -433,61 +456,43 @@ async def one_run(api: str, load: float, seed: int, mode: str, silence: str,
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,)) for s in fleet]
         balancer = build_balancer("bench", backends, config)
         notes.bound_of = lambda name: balancer.proxy.silences.of(name).seconds()
-        connector = aiohttp.TCPConnector(limit=0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        async with balancer, aiohttp.ClientSession(base_url=balancer.url, connector=connector,
-                                                   timeout=timeout) as client:
-            started = time.monotonic()
-            window_at: float | None = None  # model seconds: the fault's start
+        async with balancer:
+            started = time.monotonic() + 1.0  # the child is ready by then
+            client_in.send({"url": balancer.url, "api": api, "started": started,
+                            "scale": scale, "drain_s": args.drain / scale,
+                            "schedule": schedule})
             stalled_before, resumes_before = 0, {}
-            tasks: set[asyncio.Task[None]] = set()
-            measured: list[tuple[Answer, asyncio.Task[None]]] = []
-            for i, a in enumerate(arrivals):
-                if window_at is not None and a.at >= window_at + args.window:
-                    break
-                delay = started + a.at / scale - time.monotonic()
+            for a in arrivals:
+                if a.at < (cached if cached is not None else earliest):
+                    continue
+                delay = started + a.at / scale - 0.005 - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if window_at is None and a.at >= fault_at:
-                    window_at = run.fault_at = a.at
-                    run.learned_at_fault = learned(balancer, fleet)
-                    run.bounds_at_fault_s = {s.spec.name: notes.bound_of(s.spec.name)
-                                             for s in fleet}
-                    lags.clear()
-                    if mode != "nofault":
-                        for server in fleet:
-                            server.set_fault(NotedFault(FaultMode.STALL, rate=args.rate,
-                                                        server=server.spec.name, notes=notes))
-                    notes.stalls.clear()
-                    notes.continuations.clear()
-                    stalled_before = sum(s.context.stalled for s in fleet)
-                    resumes_before = resume_counts(balancer)
-                tokens = max(1, a.output_tokens)
-                answer = Answer(f"s{seed}-{i}", tokens,
-                                tokens if i % 4 == 0 else max(tokens, SERVICE_CAP),
-                                max(1, a.prompt_tokens), time.monotonic())
-                task = asyncio.create_task(ask(client, api, answer))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                if window_at is not None:
-                    measured.append((answer, task))
-            # wait for the measured requests, but not for those only the read timeout
-            # (300 s) would end: the stalled ones of a run that does not resume
-            deadline = time.monotonic() + args.drain / scale
-            while time.monotonic() < deadline:
-                stuck = {s.key for s in notes.stalls} if mode == "off" else set()
-                if all(t.done() or answer.key in stuck for answer, t in measured):
-                    break
-                await asyncio.sleep(0.1)
-            for answer, t in measured:
-                if not t.done():
-                    run.unfinished += 1
-                    answer.error = answer.error or "still open when the run ended"
-            for t in list(tasks):
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            run.answers = [answer for answer, _ in measured]
+                run.learned_at_fault = learned(balancer, fleet)
+                if cached is None and run.learned_at_fault < len(fleet) \
+                        and a.at < args.max_warmup:
+                    continue
+                run.fault_at = FAULT_AT.setdefault((api, load, seed), a.at)
+                run.bounds_at_fault_s = {s.spec.name: notes.bound_of(s.spec.name)
+                                         for s in fleet}
+                lags.clear()
+                if mode != "nofault":
+                    for server in fleet:
+                        server.set_fault(NotedFault(FaultMode.STALL, rate=args.rate,
+                                                    server=server.spec.name, notes=notes))
+                notes.stalls.clear()
+                notes.continuations.clear()
+                stalled_before = sum(s.context.stalled for s in fleet)
+                resumes_before = resume_counts(balancer)
+                client_in.send({"window": (a.at, a.at + args.window)})
+                break
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(None, client_out.recv)
+            ticker.cancel()  # the window and the drain: not the teardown
+            run.answers = [Answer(**fields) for fields in result["answers"]]
+            run.client_lag_p99_ms = result["lag_p99_ms"]
             run.requests = len(run.answers)
+            run.unfinished = result["unfinished"]
             keys = {a.key for a in run.answers}
             run.stalls = [s for s in notes.stalls if s.key in keys]
             run.continuations = [c for c in notes.continuations if c[0] in keys]
@@ -495,12 +500,77 @@ async def one_run(api: str, load: float, seed: int, mode: str, silence: str,
             after = resume_counts(balancer)
             run.resumes = {k: v - resumes_before.get(k, 0) for k, v in after.items()
                            if v - resumes_before.get(k, 0)}
-    ticker.cancel()
+    child.join(5)
     run.wall_s = time.monotonic() - wall0
     run.cpu_share = (time.process_time() - cpu0) / run.wall_s
     run.loop_lag_p99_ms = quantile(lags, 0.99) * 1000
     run.loop_lag_max_ms = max(lags, default=0.0) * 1000
     return run
+
+
+def client_process(inbox: Any, outbox: Any) -> None:
+    """The child: send the schedule's requests, read their answers, send them back."""
+    outbox.send(asyncio.run(client_run(inbox)))
+
+
+async def client_run(inbox: Any) -> dict[str, Any]:
+    setup = inbox.recv()
+    loop = asyncio.get_running_loop()
+    messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    loop.add_reader(inbox.fileno(), lambda: messages.put_nowait(inbox.recv()))
+    window: tuple[float, float] | None = None
+    stuck: set[str] = set()
+
+    def read_messages() -> None:
+        nonlocal window
+        while not messages.empty():
+            message = messages.get_nowait()
+            window = message.get("window", window)
+            if "stuck" in message:
+                stuck.add(message["stuck"])
+
+    lags: list[float] = []
+    ticker = asyncio.create_task(loop_lag(lags))
+    started, scale, api = setup["started"], setup["scale"], setup["api"]
+    sent: list[tuple[Answer, float, asyncio.Task[None]]] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with aiohttp.ClientSession(base_url=setup["url"], connector=connector,
+                                     timeout=timeout) as client:
+        for key, at, tokens, max_tokens, prompt_tokens in setup["schedule"]:
+            read_messages()
+            if window is not None and at >= window[1]:
+                break
+            delay = started + at / scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            answer = Answer(key, tokens, max_tokens, prompt_tokens, time.monotonic())
+            sent.append((answer, at, asyncio.create_task(ask(client, api, answer))))
+        while window is None:  # the schedule ran out before the window was set
+            await asyncio.sleep(0.05)
+            read_messages()
+        lags.clear()
+        measured = [(answer, task) for answer, at, task in sent if window[0] <= at < window[1]]
+        # wait for the measured requests, but not for those only the balancer's read
+        # timeout (300 s) would end: the stalled ones of a run that does not resume
+        deadline = time.monotonic() + setup["drain_s"]
+        while time.monotonic() < deadline:
+            read_messages()
+            if all(t.done() or answer.key in stuck for answer, t in measured):
+                break
+            await asyncio.sleep(0.1)
+        unfinished = 0
+        for answer, task in measured:
+            if not task.done():
+                unfinished += 1
+                answer.error = answer.error or "still open when the run ended"
+        for _, _, task in sent:
+            task.cancel()
+        await asyncio.gather(*(task for _, _, task in sent), return_exceptions=True)
+    ticker.cancel()
+    loop.remove_reader(inbox.fileno())
+    return {"answers": [vars(answer) for answer, _ in measured], "unfinished": unfinished,
+            "lag_p99_ms": quantile(lags, 0.99) * 1000}
 
 
 _TRACE: list[Any] = []
@@ -709,9 +779,11 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=0.05)
     parser.add_argument("--warmup", type=float, default=20.0,
                         help="model seconds at least before the fault")
-    parser.add_argument("--warmup-requests", type=int, default=300,
-                        help="requests at least before the fault (the bounds are learned "
-                             "from 20 whole streams per backend)")
+    parser.add_argument("--warmup-requests", type=int, default=200,
+                        help="requests at least before the fault")
+    parser.add_argument("--max-warmup", type=float, default=90.0,
+                        help="model seconds at most before the fault, even if some "
+                             "backend's bound is not learned yet")
     parser.add_argument("--window", type=float, default=45.0, help="model seconds")
     parser.add_argument("--drain", type=float, default=60.0,
                         help="model seconds after the last arrival before open streams "
@@ -745,7 +817,8 @@ async def main() -> None:
         run = (await one_run(api, load, seed, mode, silence, args)).to_json()
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items()
-                          if k not in ("ttft_s", "e2e_s", "detections", "failures")}), flush=True)
+                          if k not in ("ttft_s", "e2e_s", "detections", "failures",
+                                       "e2e_by_key")}), flush=True)
         for line in run["failures"]:
             print("  FAILED", line, flush=True)
         if args.json is not None:
