@@ -2,64 +2,72 @@
 """Streams that stall mid-answer: does the balancer resume them so that the client gets the
 whole, unbroken answer, soon after the silence bound?
 
-One region in process: ``--servers`` simulated vLLM servers (speed ``--speed``, time scale
-``--time-scale``) and the balancer in front (``BalancerConfig()``, but for ``silence``, see
-below). Requests replay a slice of the Azure conversation trace (its gaps, prompt and
-output token counts; another slice per seed) at ``--loads`` of the fleet's capacity, all
-streamed with ``stream_options.include_usage``, on one endpoint per cell (``--apis``: chat
-or completions). Each asks for exactly ``N`` tokens (``x_output_tokens``, the trace's
-count); ``max_tokens`` is ``N`` for every fourth request (finish ``length``) and the
-service cap, 1000, otherwise (finish ``stop``). After ``--warmup`` model seconds (every
-backend's silence bound learned from its own streams), every server gets the simulator's
-``stall`` fault at ``--rate``: that share of streams goes silent after a random number of
-its tokens. Requests sent from then on, for ``--window`` model seconds, are measured.
+One region: ``--servers`` simulated vLLM servers (speed ``--speed``, ``--time-scale`` model
+seconds per wall second) and the balancer in front (``BalancerConfig()``, but for
+``silence``, below) in this process; the client in a child process (its own core: its
+reading does not delay the balancer's loop). Requests replay a slice of the Azure
+conversation trace (its gaps, prompt and output token counts; another slice per seed) at
+``--loads`` of the fleet's capacity, all streamed with ``stream_options.include_usage``,
+on one endpoint per cell (``--apis``: chat or completions). Each asks for exactly ``N``
+tokens (``x_output_tokens``, the trace's count); ``max_tokens`` is ``N`` for every
+fourth request (finish ``length``) and the service cap, 1000, otherwise (finish
+``stop``).
 
-Runs per cell (load x endpoint) and seed, on the same arrivals:
+After a warm-up (at least ``--warmup`` model seconds and ``--warmup-requests`` requests,
+then until every backend's silence bound is learned from its own streams, at most
+``--max-warmup``), every server gets the simulator's ``stall`` fault at ``--rate``: that
+share of streams goes silent after a random number of its tokens. The requests sent from
+then on, for ``--window`` model seconds, are measured; the run ends when they have all
+ended, or ``--drain`` model seconds after the window. The first run of a seed finds the
+fault's instant and the seed's other runs use the same one, so every run of a seed
+measures the same requests:
 
 - ``nofault``: no fault: the reference for TTFT and E2E;
 - ``resume``: the stall fault, the balancer resuming (``max_resumes`` 2, the default);
 - ``off``: the stall fault, ``max_resumes=0``: the baseline. A stalled stream then stays
-  silent until the balancer's read timeout (300 s, the default), after the run: it is
-  counted as not completed when the run ends (``--drain`` model seconds after the last
-  arrival).
+  silent until the balancer's read timeout (300 s, the default): once only such streams
+  are left, the run ends and counts them as not completed.
 
-Time: the simulator runs ``--time-scale`` model seconds per wall second, but the balancer's
-silence bound is wall time: learned from the streams' wall gaps (which shrink with the
-time scale on their own), with a floor (2 s) and a prior (4 x floor) that do not. So the
-scaled runs use ``SilenceSettings(floor_s=2 / time_scale)`` (prior 4 x that), the default
-floor in model seconds; ``--default-silence`` runs one cell with ``SilenceSettings()`` as
-it is (a 2 s wall floor, then worth ``2 x time_scale`` model seconds).
+Time: the balancer's silence bound is wall time: learned from the streams' wall gaps
+(which shrink with the time scale on their own), with a floor (2 s) and a prior (4 x the
+floor) that do not. So the matrix runs ``SilenceSettings(floor_s=2 / time_scale)`` (prior
+4 x that): the default floor in model seconds. ``--default-cell API:LOAD`` runs that cell
+again with ``SilenceSettings()`` as it is: a 2 s wall floor, worth ``2 x time_scale``
+model seconds (its reference is the matrix's ``nofault`` run of the same seed).
 
 Checked for every measured request, at the client (aiohttp, its own SSE parser): status
 200, no error event, ``[DONE]``; the text equals the unbroken answer
-(``token_text(0..N-1)``), no token repeated or missing; the finish reason (``length``
-when ``N`` is ``max_tokens``, else ``stop``); one ``id`` for every chunk; usage with
+(``token_text(0..N-1)``: no token repeated or missing); the finish reason (``length``
+when ``N`` is ``max_tokens``, else ``stop``); one ``id`` in every chunk; usage with
 ``completion_tokens == N`` and the request's ``prompt_tokens``. Reported per cell:
 
-- stalls: streams the servers silenced (``stalled_streams``), the measured requests that
-  had at least one, and the share of those that completed correctly, with a Wilson 95%
-  interval over the cell's seeds pooled;
-- detection: for each stall, the client-visible gap from the last token before it to the
-  next one, against the balancer's bound for that backend (read when the stream started
-  on it): max and p95 of ``gap - bound`` and of ``gap / bound``; and ``detect``, from the
-  last token to the continuation's arrival at the next server, minus the bound (the gap
-  less the continuation's time to its first token);
-- resumes by outcome (the balancer's ``stream_resumes`` counter), and resumes that no
+- stalls: streams the servers silenced (their ``stalled_streams``), the measured requests
+  with at least one, and the share of those that completed correctly, with a Wilson 95%
+  interval (the cell's seeds pooled);
+- detection, per stall: the client-visible gap from the last token before it to the next
+  one, against the balancer's bound for that backend (read as the stream started on it):
+  p95 and max of ``gap - bound`` and of ``gap / bound``; and ``detect - bound``, from the
+  last token to the continuation's arrival at the next server, less the bound (the gap
+  without the continuation's time to its first token);
+- resumes by outcome (the balancer's ``stream_resumes`` counter), and continuations no
   injected stall explains (a healthy stream silent longer than its bound);
 - TTFT and E2E p50 and p99 (model seconds) of the measured requests, and their ratio to
-  the ``nofault`` run of the same seed; E2E over completed requests only.
+  the ``nofault`` run of the same seeds (bootstrap 95% interval of the p99 ratio); E2E
+  over completed requests only; and each stalled request's E2E less its own in the
+  ``nofault`` run.
 
 Which stream stalled, after which token, is noted by a ``Fault`` subclass set on each
-server that records the request (its ``user`` field, kept in a continuation) when the
-simulator draws the stall (instrumentation only: the draw and the stall are the
-simulator's). Everything runs on one event loop: its lag (a 10 ms ticker's overshoot) is
-reported with each run, since it adds to every gap.
+server, which records the request (its ``user`` field, which a continuation keeps) when the
+simulator draws a stall (instrumentation: the draw and the stall are the simulator's).
+The servers and the balancer share one event loop: its lag (a 10 ms ticker's overshoot,
+over the window and the drain) is reported with each run, since it adds to every gap.
 
 ::
 
     .venv/bin/python bench/stream_stalls.py [--seeds 3] [--loads 0.3,0.7]
-        [--apis chat,completions] [--modes nofault,resume,off] [--default-silence]
+        [--apis chat,completions] [--modes nofault,resume,off] [--default-cell chat:0.7]
         [--json FILE] [--markdown FILE]
+    .venv/bin/python bench/stream_stalls.py --from-json FILE   # the tables again
 """
 
 from __future__ import annotations
@@ -734,7 +742,8 @@ def report(runs: list[dict[str, Any]]) -> str:
             "[p99 95%] | E2E x nofault p50 / p99 [p99 95%] | stalled requests' E2E - "
             "nofault's, median / max (s) | unstalled requests failed |",
             "|" + "---|" * 13]
-    ranked = []
+    ranked: list[tuple[float, float, str]] = []
+    rows: dict[str, str] = {}
     body: list[str] = []
     for name, mine in cells.items():
         refs = {r["seed"]: r for r in mine if r["mode"] == "nofault"} or \
@@ -751,18 +760,23 @@ def report(runs: list[dict[str, Any]]) -> str:
         scale = mine[0]["time_scale"]
         share = on["stalled_completed"] / on["stalled_requests"] if on["stalled_requests"] \
             else math.nan
-        worst_over = max((d["over_s"] for d in on["detections"]), default=0.0)
-        ranked.append((share, -worst_over, name))
+        if mine[0]["silence"] == "scaled":
+            ratio = max((d["ratio"] for d in on["detections"]), default=0.0)
+            ranked.append((share, -ratio, name))
         off_col = stalled_col(pool(off)) if off else "-"
-        head.append(" | ".join([
+        rows[name] = " | ".join([
             f"| {name}", stalled_col(on), off_col, str(on["stalled_streams"]), resumes_col(on),
             str(on["unexplained_resumes"]), *detection_cols(on, scale),
             *latency_cols(on, ref, rng)[1::2], added_col(added_e2e(resumed, refs)),
-            f"{on['unstalled_failed']} |"]))
+            f"{on['unstalled_failed']} |"])
+    head += rows.values()
     if len(ranked) > 1:
         ranked.sort()
-        head += ["", f"Worst cell: {ranked[0][2]}; best: {ranked[-1][2]} (by the share of "
-                 f"stalled requests completed, then the largest gap over the bound)."]
+        worst, best = ranked[0][2], ranked[-1][2]
+        head += ["", "Worst and best cell of the matrix (scaled settings), by the share of "
+                 "stalled requests completed, then the largest gap / bound:", "",
+                 head[0].replace("| cell |", "| | cell |"), "|---" + head[1],
+                 f"| worst {rows[worst]}", f"| best {rows[best]}"]
     return "\n".join(["## Headline", "", *head, "", "## Per cell", "", *body])
 
 
