@@ -60,8 +60,7 @@ Which stream stalled, after which token, is noted by a ``Fault`` subclass set on
 server, which records the request (its ``user`` field, which a continuation keeps) when the
 simulator draws a stall (instrumentation: the draw and the stall are the simulator's).
 The servers and the balancer share one event loop: its lag (a 10 ms ticker's overshoot,
-over the window and the drain) is reported with each run, since it adds to every gap; the
-objects earlier runs left are frozen (``gc.freeze``) before each run.
+over the window and the drain) is reported with each run, since it adds to every gap.
 
 ::
 
@@ -76,7 +75,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import json
 import math
 import multiprocessing
@@ -830,11 +828,6 @@ async def main() -> None:
                  for mode in own]
     runs: list[dict[str, Any]] = []
     for api, load, seed, mode, silence in plan:
-        # what earlier runs left (their figures, a few thousand objects of each fleet and
-        # balancer) is kept out of the collector's way: late in a matrix a full collection
-        # over it paused the loop for 100-180 ms
-        gc.collect()
-        gc.freeze()
         run = (await one_run(api, load, seed, mode, silence, args)).to_json()
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items()
