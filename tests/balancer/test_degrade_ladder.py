@@ -290,3 +290,20 @@ async def test_saturation_counts_only_the_model_s_own_queue() -> None:
         assert status == 200 and "x-director-degraded" not in headers
         for task in lighter:
             task.cancel()
+
+
+async def test_a_full_lighter_model_passes_to_the_next_step() -> None:
+    ladder = (DegradeStep(DegradeAction.MODEL, SMALL, DegradeTrigger.SATURATION, 1.0),
+              DegradeStep(DegradeAction.SHED, trigger=DegradeTrigger.SATURATION,
+                          threshold=1.0))
+    config = dataclasses.replace(SMALL_QUEUE, degrade=ladder)
+    async with region("r", config, policy=None) as (fleet, balancer):
+        busy = [asyncio.create_task(ask(balancer, "US", tokens=3000, model=model))
+                for model in (BIG, SMALL)]
+        await eventually(lambda: all(fleet[g].engine.state().running == 1
+                                     for g in ("gpu-big", "gpu-small")))
+        status, headers, _ = await ask(balancer, "US", tokens=5)
+        assert status == 429 and headers["x-director-degraded"] == "shed"
+        assert balancer.dispatcher.queued == 0  # it never waited in the lighter queue
+        for task in busy:
+            task.cancel()

@@ -169,8 +169,12 @@ class DegradeLadder:
 
     def _may_serve(self, exchange: Exchange, model: str) -> bool:
         """Whether this region may serve the request as one for ``model``: a server here
-        serves it, the tenant may use it, and residency allows the client for it."""
+        serves it with room now (a full lighter model cannot serve: the next step is
+        tried rather than its queue), the tenant may use it, and residency allows the
+        client for it."""
         if not any(model in b.models for b in self.dispatcher.pool.backends):
+            return False
+        if read_signals(self.dispatcher, model).saturation >= 1.0:
             return False
         caller = exchange.caller
         if caller is not None and caller.tenant.models and model not in caller.tenant.models:
