@@ -61,6 +61,7 @@ import logging
 import math
 import random
 import resource
+import statistics
 import sys
 import time
 from collections import Counter
@@ -325,6 +326,10 @@ async def one_run(cell: CellSpec, seed: int, args: argparse.Namespace,
     after = resource.getrusage(resource.RUSAGE_SELF)
     wall = time.monotonic() - wall0
     cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    if args.requests is not None:
+        with args.requests.open("a") as f:
+            f.write(json.dumps({"cell": cell.name, "seed": seed, "requests": [
+                [r.at, _brief(r.first), _brief(r.retry)] for r in requests]}) + "\n")
     return summarise_run(cell, seed, load, args, requests, {
         "offset": offset, "rate": sliced.rate, "demand": sliced.demand,
         "pool_capacity": pool_capacity, "unsettled": len(pending),
@@ -333,6 +338,12 @@ async def one_run(cell: CellSpec, seed: int, args: argparse.Namespace,
             1000 * quantile(lags, 0.99), 1), "loop_lag_max_ms": round(
             1000 * max(lags, default=0.0), 1), "lost_model_s": round(lost, 3),
         "warnings": dict(warnings.counts), "timeline": timeline})
+
+
+def _brief(a: Attempt | None) -> list[object] | None:
+    """An attempt as [sent s, status, TTFT s, x-director-degraded, Retry-After, model]."""
+    return None if a is None else [round(a.sent, 3), a.status, a.ttft and round(a.ttft, 3),
+                                   a.degraded, a.retry_after, a.model]
 
 
 async def _lag(lags: list[float], stop: asyncio.Event) -> None:
@@ -394,6 +405,8 @@ def summarise_run(cell: CellSpec, seed: int, load: float, args: argparse.Namespa
     saturated = [r for r in requests if r.final is not None and r.final.answered
                  and r.final.kind() == "big"
                  and 20.0 <= r.final.sent + (r.final.ttft or 0.0) < args.duration]
+    window = [x for x in extra["timeline"] if 20.0 <= x["t"] < args.duration]  # type: ignore
+    reshed = [r for r in requests if r.retry is not None and r.retry.status == 429]
     return {
         "cell": cell.name, "ladder": cell.describe(), "seed": seed, "load": load,
         "requests": len(requests), **extra,
@@ -410,6 +423,15 @@ def summarise_run(cell: CellSpec, seed: int, load: float, args: argparse.Namespa
         "retry_ttft_ms": sorted(round(1000 * a.ttft) for a in retries
                                 if a.answered and a.ttft is not None),
         "header_model_mismatch": mismatched,
+        # retries shed again, by the Retry-After their first 429 gave (the promises' horizon,
+        # 120 s, is given unpromised: such a retry is not served first)
+        "reshed_by_first_retry_after": dict(Counter(str(r.first.retry_after) for r in reshed
+                                                    if r.first is not None)),
+        "retry_after_120": sum(1 for a in four29 if a.retry_after == "120"),
+        "big_in_flight_mean": round(statistics.fmean(x["big"] for x in window), 1)
+        if window else None,
+        "seconds_big_free_while_queued": sum(1 for x in window if x["queued"] > 0
+                                             and x["big"] < args.big * args.slots),
         "streams_broken": sum(1 for a in firsts + retries if a.answered and a.error),
         "big_answers_per_s_saturated": round(len(saturated) / max(1e-9, args.duration - 20),
                                              3),
@@ -530,22 +552,30 @@ def runs_table(runs: list[dict]) -> str:
     lines = ["| cell | seed | requests | rate/s | first: big / small / shed / 429 / other | "
              "retries: sent, answered, in 2 s | Retry-After p50 / max s | 429 without "
              "Retry-After | no outcome | TTFT p50 / p99 s | big answers/s saturated | "
-             "header mismatches | broken streams | settled at s | CPU/wall | loop lag p99 "
-             "ms | lost model s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "big in flight, mean 20-60 s | seconds a big slot was free while requests "
+             "queued | header mismatches | broken streams | settled at s | CPU/wall | loop lag "
+             "p99 ms | lost model s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         f, rt = Counter(r["first"]), Counter(r["retry"])
         other = sum(v for k, v in f.items() if k not in ("big", "small", "shed", "429"))
         answered = rt["big"] + rt["small"]
         ttft = [t / 1000 for t in r["ttft_ms"]]
         ra = r["retry_after_s"]
+        window = [x for x in r["timeline"] if 20.0 <= x["t"] < 60.0]
+        full = max((x["big"] for x in r["timeline"]), default=0)
+        mean_big = r.get("big_in_flight_mean") or (
+            statistics.fmean(x["big"] for x in window) if window else float("nan"))
+        free = r.get("seconds_big_free_while_queued", sum(
+            1 for x in window if x["queued"] > 0 and x["big"] < full))
         lines.append(
             f"| {r['cell']} | {r['seed']} | {r['requests']} | {r['rate']:.1f} | {f['big']} / "
             f"{f['small']} / {f['shed']} / {f['429']} / {other} | {sum(rt.values())}, "
             f"{answered}, {r['retries_answered_in']['2']} | {ra['p50']:g} / {ra['max']} | "
             f"{r['retry_after_missing']} | {r['no_outcome']} | {quantile(ttft, 0.5):.2f} / "
             f"{quantile(ttft, 0.99):.2f} | {r['big_answers_per_s_saturated']:.2f} | "
-            f"{r['header_model_mismatch']} | {r['streams_broken']} | {r['settled_at']} | "
+            f"{mean_big:.0f} | {free} | {r['header_model_mismatch']} | "
+            f"{r['streams_broken']} | {r['settled_at']} | "
             f"{r['cpu_per_wall']} | {r['loop_lag_p99_ms']} | {r['lost_model_s']} |")
     return "\n".join(lines)
 
@@ -599,6 +629,9 @@ async def main() -> None:
     parser.add_argument("--target", type=float, default=2.0, help="TTFT target, seconds")
     parser.add_argument("--json", type=Path, default=None, help="append each run here")
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--requests", type=Path, default=None,
+                        help="append each run's requests here (each attempt: sent s, status, "
+                             "TTFT s, x-director-degraded, Retry-After, model)")
     parser.add_argument("--summarise", type=Path, default=None,
                         help="only print the tables of the runs in this JSONL file")
     args = parser.parse_args()
