@@ -41,11 +41,16 @@ answered (status 200, a first token), TTFT p50/p99 of the answered, and what ans
 from ``x-director-degraded`` (none: ``big-model``; ``model=small-model``; ``shed``),
 checked against the model the stream names.
 
-::
+The seeds may run as parallel processes (a run is one process on one event loop; check
+the runs' CPU, loop lag and lost model time), then be summarised together::
 
-    flock /tmp/bench.lock .venv/bin/python bench/overload_ladder.py --seeds 3 \\
-        --json bench/results/overload-ladder.jsonl --markdown /tmp/overload-ladder.md
+    flock /tmp/bench.lock bash -c 'for s in 0 1 2; do .venv/bin/python \\
+        bench/overload_ladder.py --seeds 1 --first-seed $s --json /tmp/ol/seed$s.jsonl \\
+        --requests /tmp/ol/requests$s.jsonl & done; wait'
+    cat /tmp/ol/seed?.jsonl > bench/results/overload-ladder.jsonl
     .venv/bin/python bench/overload_ladder.py --summarise bench/results/overload-ladder.jsonl
+    # all in one process, one seed after another
+    .venv/bin/python bench/overload_ladder.py --seeds 3 --json runs.jsonl
     # a smoke test
     .venv/bin/python bench/overload_ladder.py --seeds 1 --cells a,c --big 2 --small 1 \\
         --duration 10 --drain 40
