@@ -2,57 +2,67 @@
 """First-byte hedging: with some servers slow to their first token, does a copy on another
 server cut the TTFT tail, and how many extra requests reach the GPUs for it?
 
-One region in process: ``--servers`` simulated vLLM servers (speed ``--speed``, time scale
-``--time-scale``) and the balancer in front (``BalancerConfig()``, its defaults). Requests
+One region: ``--servers`` simulated vLLM servers (speed ``--speed``) in a child process
+(on the machine's second core), the balancer (``BalancerConfig()``, its defaults, but for
+``hedge``) and the clients in this one, both on uvloop as ``region serve`` runs. Requests
 replay a slice of the Azure conversation trace (its gaps, prompt and output token counts;
 another slice per seed) at a share of the fleet's capacity in work (``--loads``), as
 streamed chat completions (``max_tokens`` 1000, the exact output length in the
-simulator's ``x_output_tokens``). Each cell (fault x load) and seed runs twice on the same
+simulator's ``x_output_tokens``). Each cell (fault x load) and seed runs on the same
 arrivals, the same faulty servers and the same simulator seeds:
 
 - ``off``: hedging off (``HedgeSettings()``, the default);
-- ``on``: ``HedgeSettings(share=--share)``, its other settings the defaults (bound: the
-  region's p90 first-byte time for the prompt's size class, 50 samples first; floor 50 ms
-  wall; burst 10).
+- ``on``: ``HedgeSettings(share=S)`` for each S of ``--shares`` (default 0.05), its other
+  settings the defaults (bound: the region's p90 first-byte time for the prompt's size
+  class, once it has 50 samples, the region's over all sizes before; burst 10; floor
+  50 ms, see Time).
 
-Faults (``--faults``), set on servers drawn per seed before the first request and left on:
+Faults (``--faults``), set on servers drawn per seed before the first request, left on:
 
 - ``late1``: ``late`` factor 5 on 1 server: each of its streams holds its first token
-  back until 5x its natural time (the issue's condition: 10 % of 10 servers);
+  back until 5x its natural time, decode unaffected (the issue's condition);
 - ``late3``: ``late`` factor 5 at rate 0.3 on 3 servers (30 % of their streams);
 - ``slow1``: ``slow`` factor 5 on 1 server (every prefill and decode step 5x);
 - ``none``: no fault (hedging must not hurt).
 
-The first ``--warmup`` requests are not measured (the bound needs 50 first bytes per
-prompt size class, the region's until a class has them); the next ``--requests`` are,
-and ``--tail`` more keep the load up while they run. Every request is waited for.
-Measured at the client, in model seconds (wall x time scale): TTFT to the first content
-token (not the role chunk), E2E; a request counts as failed unless it got 200, ``[DONE]``
-and exactly its tokens. A failed request's TTFT counts as infinite. Reported:
+The first ``--warmup`` requests are not measured (the bounds are learned meanwhile); the
+next ``--requests`` are, and ``--tail`` more keep the load up while they run. Every
+request is waited for. Measured at the client, in model seconds (wall x time scale):
+TTFT to the first content token (not the chat role chunk), E2E; a request fails unless
+it got 200, ``[DONE]`` and exactly its tokens, and a failed request's TTFT is infinite.
+Reported per cell and share:
 
-- TTFT p50/p90/p99 and E2E p99 per run; the p99 TTFT ratio on/off per seed and pooled
-  over the seeds, with a 95% bootstrap interval (requests resampled with replacement, the
-  same draw for both runs, since they replay the same arrivals; stratified by seed), and
-  whether its upper end is below ``--goal`` (0.70);
+- TTFT p50/p90/p99 and E2E p99 per run; p99 TTFT on/off per seed and over the seeds
+  pooled, with a 95% bootstrap interval (requests resampled with replacement, one draw
+  for both runs, which replay the same arrivals; stratified by seed), and whether the
+  interval is entirely below ``--goal`` (0.70); p50 TTFT and p99 E2E on/off likewise;
 - extra requests: what the GPU servers were sent (the balancer's
-  ``director_balancer_decisions_total``, summed) minus the client's requests, over them,
-  from the first measured request to the end; the simulators' own count (sequences
-  admitted) beside it; hedges by outcome; extra tokens generated (the GPUs' generated
-  tokens over the clients' received);
-- checks: hedges sent within ``share`` x requests + burst (the bucket); every sequence
-  ended on the engines; the event loop's lag (a 10 ms ticker's overshoot) and model time
-  the engines lost to a starved process.
+  ``director_balancer_decisions_total``, summed) less the client's requests, over them,
+  from the first measured request to the end; the simulators' count (sequences admitted)
+  beside it; hedges by outcome, and (instrumentation: the race's last step wrapped) which
+  measured request each was sent for, from which server, and whether it won; extra tokens
+  generated (the engines' over the clients', whole run);
+- checks: no failed request; hedges within ``share`` x requests + burst (whole run); one
+  abort on the engines per hedge (its loser); nothing left on the engines at the end;
+  event loop lag (a 10 ms ticker's overshoot) in both processes; model time the engines
+  lost to a starved process.
 
-Time: the balancer's bound is learned from wall first-byte times, so it follows the time
-scale; its 50 ms floor is wall time (``--time-scale`` x 50 ms model time): the defaults
-keep the natural p90 well above it. Everything shares one event loop on one core.
+Time: the time scale is set per load so that ``--wall-rate`` requests arrive per wall
+second (or ``--time-scale``). The balancer's bound is learned from wall first-byte
+times, so it follows the time scale; its 50 ms floor is given in model time
+(``floor_s = 0.05 / time_scale``; ``--wall-floor`` keeps it at 50 ms wall). Event loop
+work costs wall time, so it is magnified by the time scale in model time: the loop lag
+columns say how much.
 
 ::
 
-    # one cell (3 seeds x off/on), raw runs appended to a JSON lines file
-    .venv/bin/python bench/hedging.py --faults late1 --loads 0.3 --json /tmp/hedging.jsonl
-    # the report from the runs of every cell
-    .venv/bin/python bench/hedging.py --report /tmp/hedging.jsonl [--markdown FILE]
+    # one cell (3 seeds x off/on), every run appended to a JSON lines file
+    .venv/bin/python bench/hedging.py --faults late1 --loads 0.7 --json runs.jsonl
+    # the whole matrix: --faults late1,late3,slow1,none --loads 0.3,0.7 (the defaults)
+    # another budget against the same runs without hedging
+    .venv/bin/python bench/hedging.py --faults late1 --shares 0.15 --no-off --json runs.jsonl
+    # the report over every run in the file
+    .venv/bin/python bench/hedging.py --report runs.jsonl [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ import contextlib
 import json
 import math
 import multiprocessing as mp
+import os
 import random
 import re
 import sys
@@ -114,6 +125,7 @@ class Run:
     e2e_s: list[float] = field(default_factory=list)  # arrival order; inf: failed
     on_faulty: int = 0  # measured requests answered by a faulty server
     backend: list[str] = field(default_factory=list)  # per measured request: who answered
+    queue_s: list[float] = field(default_factory=list)  # and its wait in the balancer
     # per measured request with a hedge sent: "won" or "lost" (or failed), and from where
     hedged: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     client_sent: int = 0  # requests sent from the first measured one on (measured + tail)
@@ -132,6 +144,8 @@ class Run:
     fleet_lag_ms: tuple[float, float] = (0.0, 0.0)  # the simulators' process
     lost_model_s: float = 0.0
     wall_s: float = 0.0
+    others_cores: float = 0.0  # CPU the machine's other processes used meanwhile, in cores
+    cpu_cores: float = 0.0  # CPU this bench used (both processes), in cores
 
     def q(self, values: list[float], p: float) -> float:
         return quantile(values, p)
@@ -141,7 +155,8 @@ class Run:
         return (self.decisions - self.client_sent) / self.client_sent if self.client_sent else 0
 
     def summary_json(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("ttft_s", "e2e_s")}
+        d = {k: v for k, v in asdict(self).items()
+             if k not in ("ttft_s", "e2e_s", "backend", "hedged", "queue_s")}
         d |= {"ttft_p50": self.q(self.ttft_s, 0.5), "ttft_p90": self.q(self.ttft_s, 0.9),
               "ttft_p99": self.q(self.ttft_s, 0.99), "e2e_p99": self.q(self.e2e_s, 0.99),
               "extra": round(self.extra, 4)}
@@ -271,6 +286,42 @@ def record_hedges(balancer: Any, into: dict[int, tuple[str, str, str]], first: i
     race._run = recorded
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds the whole machine has been busy, of which this process and its
+    children, the fleet: ``/proc``)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    busy = sum(int(x) for i, x in enumerate(fields) if i not in (3, 4)) / CLK_TCK
+    mine = 0.0
+    for pid in [os.getpid(), *children(os.getpid())]:
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            mine += (int(stat[11]) + int(stat[12])) / CLK_TCK
+    return busy, mine
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+async def wait_idle(limit: float, patience: float) -> float:
+    """Wait until the machine's other processes use less than ``limit`` cores (over 2 s),
+    at most ``patience`` seconds; the cores they used in the last 2 s."""
+    deadline = time.monotonic() + patience
+    while True:
+        busy0, mine0 = cpu_seconds()
+        await asyncio.sleep(2.0)
+        busy1, mine1 = cpu_seconds()
+        others = max(0.0, (busy1 - busy0) - (mine1 - mine0)) / 2.0
+        if others < limit or time.monotonic() > deadline:
+            return others
+
+
 def own_bounds(balancer: Any, measured: list[Any]) -> float:
     """The share of ``measured`` whose prompt size class has ``min_samples`` first bytes
     (its own bound; the others get the region's)."""
@@ -309,8 +360,10 @@ async def one_run(fault: str, load: float, seed: int, share: float,
     ttft: list[float] = [math.inf] * args.requests
     e2e: list[float] = [math.inf] * args.requests
     backends_of: list[str] = [""] * args.requests
+    queued: list[float] = [0.0] * args.requests
     tokens_got = [0] * total
     wall0 = time.monotonic()
+    busy0, mine0 = cpu_seconds()
     faults = {n: Fault(mode, factor=factor, rate=rate).to_json() for n in faulty}
     async with FleetProcess(names, args.speed, scale, 1000 * seed, faults) as fleet:
         backends = [BackendSpec(n, url, (MODEL,)) for n, url in fleet.urls.items()]
@@ -334,6 +387,7 @@ async def one_run(fault: str, load: float, seed: int, share: float,
                     async with client.post("/v1/chat/completions", data=bodies[i],
                                            headers={"Content-Type": "application/json"}) as r:
                         backend = r.headers.get("x-director-backend", "")
+                        waited = float(r.headers.get("x-director-queue-ms", 0)) / 1000 * scale
                         async for chunk in r.content.iter_any():
                             if first is None:
                                 head += chunk
@@ -343,17 +397,15 @@ async def one_run(fault: str, load: float, seed: int, share: float,
                             tail = (tail + chunk)[-len(DONE):]
                         ok = r.status == 200 and tail == DONE and got == a.output_tokens
                 except (aiohttp.ClientError, OSError):
-                    backend = ""
+                    backend, waited = "", 0.0
                 done = time.monotonic()
                 tokens_got[i] = got
                 j = i - args.warmup
                 if 0 <= j < args.requests:
-                    backends_of[j] = backend
-                    if ok and first is not None:
+                    backends_of[j], queued[j] = backend, waited
+                    if ok and first is not None:  # else it stays infinite: failed
                         ttft[j] = (first - sent) * scale
                         e2e[j] = (done - sent) * scale
-                    else:
-                        run.failed += 1
 
             async def window_start() -> None:
                 nonlocal gpus_before
@@ -374,15 +426,19 @@ async def one_run(fault: str, load: float, seed: int, share: float,
                         run.own_bound = own_bounds(balancer, arrivals[args.warmup:][
                             :args.requests])
                     tasks.append(asyncio.create_task(ask(i)))
-                async with asyncio.timeout(args.drain / scale):
-                    await asyncio.gather(*tasks)
+                _, late = await asyncio.wait(tasks, timeout=args.drain / scale)
+                for task in late:  # failed (their TTFT stays infinite)
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
                 after = balancer_snapshot(balancer)
             await asyncio.sleep(0.1)
             gpus = await fleet.state()
+            busy1, mine1 = cpu_seconds()
     run.requests = args.requests
     run.ttft_s, run.e2e_s = ttft, e2e
+    run.failed = sum(1 for x in ttft if math.isinf(x))
     run.on_faulty = sum(1 for b in backends_of if b in faulty)
-    run.backend = backends_of
+    run.backend, run.queue_s = backends_of, queued
     run.client_sent = total - args.warmup
     run.client_tokens = sum(tokens_got)
     run.decisions = int(after["decisions"] - before["decisions"])
@@ -398,6 +454,8 @@ async def one_run(fault: str, load: float, seed: int, share: float,
     run.loop_lag_ms = lag.quantiles()
     run.fleet_lag_ms = gpus["lag"]
     run.wall_s = round(time.monotonic() - wall0, 1)
+    run.cpu_cores = round((mine1 - mine0) / run.wall_s, 2)
+    run.others_cores = round(max(0.0, busy1 - busy0 - (mine1 - mine0)) / run.wall_s, 2)
     return run
 
 
@@ -451,6 +509,7 @@ def tail_on_faulty(r: dict[str, Any]) -> float:
 class Cell:
     fault: str
     load: float
+    share: float
     ratio: tuple[float, float, float]  # p99 TTFT on/off, pooled, [95% CI]
     p50: tuple[float, float, float]
     e2e: tuple[float, float, float]  # p99 E2E
@@ -464,17 +523,22 @@ class Cell:
                 - 1.0)
 
 
-def cell(fault: str, load: float, runs: list[dict[str, Any]], rounds: int) -> Cell:
+def cell(fault: str, load: float, share: float, runs: list[dict[str, Any]],
+         rounds: int) -> Cell | None:
+    """The runs with hedging at ``share`` against those without, seed by seed (None
+    without a pair)."""
     rng = np.random.default_rng(0)
-    by = {(r["seed"], r["mode"]): r for r in runs}
-    seeds = sorted({s for s, m in by if (s, "on") in by and (s, "off") in by})
-    off, on = [by[s, "off"] for s in seeds], [by[s, "on"] for s in seeds]
+    by = {(r["seed"], r["share"]): r for r in runs}
+    seeds = sorted({s for s, x in by if x == share and (s, 0.0) in by})
+    if not seeds:
+        return None
+    off, on = [by[s, 0.0] for s in seeds], [by[s, share] for s in seeds]
 
     def pairs(key: str) -> list[tuple[np.ndarray, np.ndarray]]:
         return [(np.array(b[key], dtype=float), np.array(a[key], dtype=float))
                 for a, b in zip(off, on, strict=True)]
 
-    return Cell(fault, load, paired_ratio(pairs("ttft_s"), 0.99, rounds, rng),
+    return Cell(fault, load, share, paired_ratio(pairs("ttft_s"), 0.99, rounds, rng),
                 paired_ratio(pairs("ttft_s"), 0.5, rounds, rng),
                 paired_ratio(pairs("e2e_s"), 0.99, rounds, rng),
                 [paired_ratio([p], 0.99, rounds, rng) for p in pairs("ttft_s")], off, on)
@@ -502,7 +566,8 @@ def run_rows(c: Cell) -> list[str]:
             f"{bound} | {r['own_bound']:.0%} | {r['left_running']} | "
             f"{r['loop_lag_ms'][0]:.1f}/{r['loop_lag_ms'][1]:.0f}, "
             f"{r['fleet_lag_ms'][0]:.1f}/{r['fleet_lag_ms'][1]:.0f} | "
-            f"{r['lost_model_s']:.2f} | {r['time_scale']:g} |")
+            f"{r['lost_model_s']:.2f} | {r['cpu_cores']:.2f}, {r['others_cores']:.2f} | "
+            f"{r['time_scale']:g} |")
     return rows
 
 
@@ -513,8 +578,8 @@ RUN_HEADER = [
     "(measured) | not sent (saturated/budget/no backend) | aborted on the engines | extra "
     "tokens generated | bound s, 1,020-token prompt | measured requests with their size "
     "class's own bound | left on engines | loop lag p99/max ms (balancer, fleet) | model s "
-    "lost | time scale |",
-    "|" + "---|" * 22]
+    "lost | CPU cores (bench, others) | time scale |",
+    "|" + "---|" * 23]
 
 
 def checks(runs: list[dict[str, Any]]) -> list[str]:
@@ -540,29 +605,33 @@ def report(runs: list[dict[str, Any]], goal: float, rounds: int) -> str:
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault((r["fault"], r["load"]), []).append(r)
-    cells = [cell(f, load, groups[f, load], rounds) for f in FAULTS
-             for load in sorted(load for g, load in groups if g == f)]
-    out = [f"| fault | load | TTFT p99 s off -> on | p99 on/off, seeds pooled [95% CI] | "
+    found = [cell(f, load, share, groups[f, load], rounds) for f in FAULTS
+             for load in sorted(load for g, load in groups if g == f)
+             for share in sorted({r["share"] for r in groups[f, load]} - {0.0})]
+    cells = [c for c in found if c is not None]
+    out = [f"| fault | load | share | TTFT p99 s off -> on | p99 on/off, seeds pooled [95% CI] | "
            f"entirely below {goal:.2f}? | each seed [95% CI] | TTFT p50 on/off | E2E p99 "
            f"on/off | extra requests to the GPUs (on) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    main = min({c.share for c in cells}, default=0.0)
     for c in cells:
         verdict = "yes" if c.ratio[2] < goal else "no"
         out.append(
-            f"| {c.fault} | {c.load:.0%} | {pooled(c.off, 'ttft_s', 0.99):.3f} -> "
+            f"| {c.fault} | {c.load:.0%} | {c.share:g} | {pooled(c.off, 'ttft_s', 0.99):.3f} -> "
             f"{pooled(c.on, 'ttft_s', 0.99):.3f} | {fmt(c.ratio)} | {verdict} | "
             f"{'; '.join(fmt(x) for x in c.per_seed)} | {fmt(c.p50)} | {fmt(c.e2e)} | "
             f"{c.extra_on:+.2%} |")
-    faulted = [c for c in cells if c.fault != "none"]
+    faulted = [c for c in cells if c.fault != "none" and c.share == main]
     if faulted:
         best = min(faulted, key=lambda c: c.ratio[0])
         worst = max(faulted, key=lambda c: c.ratio[0])
-        out += ["", f"Faulted cells: best {best.fault} at {best.load:.0%}, p99 on/off "
-                f"{fmt(best.ratio)}; worst {worst.fault} at {worst.load:.0%}, "
-                f"{fmt(worst.ratio)}."]
+        out += ["", f"Faulted cells at share {main:g}: best {best.fault} at "
+                f"{best.load:.0%}, p99 on/off {fmt(best.ratio)}; worst {worst.fault} at "
+                f"{worst.load:.0%}, {fmt(worst.ratio)}."]
     out += ["", *checks(runs)]
     for c in cells:
-        out += ["", f"#### {c.fault}, load {c.load:.0%}", "", *RUN_HEADER, *run_rows(c)]
+        out += ["", f"#### {c.fault}, load {c.load:.0%}, share {c.share:g}", "", *RUN_HEADER,
+                *run_rows(c)]
     return "\n".join(out)
 
 
@@ -572,7 +641,11 @@ async def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--faults", default="late1,late3,slow1,none")
     parser.add_argument("--loads", default="0.3,0.7")
-    parser.add_argument("--share", type=float, default=0.05)
+    parser.add_argument("--shares", default="0.05",
+                        help="hedging budgets to run, each against hedging off")
+    parser.add_argument("--no-off", action="store_true",
+                        help="skip the runs without hedging (report them from --json runs "
+                             "with the same settings)")
     parser.add_argument("--servers", type=int, default=10)
     parser.add_argument("--speed", type=float, default=0.5)
     parser.add_argument("--time-scale", type=float, default=None,
@@ -588,6 +661,9 @@ async def main() -> None:
     parser.add_argument("--drain", type=float, default=900.0,
                         help="model seconds to wait for the last requests at most")
     parser.add_argument("--goal", type=float, default=0.70)
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each run, wait (at most this long) until the machine's "
+                             "other processes use under 0.15 cores")
     parser.add_argument("--rounds", type=int, default=1000, help="bootstrap rounds")
     parser.add_argument("--json", type=Path, default=None,
                         help="append every run (with its requests) to this JSON lines file")
@@ -602,7 +678,11 @@ async def main() -> None:
         for fault in args.faults.split(","):
             for load in (float(x) for x in args.loads.split(",")):
                 for seed in range(args.first_seed, args.first_seed + args.seeds):
-                    for share in (0.0, args.share):
+                    shares = [float(x) for x in args.shares.split(",")]
+                    for share in ([] if args.no_off else [0.0]) + shares:
+                        if args.wait_idle:
+                            others = await wait_idle(0.15, args.wait_idle)
+                            print(f"others use {others:.2f} cores", file=sys.stderr)
                         run = await one_run(fault, load, seed, share, args)
                         print(json.dumps(run.summary_json()), flush=True)
                         data = asdict(run)
