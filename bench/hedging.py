@@ -119,6 +119,8 @@ class Run:
     share: float
     faulty: list[str]
     time_scale: float
+    demand: float  # the work arriving in the nominal stretch, over the fleet's capacity
+    rate: float  # requests per model second
     requests: int = 0  # measured
     failed: int = 0
     ttft_s: list[float] = field(default_factory=list)  # model s, per measured request, in
@@ -343,17 +345,26 @@ async def one_run(fault: str, load: float, seed: int, share: float,
     capacity = args.servers * CAPACITY_PER_SERVER * args.speed
     scale = args.time_scale or round(args.wall_rate / (load * capacity), 2)
     total = args.warmup + args.requests + args.tail
-    span = total / (load * capacity)
-    arrivals = arrivals_at_load(trace, offset=rng.randrange(len(trace)), load=load,
-                                capacity=capacity, until=span, span=span).arrivals
-    arrivals = arrivals[:total]
+    # the rate is set from the work in the stretch of the run's ``total`` requests (a slice
+    # of long answers comes at fewer requests a second): a first guess at that stretch,
+    # then the stretch the first slice's ``total`` requests took
+    offset = rng.randrange(len(trace))
+    until = total / (load * capacity)
+    for _ in range(2):
+        picked = arrivals_at_load(trace, offset=offset, load=load, capacity=capacity,
+                                  until=until, span=2 * until)
+        until = picked.arrivals[min(total, len(picked.arrivals)) - 1].at
+    arrivals = picked.arrivals[:total]
+    if len(arrivals) < total:
+        raise SystemExit(f"seed {seed}: the slice has {len(arrivals)} of {total} requests")
     # each names itself in ``user`` (which no balancer stage reads): the hedge record's key
     bodies = [json.dumps(body(a, api="chat") | {"user": f"r{i}"},
                          separators=(",", ":")).encode() for i, a in enumerate(arrivals)]
     mode, factor, rate, count = FAULTS[fault]
     names = [f"gpu{i}" for i in range(args.servers)]
     faulty = sorted(rng.sample(names, count), key=names.index)
-    run = Run(fault, load, seed, "on" if share > 0 else "off", share, faulty, scale)
+    run = Run(fault, load, seed, "on" if share > 0 else "off", share, faulty, scale,
+              round(picked.demand, 3), round(picked.rate, 3))
     # the floor (50 ms) in model time, as the bound is (learned from scaled first bytes)
     floor = HedgeSettings().floor_s / (1.0 if args.wall_floor else scale)
     hedge = HedgeSettings(share=share, floor_s=floor) if share > 0 else HedgeSettings()
