@@ -214,11 +214,23 @@ def run_balancer(region: str, gpus: tuple[GpuServer, ...], config: BalancerConfi
     import uvloop
 
     from regions.balancer import serve as serve_balancer
+    from telemetry.otel import TracingConfigError, tracing_from_env
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(serve_balancer(region, gpus, config, ready=ready))
+    try:
+        tracing = tracing_from_env("director-balancer", "director.balancer")
+    except TracingConfigError as exc:
+        err.print(f"error: tracing: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    if tracing is not None:
+        config = dataclasses.replace(config, tracer=tracing.tracer)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            uvloop.run(serve_balancer(region, gpus, config, ready=ready))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def balancer_config(

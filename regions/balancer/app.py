@@ -65,6 +65,7 @@ from regions.balancer.http.proxy import Proxy, ProxySettings
 from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.http.tokenizers import Tokenizers
+from regions.balancer.http.trace_stage import TraceRequests
 from regions.balancer.lifecycle import Lifecycle
 from regions.balancer.reports import Reports
 from regions.balancer.request_chain import check_stages
@@ -252,7 +253,9 @@ class Balancer(Lifecycle, Reports):
 
     def _stages(self, names: Iterable[str]) -> list[Stage]:
         """The request's stages, in the configured order (``request_chain``)."""
-        built: dict[str, Stage] = {
+        built: dict[str, Stage | None] = {
+            "trace": (TraceRequests(self.config.tracer, self.region)
+                      if self.config.tracer is not None else None),
             "identify": Identify(self.tenancy),
             "overflow": self.spill,
             "account": Account(self.region, self.tenancy, self.pool, self.recorder,
@@ -265,7 +268,7 @@ class Balancer(Lifecycle, Reports):
             "cache": self.cache,
             "adapter": self.place_adapter,
         }
-        return [built[name] for name in check_stages(names)]
+        return [stage for name in check_stages(names) if (stage := built[name]) is not None]
 
     @property
     def overflow(self) -> Overflow | None:

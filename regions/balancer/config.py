@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Tracer
+
 from policies.model import DegradeStep, Policy, ResponseCache
 from regions.balancer.adapters.placement import AdapterSpec
 from regions.balancer.http.admin_listen import AdminListen
@@ -59,7 +61,8 @@ class BalancerConfig:
     utilization is relative to; ``overflow`` sends what would be shed to a sibling region
     (it needs ``residency``); ``follow_policy`` applies the stored policy's GPU servers live
     (each version through the policy gate); ``admin``: where ``/metrics`` and ``/_admin/*``
-    listen (default: 127.0.0.1, any free port).
+    listen (default: 127.0.0.1, any free port); ``tracer``: where the ``trace`` stage opens
+    its spans (``http.trace_stage``; None, the default: tracing off, the stage left out).
     """
 
     max_body_bytes: int = 8 * 1024 * 1024
@@ -98,4 +101,5 @@ class BalancerConfig:
     capacity_rps: float | None = None
     overflow: OverflowConfig | None = None
     follow_policy: FollowPolicy | None = None
+    tracer: Tracer | None = None  # spans of sampled requests (``telemetry.otel``); None: off
     admin: AdminListen | None = None

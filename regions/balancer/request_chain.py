@@ -2,6 +2,8 @@
 """The stages a request goes through, in order, before the proxy forwards it
 (``http.exchange``: each wraps the rest):
 
+0. ``trace`` (``http.trace_stage.TraceRequests``): the request's server span, when tracing
+   is on (``BalancerConfig.tracer``; left out otherwise).
 1. ``identify`` (``tenancy.access.Identify``): who sends it; 401/403/503.
 2. ``overflow`` (``signals.overflow.SpillOver``): a sibling's request is not sent on again;
    what would be shed here goes to an allowed sibling.
@@ -31,7 +33,7 @@ from collections.abc import Iterable
 
 from regions.balancer.errors import BalancerConfigError
 
-STAGES = ("identify", "overflow", "account", "parse", "residency", "tenant", "revision",
+STAGES = ("trace", "identify", "overflow", "account", "parse", "residency", "tenant", "revision",
           "degrade", "cache", "adapter")
 # the stages that read the parsed request
 AFTER_PARSE = frozenset({"residency", "tenant", "revision", "degrade", "cache", "adapter"})

@@ -22,6 +22,8 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SimConfigError
 from regions.simulator.fleet import ServerSpec, SimServer, parse_listen
 from regions.simulator.metrics import ENGINE_METRICS
+from telemetry import genai
+from telemetry.otel import TracingConfigError, tracing_from_env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def serve(spec: ServerSpec, time_scale: float, seed: int) -> None:
     """Run one server until SIGINT/SIGTERM."""
-    server = SimServer(spec, time_scale=time_scale, seed=seed)
+    tracing = tracing_from_env("director-simulator", genai.VLLM_SCOPE)
+    server = SimServer(spec, time_scale=time_scale, seed=seed,
+                       tracer=tracing.tracer if tracing is not None else None)
     await server.start()
     print(f"listening on {server.url}", flush=True)
     stop = asyncio.Event()
@@ -80,6 +84,8 @@ async def serve(spec: ServerSpec, time_scale: float, seed: int) -> None:
         await stop.wait()
     finally:
         await server.stop()
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def _pair(item: str, flag: str, shape: str) -> tuple[str, str]:
@@ -124,7 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(spec, args.time_scale, args.seed))
+    try:
+        asyncio.run(serve(spec, args.time_scale, args.seed))
+    except TracingConfigError as exc:
+        print(f"error: tracing: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

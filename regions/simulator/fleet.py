@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from aiohttp import web
+from opentelemetry.trace import Tracer
 
 from regions.simulator.clock import Clock, ScaledClock
 from regions.simulator.config import EngineConfig
@@ -102,6 +103,7 @@ class SimServer:
         time_scale: float = 1.0,
         seed: int = 0,
         clock: Clock | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.spec = spec
         self.kv_publish = (KvPublish(spec.kv_events, spec.kv_events_replay)
@@ -111,7 +113,8 @@ class SimServer:
         self.context = SimContext(spec.name, spec.models, self.engine, random.Random(seed),
                                   engine_name=spec.engine_name,
                                   max_concurrent_requests=spec.max_concurrent_requests,
-                                  roots=dict(spec.roots), adapters=dict(spec.lora_modules))
+                                  roots=dict(spec.roots), adapters=dict(spec.lora_modules),
+                                  tracer=tracer)
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port
@@ -172,12 +175,14 @@ class SimServer:
 class Fleet:
     """Many simulated servers in one process, started and stopped together."""
 
-    def __init__(self, specs: Iterable[ServerSpec], *, time_scale: float = 1.0, seed: int = 0):
+    def __init__(self, specs: Iterable[ServerSpec], *, time_scale: float = 1.0, seed: int = 0,
+                 tracer: Tracer | None = None):
         self.servers: dict[str, SimServer] = {}
         for i, spec in enumerate(specs):
             if spec.name in self.servers:
                 raise SimConfigError(f"fleet: duplicate server name {spec.name!r}")
-            self.servers[spec.name] = SimServer(spec, time_scale=time_scale, seed=seed + i)
+            self.servers[spec.name] = SimServer(spec, time_scale=time_scale, seed=seed + i,
+                                                tracer=tracer)
 
     def __getitem__(self, name: str) -> SimServer:
         return self.servers[name]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import Tracer
 
 from regions.simulator import openai_format as oai
 from regions.simulator.adapter_routes import add_adapter_routes
@@ -41,6 +42,7 @@ from regions.simulator.errors import (
 from regions.simulator.faults import Fault, FaultMode
 from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
 from regions.simulator.prompt_blocks import prompt_blocks
+from regions.simulator.request_span import record_request
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -63,6 +65,7 @@ class SimContext:
     # LoRA adapters registered (vLLM's lora_requests): name -> the path it was loaded from
     adapters: dict[str, str] = field(default_factory=dict)
     stalled: int = 0  # streams the ``stall`` fault silenced
+    tracer: Tracer | None = None  # vLLM's ``llm_request`` span per request (``request_span``)
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
@@ -205,6 +208,7 @@ async def _admit(
 
 async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamResponse:
     ctx = request.app[CTX]
+    started_ns = time.time_ns() if ctx.tracer is not None else 0
     try:
         req, seq = await _admit(request, endpoint)
     except RequestError as exc:
@@ -220,6 +224,9 @@ async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamR
     finally:
         ctx.engine.abort(seq)
         ctx.metrics.observe(seq)
+        if ctx.tracer is not None:
+            record_request(ctx.tracer, request.headers, oai.new_id(endpoint, seq.seq_id), req,
+                           seq, started_ns)
 
 
 async def _stream(

@@ -2,8 +2,8 @@
 """The package map's import rules (``docs/architecture.md``), read from the source with
 ``ast``: every import counts, also those inside functions and under ``TYPE_CHECKING``.
 
-- ``policies``, ``engines`` and the routing core (``routing``) import no other package of
-  ours; ``state`` only ``policies``; ``tenants`` only ``policies`` and ``state``;
+- ``policies``, ``engines``, ``telemetry`` and the routing core (``routing``) import no
+  other package of ours; ``state`` only ``policies``; ``tenants`` only ``policies`` and ``state``;
 - a tier (``regions``, ``workers``) imports the shared packages, never another tier, except
   the one policy gate every loaded policy passes (``director.policy_gate``); the drills (a
   client of the whole system) import the shared packages and three global-tier helpers;
@@ -31,9 +31,10 @@ import pytest
 
 from tests.packages import PACKAGES, ROOT
 
-SHARED = {"engines", "policies", "routing", "state", "tenants"}
+SHARED = {"engines", "policies", "routing", "state", "telemetry", "tenants"}
 ALLOWED: dict[str, set[str]] = {
     "policies": set(),
+    "telemetry": set(),
     "engines": set(),
     "routing": set(),
     "state": {"policies"},

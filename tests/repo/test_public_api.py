@@ -28,4 +28,4 @@ def test_the_package_lists_its_public_api(name: str) -> None:
 
 def test_the_packages_are_the_ones_we_ship() -> None:
     assert LIBRARIES == ["benchkit", "drills", "engines", "policies", "regions", "routing",
-                         "state", "tenants", "workers"]
+                         "state", "telemetry", "tenants", "workers"]

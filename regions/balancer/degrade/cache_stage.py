@@ -88,7 +88,7 @@ class ResponseCacheStage:
             return replayed
         self.metrics.cache.labels("miss").inc()
         capture = Capture(max(1, policy.max_bytes // 8), [])
-        exchange.capture = capture
+        exchange.add_capture(capture)
         resp = await call_next(exchange)
         if resp.status == 200 and not capture.overflowed and exchange.relay_end in (
                 RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END):

@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -25,6 +25,9 @@ from regions.balancer.http.relay import RelayEnd
 from regions.balancer.scheduling.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
 from tenants.identify import Identified
+
+if TYPE_CHECKING:
+    from regions.balancer.http.request_trace import RequestTrace
 
 REQUEST_ID_HEADER = "X-Request-Id"
 _SANE_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
@@ -62,7 +65,22 @@ class Exchange:
     relay_end: RelayEnd | None = None  # how the answer ended
     capture: Callable[[bytes], None] | None = None  # told each piece the client is sent
     walks_ladder: bool = False  # its service's degradation ladder decides its sheds
+    trace: RequestTrace | None = None  # its spans, when tracing is on and it is sampled
+    traceparent: str | None = None  # sent to the GPU server when tracing is on, unsampled
     _request_id: str | None = None
+
+    def add_capture(self, capture: Callable[[bytes], None]) -> None:
+        """Tell ``capture`` too each piece the client is sent (after any already told)."""
+        before = self.capture
+        if before is None:
+            self.capture = capture
+            return
+
+        def both(piece: bytes) -> None:
+            before(piece)
+            capture(piece)
+
+        self.capture = both
 
     @property
     def admitted(self) -> RequestInfo | None:

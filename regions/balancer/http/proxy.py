@@ -47,6 +47,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 
 from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
 
 from regions.balancer.errors import NoBackendError, ShedError
 from regions.balancer.http.continuation import NotResumable, continuation
@@ -65,6 +67,13 @@ from regions.balancer.http.relay import (
     relay,
     response_for,
 )
+from regions.balancer.http.request_trace import (
+    NO_SPAN,
+    TRACEPARENT,
+    NoSpan,
+    RequestTrace,
+    UpstreamSpan,
+)
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
 from regions.balancer.http.silence_bound import SilenceBounds, SilenceSettings
 from regions.balancer.http.stream_tap import StreamTap
@@ -77,6 +86,7 @@ from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.speed import StreamMeter
 from regions.balancer.types import Endpoint, RequestInfo
+from telemetry import genai
 
 WHOLE_ANSWER = (RelayEnd.FINISHED, RelayEnd.CLIENT_GONE_AT_END)
 CLIENT_GONE = {RelayEnd.CLIENT_GONE: "before_end", RelayEnd.CLIENT_GONE_AT_END: "at_end"}
@@ -143,6 +153,9 @@ class Proxy:
         start = self.clock()
         path = exchange.request.rel_url.path_qs
         headers = upstream_request_headers(exchange.request.headers)
+        trace = exchange.trace
+        if exchange.traceparent is not None:
+            headers[TRACEPARENT] = exchange.traceparent
         excluded: set[str] = set()
         last_failure: web.Response | None = None
         tap = StreamTap() if (info.stream and self.settings.max_resumes
@@ -151,12 +164,16 @@ class Proxy:
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
                 self.metrics.retries.inc()
+                if trace is not None:
+                    trace.set("director.retries", attempt)
             try:
-                lease, info = await self._bind(info, excluded, exchange.queue_timeout_s)
+                lease, info = await self._bind(info, excluded, exchange.queue_timeout_s,
+                                               trace)
             except (NoBackendError, ShedError) as exc:
                 return last_failure or self._unbound(exc)
             exchange.bound.append(lease.backend.name)
-            with lease, self._finishing(exchange, info):
+            with lease, self._finishing(exchange, info), \
+                    _calling(trace, lease.backend, path, headers) as call:
                 backend = lease.backend
                 self.metrics.backend(backend.name).decisions.inc()
                 sent_at = self.clock()
@@ -169,10 +186,12 @@ class Proxy:
                     self._failed(backend, "connect")
                     self._count_failure(exchange, backend, 502)
                     excluded.add(backend.name)
+                    call.answered(502)
                     last_failure = error_response(
                         502, f"backend {backend.name} unreachable: {type(exc).__name__}",
                         "bad_gateway")
                     continue
+                call.answered(upstream.status)
                 if upstream.status in RETRYABLE_STATUS and attempt < self.settings.max_retries:
                     last_failure = await self._consume_failure(exchange, upstream, backend)
                     excluded.add(backend.name)
@@ -185,6 +204,9 @@ class Proxy:
                     resp = await self._relay(exchange, upstream, lease, start, sent_at,
                                              strip_usage, tap)
                 else:
+                    if trace is not None:
+                        trace.set("director.hedge", f"{backend.name} lost to "
+                                                    f"{hedge.lease.backend.name}")
                     self._ttft(backend, hedge.loser_waited_s, lease.occupancy)  # at least
                     lease.release()
                     backend = hedge.lease.backend
@@ -193,6 +215,7 @@ class Proxy:
                         resp = await self._relay(exchange, hedge.upstream, hedge.lease, start,
                                                  hedge.sent_at, strip_usage, tap)
                     self.dispatcher.finished(hedge.info, 0)  # its tokens are counted above
+                call.ended(exchange.relay_end)
             if exchange.relay_end not in RESUMABLE_ENDS or tap is None:
                 return resp
             excluded.add(backend.name)
@@ -255,6 +278,10 @@ class Proxy:
                         f"{backend.name} refused to continue the answer "
                         f"({failure.status}): {(failure.text or '')[:200]}"))
                 resumes += 1
+                if exchange.trace is not None:
+                    exchange.trace.set("director.resumes", resumes)
+                    exchange.trace.event("director.resume", backend=backend.name,
+                                         delivered_tokens=delivered.tokens)
                 resumed.tap.splice(delivered)
                 exchange.served_by = backend.name
                 end = await self._relay_more(exchange, resumed, upstream, lease)
@@ -295,6 +322,8 @@ class Proxy:
                        message: str) -> web.StreamResponse:
         """End an open answer that cannot be continued with an error event."""
         self.metrics.resumes.labels("failed", reason).inc()
+        if exchange.trace is not None:
+            exchange.trace.event("director.resume_failed", reason=reason)
         log.warning("a stalled stream could not be resumed: %s", message)
         event = {"error": {"message": f"the answer stalled and could not be resumed: {message}",
                            "type": "server_error", "code": "stream_stalled"}}
@@ -305,8 +334,21 @@ class Proxy:
             exchange.relay_end = RelayEnd.UPSTREAM_FAILED  # an error ended it
         return resp
 
-    async def _bind(self, info: RequestInfo, excluded: set[str],
-                    timeout_s: float) -> tuple[Lease, RequestInfo]:
+    async def _bind(self, info: RequestInfo, excluded: set[str], timeout_s: float,
+                    trace: RequestTrace | None = None) -> tuple[Lease, RequestInfo]:
+        """``_bind_any``, in a ``director.queue`` span when the request is traced."""
+        if trace is None:
+            return await self._bind_any(info, excluded, timeout_s)
+        explained = self.dispatcher.explain(
+            dataclasses.replace(info, exclude=frozenset(excluded)) if excluded else info)
+        started = self.clock()
+        with trace.queueing(explained.to_json()) as queued:
+            lease, bound = await self._bind_any(info, excluded, timeout_s)
+            queued.bound(lease.backend.name, self.clock() - started)
+            return lease, bound
+
+    async def _bind_any(self, info: RequestInfo, excluded: set[str],
+                        timeout_s: float) -> tuple[Lease, RequestInfo]:
         """A lease for ``info`` on a backend not in ``excluded``, and the request as bound.
         When every server of its revision has failed it (all excluded), any revision of
         the model may take it: nothing was sent, and in a rollout the baseline answers what
@@ -399,6 +441,9 @@ class Proxy:
                 first_byte_s = now - sent_at
                 lease.started()
                 metrics.ttft.observe(now - start)
+                if exchange.trace is not None:
+                    exchange.trace.set(genai.RESPONSE_TIME_TO_FIRST_CHUNK,
+                                       round(now - start, 6))
                 if upstream.status == 200:
                     self._ttft(backend, now - sent_at, lease.occupancy)
                     if exchange.info is not None:
@@ -510,6 +555,15 @@ class _Resume:
     raw: bytes  # the body as forwarded
     strip_usage: bool
     revision: str | None  # the revision that served it: the continuation's
+
+
+def _calling(trace: RequestTrace | None, backend: Backend, path: str,
+             headers: CIMultiDict[str]) -> UpstreamSpan | NoSpan:
+    """The span of one call to ``backend`` (nothing when the request is not traced)."""
+    if trace is None:
+        return NO_SPAN
+    url = URL(backend.spec.url)
+    return trace.calling(backend.name, (url.host or "", url.port or 80), path, headers)
 
 
 def _revision_of(exchange: Exchange, backend: Backend) -> str | None:
