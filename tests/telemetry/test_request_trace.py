@@ -18,7 +18,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import SpanKind, Tracer
 
-from regions.balancer import BalancerConfig, build_balancer
+from regions.balancer import Balancer, BalancerConfig, build_balancer
 from regions.balancer.scheduling.backend import BackendSpec
 from regions.simulator.fleet import Fleet, ServerSpec
 from telemetry import genai
@@ -39,7 +39,7 @@ def tracing(receiver: OtlpReceiver, service: str, scope: str,
 
 @asynccontextmanager
 async def traced_stack(receiver: OtlpReceiver, sampler: Sampler = SAMPLE_ALL,
-                       gpus: int = 2) -> AsyncIterator[tuple[str, Fleet]]:
+                       gpus: int = 2) -> AsyncIterator[tuple[str, Balancer]]:
     balancer_side = tracing(receiver, "director-balancer", "director.balancer", sampler)
     gpu_side = tracing(receiver, "director-simulator", genai.VLLM_SCOPE)
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,)) for i in range(gpus)]
@@ -49,10 +49,10 @@ async def traced_stack(receiver: OtlpReceiver, sampler: Sampler = SAMPLE_ALL,
             backends = [BackendSpec(s.spec.name, s.url, (MODEL,), 8) for s in fleet]
             config = BalancerConfig(tracer=balancer_side.tracer)
             async with build_balancer("use1", backends, config) as balancer:
-                yield balancer.url, fleet
-    finally:
-        balancer_side.shutdown()
-        gpu_side.shutdown()
+                yield balancer.url, balancer
+    finally:  # a flush blocks: not on the loop the receiver answers on
+        await asyncio.to_thread(balancer_side.shutdown)
+        await asyncio.to_thread(gpu_side.shutdown)
 
 
 async def one_chat(url: str, client_tracer: Tracer | None) -> tuple[str | None, str]:
@@ -86,11 +86,11 @@ async def one_chat(url: str, client_tracer: Tracer | None) -> tuple[str | None, 
 async def test_a_chat_request_is_one_trace_from_the_sdk_to_the_gpu_server() -> None:
     async with OtlpReceiver() as receiver:
         client_side = tracing(receiver, "client", "test-client")
-        async with traced_stack(receiver) as (url, _fleet):
+        async with traced_stack(receiver) as (url, _balancer):
             trace_id, text = await one_chat(url, client_side.tracer)
             assert text
             await receiver.wait_for(5, timeout=10)
-        client_side.shutdown()
+        await asyncio.to_thread(client_side.shutdown)
         spans = receiver.trace(trace_id or "")
         print(render_trace(spans))
         by_name = {s["name"]: s for s in spans}
@@ -134,7 +134,7 @@ async def test_an_unsampled_request_tells_the_gpu_server_so() -> None:
     """Sampled off at the balancer: no span anywhere, yet the engine is told (flags 00),
     so an engine that samples by its parent records nothing either."""
     async with OtlpReceiver() as receiver:
-        async with traced_stack(receiver, sampler=ALWAYS_OFF) as (url, _fleet):
+        async with traced_stack(receiver, sampler=ALWAYS_OFF) as (url, _balancer):
             for _ in range(3):
                 _, text = await one_chat(url, None)
                 assert text
@@ -144,7 +144,7 @@ async def test_an_unsampled_request_tells_the_gpu_server_so() -> None:
 
 async def test_a_client_that_did_not_sample_is_followed() -> None:
     async with OtlpReceiver() as receiver:
-        async with traced_stack(receiver) as (url, _fleet):
+        async with traced_stack(receiver) as (url, _balancer):
             sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
             trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
             await sdk.chat.completions.create(
@@ -153,6 +153,30 @@ async def test_a_client_that_did_not_sample_is_followed() -> None:
             await sdk.close()
             await asyncio.sleep(0.3)
         assert list(receiver.spans) == []
+
+
+async def test_the_latency_histograms_point_at_sampled_traces() -> None:
+    """OpenMetrics exposition carries a sampled request's trace id as the exemplar of its
+    TTFT and E2E buckets; Prometheus text, as before, does not."""
+    import aiohttp
+
+    async with OtlpReceiver() as receiver, traced_stack(receiver) as (url, balancer):
+        client_side = tracing(receiver, "client", "test-client")
+        trace_id, _ = await one_chat(url, client_side.tracer)
+        await asyncio.to_thread(client_side.shutdown)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{balancer.admin_url}/metrics", headers={
+                    "Accept": "application/openmetrics-text; version=1.0.0"}) as resp:
+                assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+                open_metrics = await resp.text()
+            async with http.get(f"{balancer.admin_url}/metrics") as resp:
+                assert resp.headers["Content-Type"].startswith("text/plain")
+                plain = await resp.text()
+    for name in ("director_balancer_ttft_seconds_bucket", "director_balancer_e2e_seconds_bucket"):
+        lines = [ln for ln in open_metrics.splitlines()
+                 if ln.startswith(name) and f'trace_id="{trace_id}"' in ln]
+        assert lines, f"no exemplar on {name}"
+    assert "trace_id" not in plain
 
 
 @pytest.mark.parametrize("garbage", [b"\x00\x01not protobuf", b"{\"resourceSpans\": 7}"])

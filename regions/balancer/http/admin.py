@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from regions.balancer.errors import BalancerConfigError, RequestRejected
-from regions.balancer.http.metrics import CONTENT_TYPE, BalancerMetrics
+from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.refusals import error_response
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.pool_health import ADMIN
@@ -78,8 +78,8 @@ class AdminRoutes:
         self.target = target
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.target.metrics.render(),
-                            headers={"Content-Type": CONTENT_TYPE})
+        body, kind = self.target.metrics.render(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": kind})
 
     async def state(self, request: web.Request) -> web.Response:
         return web.json_response(self.target.state())

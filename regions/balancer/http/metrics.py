@@ -22,7 +22,8 @@
   answer for the stall deadline: their GPU slot and quota freed),
   ``director_balancer_slow_requests_total{phase}`` (connections cut for sending their
   ``headers`` or their ``body`` too slowly);
-- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``;
+- ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``
+  (a sampled request's trace id as the bucket's exemplar, in the OpenMetrics exposition);
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
 - ``director_balancer_auth_refused_total{reason}``: requests refused by tenant identity;
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
 from regions.balancer.scheduling.capacity import UNBOUNDED
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from regions.balancer.scheduling.admission import Dispatcher
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS = "application/openmetrics-text"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -331,5 +335,10 @@ class BalancerMetrics:
     def residency_refused(self, service: str) -> None:
         self.residency_refusals.labels(service or "*").inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition and its content type: OpenMetrics (with exemplars: the trace
+        ids of sampled requests on the TTFT and E2E histograms) when ``accept`` (the
+        scraper's ``Accept`` header) asks for it, Prometheus text otherwise."""
+        if OPENMETRICS in accept:
+            return openmetrics_latest(self.registry), OPENMETRICS_CONTENT_TYPE
+        return generate_latest(self.registry), CONTENT_TYPE

@@ -440,8 +440,10 @@ class Proxy:
                 first = False
                 first_byte_s = now - sent_at
                 lease.started()
-                metrics.ttft.observe(now - start)
-                if exchange.trace is not None:
+                if exchange.trace is None:
+                    metrics.ttft.observe(now - start)
+                else:
+                    metrics.ttft.observe(now - start, exchange.trace.exemplar())
                     exchange.trace.set(genai.RESPONSE_TIME_TO_FIRST_CHUNK,
                                        round(now - start, 6))
                 if upstream.status == 200:
@@ -474,7 +476,8 @@ class Proxy:
                                meter, first_byte_s)
         if end not in WHOLE_ANSWER:
             return resp
-        metrics.e2e.observe(self.clock() - start)
+        metrics.e2e.observe(self.clock() - start,
+                            exchange.trace.exemplar() if exchange.trace is not None else None)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")
         else:

@@ -44,6 +44,11 @@ class RequestTrace:
     def set(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
 
+    def exemplar(self) -> dict[str, str]:
+        """The labels of a histogram exemplar that points at this trace."""
+        context = self.span.get_span_context()
+        return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
     def event(self, name: str, **attributes: Any) -> None:
         self.span.add_event(name, attributes)
 
