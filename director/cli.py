@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "up": ("director.commands.up", "up", False),
     "state": ("director.commands.state", "app", True),
     "rollout": ("director.commands.rollout", "app", True),
+    "traces": ("director.commands.traces", "app", True),
 }
 
 
