@@ -71,6 +71,14 @@ def tracing_from_env(service: str, scope: str,
     return build_tracing(service, scope, _exporter(env), _sampler(env))
 
 
+def check_env(env: Mapping[str, str] = os.environ) -> None:
+    """TracingConfigError now if the variables ask for what ``tracing_from_env`` cannot
+    provide (a process that forks workers checks before, and builds in each worker: a
+    batch processor's thread does not survive a fork)."""
+    if tracing_enabled(env):
+        _exporter(env).shutdown()
+
+
 def build_tracing(service: str, scope: str, exporter: SpanExporter,
                   sampler: Sampler | None = None, *,
                   schedule_delay_ms: float | None = None) -> Tracing:

@@ -17,7 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 
+from opentelemetry.trace import Tracer
+
 from director.dns import wire
+from director.dns.decision_trace import DecisionTrace
 from director.dns.decisions import Decisions
 from director.dns.fastpath import FastPath, LaneLookup
 from director.dns.handler import Handler
@@ -43,8 +46,10 @@ class DnsApp:
     def __init__(self, policy: Policy, geo: GeoLocator, snapshots: SnapshotSource, *,
                  rrl_mode: RrlMode = RrlMode.LOG_ONLY, rrl_rate: float = 20.0, rrl_slip: int = 2,
                  stats: DnsStats | None = None, rng: random.Random | None = None,
-                 merge_budget: int = DEFAULT_BUDGET, precompile: bool = False) -> None:
+                 merge_budget: int = DEFAULT_BUDGET, precompile: bool = False,
+                 tracer: Tracer | None = None) -> None:
         self.geo = geo
+        self.tracer = tracer  # fresh decisions sampled into spans (``decision_trace``)
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
         self.rng = rng or random.Random()
@@ -79,6 +84,8 @@ class DnsApp:
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
         decisions = Decisions(engine, locator, self.snapshots,
                               merged.class_of, observe=self.stats.observe_decision)
+        if self.tracer is not None:
+            decisions.trace = DecisionTrace(self.tracer)
         handler = Handler(zone, decisions)
         responder = Responder(handler)
         self.policy = policy

@@ -32,6 +32,8 @@ from policies import PolicyError
 from policies.model import Policy
 from state.aio import AsyncStateStore
 from state.policy_identity import PolicyIdentity
+from telemetry.otel import check_env as check_tracing_env
+from telemetry.otel import tracing_from_env
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +91,18 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
              mode.value, rrl_rate, rrl_slip)
     factory = snapshot_factory or (lambda _policy: StaticSnapshotSource())
 
-    def make_app(snapshots: SnapshotSource) -> DnsApp:
-        return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode, rrl_rate=rrl_rate,
-                      rrl_slip=rrl_slip, precompile=precompile)
+    check_tracing_env()  # each worker builds its own tracer, after the fork
 
     def worker_main(sockets: SocketSource | None,
                     report: Callable[[DnsStats], Awaitable[None]] | None) -> int:
+        tracing = tracing_from_env("director-dns", "director.dns")
+        tracer = tracing.tracer if tracing is not None else None
+
+        def make_app(snapshots: SnapshotSource) -> DnsApp:
+            return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode,
+                          rrl_rate=rrl_rate, rrl_slip=rrl_slip, precompile=precompile,
+                          tracer=tracer)
+
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
@@ -104,6 +112,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
                      lambda: policy_gate.load(policy_path), identity))
         finally:
             loop.close()
+            if tracing is not None:
+                tracing.shutdown()
 
     if workers <= 1:
         return worker_main(None, None)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from director.dns.answer_inputs import AnswerInputs
+from director.dns.decision_trace import DecisionTrace
 from director.dns.lanes import SPILLED
 from director.dns.locate import ClientLocator
 from director.dns.rtt_map import RttMap
@@ -80,6 +81,7 @@ class Decisions:
         self.location_class = location_class  # see director.engine.location_class
         self.snapshots = snapshots
         self.observe = observe  # called with the seconds each engine decision took
+        self.trace: DecisionTrace | None = None  # fresh decisions sampled into spans
         self._snapshot: Snapshot | None = None
         self._answer_inputs = AnswerInputs(
             engine.policy, {s.name: engine.reads(s) for s in engine.policy.services})
@@ -114,6 +116,11 @@ class Decisions:
                 return mapped
         client = self.locator.client(service, ecs, host)
         decision = self._decide(service, client, snapshot)
+        if self.trace is not None:
+            self.trace.decided(
+                service, client, decision,
+                lambda: self.engine.decide(service, client, snapshot, explain=True),
+                lambda d: self._scope(d, client, service, snapshot))
         settled = self.locator.settled(client)
         answered = Answered(decision, self._scope(decision, client, service, snapshot),
                             settled)

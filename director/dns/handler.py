@@ -37,6 +37,7 @@ from director.dns.decisions import Answered, Decisions
 from director.dns.explain import explain_rrset
 from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
 from director.dns.zone import Node, NodeKind, ZoneData
+from telemetry.correlation import correlation_id
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 _REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
@@ -142,7 +143,10 @@ class Handler:
             response.authority.append(self.zone.negative_soa)
             return Outcome(service.name, cacheable=False), 0
         answered = self.decisions.explain(service, ecs, host)
-        response.answer.append(explain_rrset(node.name, answered.decision, answered.scope))
+        address = (ipaddress.ip_address(ecs.packed()) if ecs is not None and ecs.source
+                   else host)
+        response.answer.append(explain_rrset(node.name, answered.decision, answered.scope,
+                                             correlation_id(service.name, address)))
         decision = answered.decision
         return Outcome(service.name, decision.regions, decision.reason, cacheable=False), \
             answered.scope

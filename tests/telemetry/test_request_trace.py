@@ -22,6 +22,7 @@ from regions.balancer import Balancer, BalancerConfig, build_balancer
 from regions.balancer.scheduling.backend import BackendSpec
 from regions.simulator.fleet import Fleet, ServerSpec
 from telemetry import genai
+from telemetry.correlation import correlation_id
 from telemetry.otel import Tracing, build_tracing
 from telemetry.receiver import OtlpReceiver
 from telemetry.trace_text import render_trace
@@ -117,6 +118,8 @@ async def test_a_chat_request_is_one_trace_from_the_sdk_to_the_gpu_server() -> N
         assert attrs[genai.RESPONSE_FINISH_REASONS] == ["stop"]
         assert attrs[genai.RESPONSE_ID].startswith("chatcmpl-")
         assert attrs["director.region"] == "use1"
+        # what the DNS decision spans of clients in 127.0.0.0/24 asking for this name carry
+        assert attrs["director.correlation_id"] == correlation_id("127.0.0.1", "127.0.0.9")
         assert attrs["director.backend"] in ("gpu0", "gpu1")
         assert attrs["http.response.status_code"] == 200
         assert attrs[genai.RESPONSE_TIME_TO_FIRST_CHUNK] > 0
@@ -177,6 +180,21 @@ async def test_the_latency_histograms_point_at_sampled_traces() -> None:
                  if ln.startswith(name) and f'trace_id="{trace_id}"' in ln]
         assert lines, f"no exemplar on {name}"
     assert "trace_id" not in plain
+
+
+async def test_a_client_may_name_its_correlation_id() -> None:
+    async with OtlpReceiver() as receiver:
+        async with traced_stack(receiver) as (url, _balancer):
+            sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            for sent in ("edge-7f3a", "not sane!"):
+                await sdk.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                    extra_headers={"x-director-correlation": sent})
+            await sdk.close()
+            await receiver.wait_for(2, timeout=10, name=f"chat {MODEL}")
+    ids = [s["attributes"]["director.correlation_id"] for s in receiver.spans
+           if s["name"] == f"chat {MODEL}"]
+    assert ids == ["edge-7f3a", correlation_id("127.0.0.1", "127.0.0.1")]
 
 
 @pytest.mark.parametrize("garbage", [b"\x00\x01not protobuf", b"{\"resourceSpans\": 7}"])

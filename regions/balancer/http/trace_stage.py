@@ -8,7 +8,10 @@ An unsampled request costs an id and a ``traceparent`` for the GPU server; a sam
 gets a ``RequestTrace`` (``request_trace``) and, when its answer has ended, the GenAI
 attributes (pinned in ``telemetry.genai``: operation, model, max tokens, stream, the
 response's id and model, finish reasons, token usage) and director's own:
-``director.region``, ``director.tenant``, ``director.request_id``, ``director.backend``
+``director.region``, ``director.tenant``, ``director.request_id``,
+``director.correlation_id`` (the client's ``x-director-correlation``, or the one its
+``Host`` and network give: ``telemetry.correlation``; the DNS decision spans of the same
+clients carry it), ``director.backend``
 and ``director.backends`` (every one it was bound to, in order; the proxy adds
 ``director.retries``, ``director.resumes`` and ``director.hedge``),
 ``director.revision``, ``director.queue.wait_ms``, ``director.overflowed`` (a sibling sent
@@ -31,6 +34,7 @@ from regions.balancer.http.exchange import Exchange, Next
 from regions.balancer.http.request_trace import RequestTrace, traceparent
 from regions.balancer.types import Endpoint
 from telemetry import genai
+from telemetry.correlation import CORRELATION_HEADER, correlation_id, sent_correlation
 
 OPERATIONS = {Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "text_completion",
               Endpoint.EMBEDDINGS: "embeddings"}
@@ -80,12 +84,17 @@ class TraceRequests:
 
 def _describe(span: Any, exchange: Exchange, response: web.StreamResponse | None,
               summary: AnswerSummary, region: str, operation: str) -> None:
+    request = exchange.request
     attributes: dict[str, Any] = {
         genai.OPERATION_NAME: operation,
         "director.region": region,
         "director.request_id": exchange.request_id(),
         "director.overflowed": exchange.overflowed,
     }
+    correlation = (sent_correlation(request.headers.get(CORRELATION_HEADER))
+                   or correlation_id(request.host, request.remote or ""))
+    if correlation is not None:
+        attributes["director.correlation_id"] = correlation
     info = exchange.info
     if info is not None:
         span.update_name(f"{operation} {info.model}")
