@@ -183,15 +183,14 @@ async def test_the_latency_histograms_point_at_sampled_traces() -> None:
 
 
 async def test_a_client_may_name_its_correlation_id() -> None:
-    async with OtlpReceiver() as receiver:
-        async with traced_stack(receiver) as (url, _balancer):
-            sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-            for sent in ("edge-7f3a", "not sane!"):
-                await sdk.chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-                    extra_headers={"x-director-correlation": sent})
-            await sdk.close()
-            await receiver.wait_for(2, timeout=10, name=f"chat {MODEL}")
+    async with OtlpReceiver() as receiver, traced_stack(receiver) as (url, _balancer):
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        for sent in ("edge-7f3a", "not sane!"):
+            await sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                extra_headers={"x-director-correlation": sent})
+        await sdk.close()
+        await receiver.wait_for(2, timeout=10, name=f"chat {MODEL}")
     ids = [s["attributes"]["director.correlation_id"] for s in receiver.spans
            if s["name"] == f"chat {MODEL}"]
     assert ids == ["edge-7f3a", correlation_id("127.0.0.1", "127.0.0.1")]
