@@ -11,7 +11,8 @@ cap high enough that the balancer never holds a request: plain round robin),
 ``prefix`` (``least-requests`` and ``prefix-affinity`` at weight 2; with ``--kv-events``,
 its precise index), ``completion-time`` (``completion-time`` and ``queue-depth`` scorers,
 to compare) and ``outstanding-work`` (the default before the ``size-aware`` scorer:
-``outstanding-work`` and ``queue-depth``, to compare).
+``outstanding-work`` and ``queue-depth``, to compare). Tracing as ``region serve`` has it:
+on when the ``OTEL_*`` variables ask (``telemetry.otel``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from regions.balancer import BackendSpec, BalancerConfig, serve
+from telemetry.otel import tracing_from_env
 
 MODEL = "sim-model"
 PROFILES = {
@@ -99,9 +101,16 @@ def main() -> int:
                                     kv_events=pub or None, kv_events_replay=replay or None,
                                     tokenizer="simulator"))
     host, _, port = args.listen.rpartition(":")
+    tracing = tracing_from_env("director-balancer", "director.balancer")  # as region serve
+    if tracing is not None:
+        config = dataclasses.replace(config, tracer=tracing.tracer)
     if args.loop == "uvloop":
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    asyncio.run(run((host, int(port)), backends, config))
+    try:
+        asyncio.run(run((host, int(port)), backends, config))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
     return 0
 
 
