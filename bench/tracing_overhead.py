@@ -110,9 +110,9 @@ def stage_costs(requests: int) -> dict[str, float]:
 
     async def run() -> tuple[list[float], list[float]]:
         unsampled, sampled = [], []
+        request = make_mocked_request("POST", "/v1/chat/completions",
+                                      headers={"Host": "chat.example.com"})
         for _ in range(requests):
-            request = make_mocked_request("POST", "/v1/chat/completions",
-                                          headers={"Host": "chat.example.com"})
             exchange = Exchange(request, Endpoint.CHAT)
             start = time.perf_counter()
             await stage(exchange, call_next)
@@ -136,14 +136,15 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--scale", type=float, default=20.0, help="the simulators' time scale")
-    parser.add_argument("--stage-requests", type=int, default=200_000)
+    parser.add_argument("--stage-requests", type=int, default=100_000)
     parser.add_argument("--stage-only", action="store_true")
     args = parser.parse_args()
 
     stage = stage_costs(args.stage_requests)
     print(f"trace stage per request: p50 {stage['p50_us']:.1f} us, p99 {stage['p99_us']:.1f} "
           f"us; unsampled mean {stage['unsampled_mean_us']:.1f} us, sampled mean "
-          f"{stage['sampled_mean_us']:.1f} us ({stage['sampled']} of {stage['requests']})")
+          f"{stage['sampled_mean_us']:.1f} us ({stage['sampled']} of {stage['requests']})",
+          flush=True)
     if args.stage_only:
         return 0
 

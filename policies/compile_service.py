@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from policies import values
@@ -14,6 +15,7 @@ from policies.grammar import (
     DEFAULT_RISE,
 )
 from policies.model import (
+    SLO_LATENCY_BUCKETS,
     STEERING_METHODS,
     Affinity,
     AllDown,
@@ -23,12 +25,14 @@ from policies.model import (
     DegradeStep,
     DegradeTrigger,
     Failover,
+    LatencyObjective,
     NoEcs,
     PartialLocation,
     Region,
     ResidencyRule,
     ResponseCache,
     Service,
+    ServiceSlo,
     Spillover,
     UnknownKind,
     UnknownLocation,
@@ -115,6 +119,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
 
     cache = _cache(one("cache"), ctx)
     degrade = _degrade(one("degrade"), ctx)
+    slo = _slo(one("slo"), ctx)
     if "priority" in steer and not priority:
         report.at_directive(one("steer") or directive,
                             "steering by 'priority' needs a 'priority' list",
@@ -124,7 +129,7 @@ def compile_service(directive: Directive, regions: Sequence[Region], zone_ttl: f
     return Service(
         name=name, regions=served, steer=steer, priority=priority, ttl=ttl, degraded_ttl=degraded,
         answers=answers, spillover=spillover, failover=failover, residency=rules, cache=cache,
-        degrade=degrade,
+        degrade=degrade, slo=slo,
         all_down=all_down, unknown_location=unknown, no_ecs=no_ecs, affinity=affinity,
         healthcheck=healthcheck, partial_location=partial,
         models=tuple(dict.fromkeys(models)), pos=directive.pos,
@@ -388,3 +393,101 @@ def _trigger(text: str) -> DegradeTrigger:
         raise values.ValueProblem(
             f"unknown trigger '{text}'", expected=one_of([t.value for t in DegradeTrigger]),
             hint=did_you_mean(text, [t.value for t in DegradeTrigger])) from None
+
+
+LATENCY_USAGE = "p<percentile> <duration>"
+MIN_PERIOD_S, MAX_PERIOD_S = 86400.0, 90 * 86400.0
+
+
+def _slo(directive: Directive | None, ctx: _Context) -> ServiceSlo | None:
+    """``slo { availability 99.9%; ttft p95 500ms; itl p99 50ms; period 30d; tenants a b }``:
+    the service's objectives (``director slo rules``)."""
+    if directive is None:
+        return None
+    report = ctx.report
+    Args(directive, report).end("")
+    found = read_block(directive.directives(), "slo", directive, report)
+
+    def one(key: str) -> Directive | None:
+        return found.get(key, [None])[0]
+
+    availability = None
+    if (d := one("availability")) is not None:
+        args = Args(d, report)
+        availability = args.take(_objective_share, "<percent>")
+        args.end("<percent>")
+    ttft = _latency(one("ttft"), report)
+    itl = _latency(one("itl"), report)
+    period = SERVICE_SLO_PERIOD
+    if (d := one("period")) is not None:
+        args = Args(d, report)
+        period = args.take(_period, "<duration>") or period
+        args.end("<duration>")
+    tenants: list[str] = []
+    if (d := one("tenants")) is not None:
+        for tenant, arg in Args(d, report).rest(values.tenant_name, "<tenant> ..."):
+            tenants.append(tenant)
+            ctx.refs.append(Ref("tenant", tenant, arg.pos, arg.width, ctx.name))
+    if availability is None and ttft is None and itl is None:
+        report.at_directive(directive, "an 'slo' block needs an objective",
+                            expected="availability <percent> | ttft p<percentile> <duration>"
+                                     " | itl p<percentile> <duration>")
+        return None
+    return ServiceSlo(availability, ttft, itl, period, tuple(dict.fromkeys(tenants)),
+                      pos=directive.pos)
+
+
+SERVICE_SLO_PERIOD = ServiceSlo().period_s
+
+
+def _latency(directive: Directive | None, report: Reporter) -> LatencyObjective | None:
+    if directive is None:
+        return None
+    args = Args(directive, report)
+    percentile = args.take(_percentile, LATENCY_USAGE)
+    threshold = args.take(_bucket_duration, LATENCY_USAGE)
+    args.end(LATENCY_USAGE)
+    if percentile is None or threshold is None:
+        return None
+    return LatencyObjective(percentile, threshold)
+
+
+def _objective_share(text: str) -> float:
+    share = round(values.percent(text), 12)  # 99.9% is 0.999, not 0.9990000000000001
+    if not 0.0 < share < 1.0:
+        raise values.ValueProblem(f"objective {text} leaves no error budget" if share >= 1.0
+                                  else f"objective {text} is not above 0%",
+                                  expected="a percentage between 0% and 100%, e.g. 99.9%")
+    return share
+
+
+def _percentile(text: str) -> float:
+    match = re.fullmatch(r"p(\d+(?:\.\d+)?)", text)
+    if match is None or not 0.0 < float(match[1]) < 100.0:
+        raise values.ValueProblem(f"'{text}' is not a percentile",
+                                  expected="p<percentile> between p0 and p100, e.g. p95 or "
+                                           "p99.9")
+    return float(match[1])
+
+
+def _bucket_duration(text: str) -> float:
+    seconds = values.duration(text)
+    if seconds not in SLO_LATENCY_BUCKETS:
+        near = min(SLO_LATENCY_BUCKETS, key=lambda b: abs(b - seconds))
+        raise values.ValueProblem(
+            f"{text} is not a bound of the balancer's latency histograms",
+            expected="one of " + ", ".join(_shown(b) for b in SLO_LATENCY_BUCKETS),
+            hint=f"the nearest is {_shown(near)}")
+    return seconds
+
+
+def _shown(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
+def _period(text: str) -> float:
+    seconds = values.duration(text)
+    if not MIN_PERIOD_S <= seconds <= MAX_PERIOD_S:
+        raise values.ValueProblem(f"period {text} is outside 1d to 90d",
+                                  expected="a period such as 28d or 30d")
+    return seconds

@@ -107,6 +107,14 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "healthcheck": Spec("<healthcheck name>"),
         "cache": Spec("<ttl> [max <size>] [tenants <tenant> ...]"),
         "degrade": Spec("", block="degrade"),
+        "slo": Spec("", block="slo"),
+    },
+    "slo": {
+        "availability": Spec("<percent>"),
+        "ttft": Spec("p<percentile> <duration>"),
+        "itl": Spec("p<percentile> <duration>"),
+        "period": Spec("<duration>"),
+        "tenants": Spec("<tenant> ..."),
     },
     "degrade": {
         "overflow": Spec("[when <trigger> <value>]"),

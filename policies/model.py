@@ -274,6 +274,40 @@ class ResponseCache:
     tenants: tuple[str, ...] = ()
 
 
+# the upper bounds of the balancer's SLO latency histograms (seconds): an SLO's threshold
+# must be one of them, so that its good events are one bucket's count, exactly
+SLO_LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+                       0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5,
+                       10.0, 15.0, 20.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class LatencyObjective:
+    """``percentile``% of requests (0-100, exclusive) within ``threshold_s``."""
+
+    percentile: float
+    threshold_s: float
+
+    @property
+    def target(self) -> float:
+        return self.percentile / 100.0
+
+
+@dataclass(frozen=True)
+class ServiceSlo:
+    """A service's objectives over a rolling ``period_s``: ``availability`` (a fraction of
+    requests answered without a server-side failure), ``ttft`` (time to first token) and
+    ``itl`` (a request's mean time between tokens) percentiles; each for the service as a
+    whole and for each of ``tenants`` on its own. None: no such objective."""
+
+    availability: float | None = None
+    ttft: LatencyObjective | None = None
+    itl: LatencyObjective | None = None
+    period_s: float = 30 * 86400.0
+    tenants: tuple[str, ...] = ()
+    pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
+
+
 @dataclass(frozen=True)
 class Service:
     name: str  # fully qualified, lower case, no trailing dot
@@ -297,6 +331,7 @@ class Service:
     models: tuple[str, ...] = ()
     cache: ResponseCache | None = None  # opt-in exact-match response cache
     degrade: tuple[DegradeStep, ...] = ()  # the degradation ladder, in order
+    slo: ServiceSlo | None = None  # objectives: ``director slo rules`` makes alerts of them
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

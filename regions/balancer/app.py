@@ -64,6 +64,7 @@ from regions.balancer.http.parse import Parse, ParseSettings
 from regions.balancer.http.proxy import Proxy, ProxySettings
 from regions.balancer.http.revision_choice import ChooseRevision
 from regions.balancer.http.revision_outcomes import RevisionOutcomes
+from regions.balancer.http.sli import RecordSli
 from regions.balancer.http.tokenizers import Tokenizers
 from regions.balancer.http.trace_stage import TraceRequests
 from regions.balancer.lifecycle import Lifecycle
@@ -256,6 +257,7 @@ class Balancer(Lifecycle, Reports):
         built: dict[str, Stage | None] = {
             "trace": (TraceRequests(self.config.tracer, self.region)
                       if self.config.tracer is not None else None),
+            "sli": RecordSli(self.metrics, self.pool.clock),
             "identify": Identify(self.tenancy),
             "overflow": self.spill,
             "account": Account(self.region, self.tenancy, self.pool, self.recorder,

@@ -116,6 +116,7 @@ class DegradeLadder:
                     key: str) -> web.StreamResponse | None:
         """``step``'s answer, or None when it cannot serve the request."""
         if step.action is DegradeAction.SHED:
+            exchange.shed = True
             after = self.promises.promise(key, self.dispatcher.pool.clock())
             return self._count(step, error_response(
                 429, f"the region is overloaded: retry after {after} s", "rate_limit_exceeded",

@@ -65,6 +65,7 @@ class Exchange:
     relay_end: RelayEnd | None = None  # how the answer ended
     capture: Callable[[bytes], None] | None = None  # told each piece the client is sent
     walks_ladder: bool = False  # its service's degradation ladder decides its sheds
+    shed: bool = False  # the region refused it for want of room (a 429 that is not a quota's)
     trace: RequestTrace | None = None  # its spans, when tracing is on and it is sampled
     traceparent: str | None = None  # sent to the GPU server when tracing is on, unsampled
     _request_id: str | None = None

@@ -24,6 +24,10 @@
   ``headers`` or their ``body`` too slowly);
 - ``director_balancer_ttft_seconds{backend}``, ``director_balancer_e2e_seconds{backend}``
   (a sampled request's trace id as the bucket's exemplar, in the OpenMetrics exposition);
+- ``director_balancer_slo_requests_total{model,tenant,outcome}``,
+  ``director_balancer_slo_ttft_seconds{model,tenant}``,
+  ``director_balancer_slo_itl_seconds{model,tenant}``: what service level objectives are
+  computed from (``http.sli``, ``director slo rules``);
 - ``director_balancer_state_reachable`` (1/0, shared state server),
   ``director_balancer_state_errors_total{op}`` (``publish``, ``read``, ``listen``);
 - ``director_balancer_auth_refused_total{reason}``: requests refused by tenant identity;
@@ -45,6 +49,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
+from policies.model import SLO_LATENCY_BUCKETS
 from regions.balancer.scheduling.capacity import UNBOUNDED
 
 if TYPE_CHECKING:
@@ -170,6 +175,30 @@ class BalancerMetrics:
         self._tenancy(r)
         self._clients(r)
         self._data_path(r)
+        self._objectives(r)
+
+    def _objectives(self, r: CollectorRegistry) -> None:
+        """What SLOs are computed from (``http.sli``), by model and tenant."""
+        self.slo_requests = Counter(
+            "director_balancer_slo_requests",
+            "Requests counted towards availability objectives, by outcome (ok, error)",
+            ["model", "tenant", "outcome"],
+            registry=r,
+        )
+        self.slo_ttft = Histogram(
+            "director_balancer_slo_ttft_seconds",
+            "Time from a streamed request's arrival to its first token",
+            ["model", "tenant"],
+            buckets=SLO_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.slo_itl = Histogram(
+            "director_balancer_slo_itl_seconds",
+            "A stream's mean time between tokens after the first",
+            ["model", "tenant"],
+            buckets=SLO_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def _routing(self, r: CollectorRegistry) -> None:
         """Decisions, retries, ejections, shedding and residency refusals."""

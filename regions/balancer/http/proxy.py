@@ -170,7 +170,7 @@ class Proxy:
                 lease, info = await self._bind(info, excluded, exchange.queue_timeout_s,
                                                trace)
             except (NoBackendError, ShedError) as exc:
-                return last_failure or self._unbound(exc)
+                return last_failure or self._unbound(exc, exchange)
             exchange.bound.append(lease.backend.name)
             with lease, self._finishing(exchange, info), \
                     _calling(trace, lease.backend, path, headers) as call:
@@ -362,10 +362,11 @@ class Proxy:
         attempt = dataclasses.replace(attempt, revision=None)
         return await self.dispatcher.acquire(attempt, timeout_s), attempt
 
-    def _unbound(self, exc: NoBackendError | ShedError) -> web.Response:
+    def _unbound(self, exc: NoBackendError | ShedError, exchange: Exchange) -> web.Response:
         """The answer when no backend could take the request: 404 for an unknown model,
         503 for none usable, 429 with Retry-After when shed."""
         if isinstance(exc, ShedError):
+            exchange.shed = True
             self.metrics.shed.labels(exc.reason).inc()
             return error_response(429, str(exc), "rate_limit_exceeded",
                                   headers={"Retry-After": str(exc.retry_after)})
