@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "state": ("director.commands.state", "app", True),
     "rollout": ("director.commands.rollout", "app", True),
     "traces": ("director.commands.traces", "app", True),
+    "slo": ("director.commands.slo", "app", True),
 }
 
 
