@@ -73,6 +73,7 @@ from regions.balancer.request_chain import check_stages
 from regions.balancer.scheduling.admission import Dispatcher
 from regions.balancer.scheduling.backend import BackendSpec
 from regions.balancer.scheduling.backends import BackendPool
+from regions.balancer.scheduling.demand import DemandSignal
 from regions.balancer.scheduling.kv_event_index import KvEventIndex
 from regions.balancer.scheduling.output_lengths import OutputLengths
 from regions.balancer.scheduling.pool_health import ADMIN
@@ -127,6 +128,7 @@ class Balancer(Lifecycle, Reports):
         self._build_http(specs, clock)
         self._build_tenancy()
         self._build_signals()
+        self.dispatcher.demand = DemandSignal(cfg.demand)
         self.handle = chain(self._stages(cfg.stages), self.proxy.forward)
         self.guard = ClientGuard(cfg.client, self.metrics.slow_requests.labels("headers").inc)
         self.app = self._build_app()

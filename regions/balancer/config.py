@@ -20,6 +20,7 @@ from regions.balancer.request_chain import STAGES
 from regions.balancer.scheduling.admission import AdmissionConfig
 from regions.balancer.scheduling.backend import OutlierConfig
 from regions.balancer.scheduling.capacity import CapacityConfig
+from regions.balancer.scheduling.demand import DemandSettings
 from regions.balancer.scheduling.registry import DEFAULT_FILTERS, DEFAULT_PICKER, DEFAULT_SCORERS
 from regions.balancer.scheduling.revision_split import RevisionSplit
 from regions.balancer.signals.model_catalog import DEFAULT_TTL_S
@@ -102,4 +103,5 @@ class BalancerConfig:
     overflow: OverflowConfig | None = None
     follow_policy: FollowPolicy | None = None
     tracer: Tracer | None = None  # spans of sampled requests (``telemetry.otel``); None: off
+    demand: DemandSettings = field(default_factory=DemandSettings)  # the autoscaling signal
     admin: AdminListen | None = None

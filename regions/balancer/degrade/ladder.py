@@ -140,6 +140,8 @@ class DegradeLadder:
         answer = await overflow.handle(exchange, shed)
         if answer is shed:
             return None
+        if exchange.info is not None:  # this region's demand, served by a sibling
+            self.dispatcher.demand.sent_away(exchange.info.model, self.dispatcher.pool.clock())
         if not answer.prepared:
             answer.headers[DEGRADED_HEADER] = "overflow"
         return self._count(step, answer)

@@ -8,7 +8,9 @@ reaching the public port (every client does) gives no access to it:
 - ``GET /metrics``: Prometheus text (per-tenant usage included);
 - ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``);
 - ``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``);
-- ``GET /_admin/state``.
+- ``GET /_admin/state``;
+- ``GET /_admin/desired-replicas``: the autoscaling signal per model, in the external
+  metrics API's shape (``scheduling.demand``).
 
 Where it listens, and when it needs a token, is ``admin_listen.AdminListen``: loopback
 needs none, anywhere else a bearer token. A token, once given, is required on loopback too
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -27,7 +30,9 @@ from aiohttp import web
 from regions.balancer.errors import BalancerConfigError, RequestRejected
 from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.refusals import error_response
+from regions.balancer.scheduling.admission import Dispatcher
 from regions.balancer.scheduling.backends import BackendPool
+from regions.balancer.scheduling.demand import region_demand
 from regions.balancer.scheduling.pool_health import ADMIN
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -36,7 +41,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class Administered(Protocol):
     """What the admin routes read and change of a balancer."""
 
+    region: str
     pool: BackendPool
+    dispatcher: Dispatcher
     metrics: BalancerMetrics
 
     def explain(self, path: str, body: Any,
@@ -54,6 +61,7 @@ def build_admin_app(target: Administered, token: str | None) -> web.Application:
     app.router.add_post("/_admin/undrain", routes.undrain)
     app.router.add_post("/_admin/explain", routes.explain)
     app.router.add_get("/_admin/state", routes.state)
+    app.router.add_get("/_admin/desired-replicas", routes.desired_replicas)
     return app
 
 
@@ -83,6 +91,25 @@ class AdminRoutes:
 
     async def state(self, request: web.Request) -> web.Response:
         return web.json_response(self.target.state())
+
+    async def desired_replicas(self, request: web.Request) -> web.Response:
+        """The autoscaling signal in the external metrics API's shape (an
+        ``ExternalMetricValueList`` of ``director_desired_replicas``, one item per model;
+        ``?model=`` one), which KEDA's ``metrics-api`` scaler and an HPA's external
+        metrics adapter read; ``details`` carries the reading behind each."""
+        wanted = request.query.get("model")
+        readings = [r for r in region_demand(self.target.dispatcher)
+                    if wanted is None or r.model == wanted]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return web.json_response({
+            "kind": "ExternalMetricValueList",
+            "apiVersion": "external.metrics.k8s.io/v1beta1",
+            "metadata": {},
+            "items": [{"metricName": "director_desired_replicas",
+                       "metricLabels": {"region": self.target.region, "model": r.model},
+                       "timestamp": now, "value": str(r.desired)} for r in readings],
+            "details": [r.to_json() for r in readings],
+        })
 
     async def drain(self, request: web.Request) -> web.Response:
         return await self._set_drain(request, True)

@@ -51,9 +51,11 @@ from prometheus_client.registry import Collector
 
 from policies.model import SLO_LATENCY_BUCKETS
 from regions.balancer.scheduling.capacity import UNBOUNDED
+from regions.balancer.scheduling.demand import region_demand
 
 if TYPE_CHECKING:
     from regions.balancer.scheduling.admission import Dispatcher
+    from regions.balancer.types import RegionSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text"
@@ -123,7 +125,29 @@ class _PoolCollector(Collector):
         for b in snap.backends:
             for model, why in b.refused:
                 refused.add_metric([b.name, model, why.split(":", 1)[0]], 1)
+        yield from self._demand(snap)
         yield from (in_flight, work, prefill, rate, queue, capacity, limit, tenants, refused)
+
+    def _demand(self, snap: RegionSnapshot) -> Iterator[Metric]:
+        """The autoscaling signal per model (``scheduling.demand``)."""
+        desired = GaugeMetricFamily(
+            "director_desired_replicas",
+            "GPU servers the model needs in this region: its home demand (arrivals, less a "
+            "sibling's overflow, plus what was sent to a sibling) over a server's capacity",
+            labels=["region", "model"])
+        needed = GaugeMetricFamily(
+            "director_demand_replicas_needed",
+            "The desired replicas before rounding and the dead band", labels=["region", "model"])
+        rate = GaugeMetricFamily(
+            "director_demand_home_rate",
+            "Requests per second of this region's own demand for the model",
+            labels=["region", "model"])
+        for reading in region_demand(self.dispatcher, snap):
+            labels = [self.region, reading.model]
+            desired.add_metric(labels, reading.desired)
+            needed.add_metric(labels, reading.needed)
+            rate.add_metric(labels, reading.home_rate)
+        yield from (desired, needed, rate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,7 @@ class Proxy:
         last_failure: web.Response | None = None
         tap = StreamTap() if (info.stream and self.settings.max_resumes
                               and info.endpoint in RESUMABLE) else None
+        self.dispatcher.demand.arrived(info.model, start, borrowed=exchange.overflowed)
         hedged = self.hedging.eligible(info)
         for attempt in range(self.settings.max_retries + 1):
             if attempt:
@@ -477,8 +478,11 @@ class Proxy:
                                meter, first_byte_s)
         if end not in WHOLE_ANSWER:
             return resp
-        metrics.e2e.observe(self.clock() - start,
+        ended = self.clock()
+        metrics.e2e.observe(ended - start,
                             exchange.trace.exemplar() if exchange.trace is not None else None)
+        if exchange.info is not None:
+            self.dispatcher.demand.ended(exchange.info.model, ended, ended - start)
         if upstream.status >= 500:
             self._failed(backend, f"http_{upstream.status}")
         else:

@@ -56,6 +56,7 @@ from regions.balancer.errors import NoBackendError, ShedError
 from regions.balancer.scheduling.backend import Lease
 from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.capacity import UNBOUNDED
+from regions.balancer.scheduling.demand import DemandSignal
 from regions.balancer.scheduling.fair_share import FairShare
 from regions.balancer.scheduling.pipeline import Decision, Profile
 from regions.balancer.types import BackendSnapshot, RegionSnapshot, RequestInfo
@@ -98,6 +99,7 @@ class Dispatcher:
         self.shed_counts: dict[str, int] = {}
         self.on_bind: list[Callable[[RequestInfo, BackendSnapshot], None]] = []
         self.holds = 0  # requests held for a better backend (counted once each)
+        self.demand = DemandSignal()  # the autoscaling signal, per model (``demand``)
         self.fair = FairShare()
         self._waits_at = profile.waits_at | {HOLD, KEPT}
         self._eligibility = tuple(f for f in profile.filters if f.name not in profile.waits_at)
@@ -114,6 +116,10 @@ class Dispatcher:
         if not since:
             return 0, 0.0
         return len(since), max(0.0, self.pool.clock() - min(since))
+
+    def loading(self, model: str) -> int:
+        """Servers of ``model`` on their way up (woken from standby, not serving yet)."""
+        return sum(1 for b in self.pool if model in b.models and b.waking)
 
     def queued_cost(self) -> float:
         return sum(e.request.cost_tokens for e in self._queue)

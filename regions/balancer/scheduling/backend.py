@@ -180,6 +180,7 @@ class Backend:
     refused: tuple[tuple[str, str], ...] = ()
     # LoRA adapters it holds loaded (``adapters``): served like its models
     adapters: frozenset[str] = frozenset()
+    waking: bool = False  # a standby server being woken: not serving yet (``standby``)
 
     def __post_init__(self) -> None:
         self.models = model_set(self.spec.models)
