@@ -126,3 +126,31 @@ async def test_the_balancer_publishes_the_signal_as_a_gauge_and_external_metric(
     assert details["home_rate"] == 20 / 5 and details["servers"] == 2
     assert f'director_desired_replicas{{model="{MODEL}",region="test-region"}} ' \
            f'{float(item["value"])}' in text
+
+
+async def test_a_drain_may_wait_until_the_servers_streams_have_ended() -> None:
+    """A scale-down's preStop: the drain answers once the server holds nothing (200), or
+    504 when its streams outlast the wait."""
+    async with stack((1.0,), time_scale=20.0, cap=4) as (_fleet, _balancer, client):
+        balancer = _balancer
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 3000, "x_output_tokens": 3000,
+                "stream": True}
+        async with client.post("/v1/completions", json=body) as resp:
+            await resp.content.readany()
+            async with admin_client(balancer) as admin:
+                async with admin.post("/_admin/drain",
+                                      json={"backend": "gpu0", "wait_s": 0.2}) as drained:
+                    assert drained.status == 504
+                    assert (await drained.json())["in_flight"] == 1
+                waiting = asyncio.ensure_future(admin.post(
+                    "/_admin/drain", json={"backend": "gpu0", "wait_s": 60}))
+                await asyncio.sleep(0.1)
+                assert not waiting.done()
+                await resp.read()  # the stream ends whole
+                answer = await asyncio.wait_for(waiting, 30)
+                assert answer.status == 200
+                assert (await answer.json()) == {"backend": "gpu0", "draining": True,
+                                                  "drained_by": ["admin"], "in_flight": 0}
+                async with admin.post("/_admin/drain",
+                                      json={"backend": "gpu0", "wait_s": "soon"}) as bad:
+                    assert bad.status == 400

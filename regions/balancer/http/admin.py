@@ -6,7 +6,9 @@ changes the balancer itself lives on a listener of its own (``AdminListen``), so
 reaching the public port (every client does) gives no access to it:
 
 - ``GET /metrics``: Prometheus text (per-tenant usage included);
-- ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``);
+- ``POST /_admin/drain`` and ``/_admin/undrain`` (``{"backend": NAME}``); a drain with
+  ``"wait_s": S`` answers once the server holds no request (its streams ended), or 504
+  after S seconds (at most ``MAX_DRAIN_WAIT_S``);
 - ``POST /_admin/explain`` (``{"path": "/v1/...", "body": {...}, "headers": {...}}``);
 - ``GET /_admin/state``;
 - ``GET /_admin/desired-replicas``: the autoscaling signal per model, in the external
@@ -19,6 +21,7 @@ needs none, anywhere else a bearer token. A token, once given, is required on lo
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable
@@ -36,6 +39,7 @@ from regions.balancer.scheduling.demand import region_demand
 from regions.balancer.scheduling.pool_health import ADMIN
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_DRAIN_WAIT_S = 3600.0
 
 
 class Administered(Protocol):
@@ -135,14 +139,28 @@ class AdminRoutes:
             name = body.get("backend") or request.query.get("backend")
             if not isinstance(name, str):
                 raise RequestRejected(400, "admin: backend: required")
+            wait = body.get("wait_s", 0) if draining else 0
+            if isinstance(wait, bool) or not isinstance(wait, int | float) or \
+                    not 0 <= wait <= MAX_DRAIN_WAIT_S:
+                raise RequestRejected(400, f"admin: wait_s: seconds from 0 to "
+                                           f"{MAX_DRAIN_WAIT_S:g}")
             pool.set_draining(name, draining, ADMIN)
         except RequestRejected as exc:
             return error_response(exc.status, exc.message, "invalid_request_error")
         except BalancerConfigError as exc:
             return error_response(404, str(exc), "not_found")
         b = pool[name]
+        drained = True
+        if wait:  # until the streams it holds have ended (a scale-down's preStop)
+            try:
+                async with asyncio.timeout(wait):
+                    while b.in_flight:
+                        await asyncio.sleep(0.05)
+            except TimeoutError:
+                drained = False
         return web.json_response({"backend": name, "draining": b.draining,
-                                  "drained_by": sorted(b.drains), "in_flight": b.in_flight})
+                                  "drained_by": sorted(b.drains), "in_flight": b.in_flight},
+                                 status=200 if drained else 504)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
