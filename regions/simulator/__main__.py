@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora", action="append", dest="loras", default=[], metavar="NAME=PATH",
                    help="an adapter loaded at start (vLLM's --lora-modules); repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the error5xx fault")
+    p.add_argument("--wake-s", type=float, default=5.0,
+                   help="model seconds a wake from sleep level 1 takes (POST /wake_up)")
+    p.add_argument("--cold-start-s", type=float, default=0.0,
+                   help="model seconds from the start (or a level 2 sleep) to serving")
+    p.add_argument("--asleep", action="store_true",
+                   help="start asleep, as a standby server (vLLM's sleep mode)")
     return p
 
 
@@ -125,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             kv_events_replay=args.kv_events_replay,
             roots=tuple(_pair(item, "--root", "MODEL=ROOT") for item in args.roots),
             lora_modules=tuple(_pair(item, "--lora", "NAME=PATH") for item in args.loras),
+            wake_s=args.wake_s,
+            cold_start_s=args.cold_start_s,
+            asleep=args.asleep,
         )
         _ = spec.engine_config  # validates speed early
     except SimConfigError as exc:

@@ -35,6 +35,7 @@ from regions.simulator.faults import Fault
 from regions.simulator.kv_publish import KvPublish
 from regions.simulator.metrics import metric_names
 from regions.simulator.server import SimContext, build_app
+from regions.simulator.sleep_mode import SleepMode
 from state.ports import parse_hostport
 
 SHUTDOWN_TIMEOUT_S = 1.0
@@ -64,6 +65,12 @@ class ServerSpec:
     # LoRA adapters loaded at start, (name, path), as vLLM's --lora-modules (needs
     # engine.max_loras > 0); more come and go through /v1/load_lora_adapter
     lora_modules: tuple[tuple[str, str], ...] = ()
+    # vLLM's sleep mode (``sleep_mode``): model seconds a wake from a level 1 sleep takes,
+    # a cold start takes (from the start, or from a level 2 sleep), and whether it starts
+    # asleep (a standby server)
+    wake_s: float = 5.0
+    cold_start_s: float = 0.0
+    asleep: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -72,6 +79,8 @@ class ServerSpec:
             raise SimConfigError(f"server {self.name}: {exc}") from None
         if not self.models:
             raise SimConfigError(f"server {self.name}: models: at least one model is required")
+        if self.wake_s < 0 or self.cold_start_s < 0:
+            raise SimConfigError(f"server {self.name}: wake_s and cold_start_s must be >= 0")
         if not 0 <= self.port <= 65535:
             raise SimConfigError(f"server {self.name}: port: {self.port} is out of range")
         if self.lora_modules and not self.engine.max_loras:
@@ -114,7 +123,9 @@ class SimServer:
                                   engine_name=spec.engine_name,
                                   max_concurrent_requests=spec.max_concurrent_requests,
                                   roots=dict(spec.roots), adapters=dict(spec.lora_modules),
-                                  tracer=tracer)
+                                  tracer=tracer,
+                                  sleep=SleepMode(self.engine.clock, spec.wake_s,
+                                                  spec.cold_start_s, asleep=spec.asleep))
         self.app = build_app(self.context)
         self._runner: web.AppRunner | None = None
         self._port = spec.port
@@ -144,6 +155,8 @@ class SimServer:
         if self.kv_publish is not None:
             self.kv_publish.open()
         await self.engine.start()
+        if self.context.sleep is not None:
+            self.context.sleep.start()
         runner = web.AppRunner(
             self.app,
             handler_cancellation=True,

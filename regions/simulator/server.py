@@ -43,6 +43,7 @@ from regions.simulator.faults import Fault, FaultMode
 from regions.simulator.metrics import CONTENT_TYPE, ServerMetrics
 from regions.simulator.prompt_blocks import prompt_blocks
 from regions.simulator.request_span import record_request
+from regions.simulator.sleep_mode import SleepMode
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -66,6 +67,7 @@ class SimContext:
     adapters: dict[str, str] = field(default_factory=dict)
     stalled: int = 0  # streams the ``stall`` fault silenced
     tracer: Tracer | None = None  # vLLM's ``llm_request`` span per request (``request_span``)
+    sleep: SleepMode | None = None  # vLLM's sleep mode and the cold start (``sleep_mode``)
     metrics: ServerMetrics = field(init=False)
     _revert: asyncio.TimerHandle | None = field(default=None, init=False, repr=False)
 
@@ -122,6 +124,7 @@ class SimContext:
             "counters": vars(s.counters),
             "lost_model_seconds": round(s.lost_s, 6),
             "stalled_streams": self.stalled,
+            "sleep": self.sleep.to_json() if self.sleep is not None else None,
         }
 
 
@@ -147,6 +150,10 @@ def build_app(ctx: SimContext) -> web.Application:
         app.router.add_get("/v1/loads", _sglang_loads)
     if ctx.engine_name == "tgi":
         app.router.add_get("/info", _tgi_info)
+    if ctx.engine_name == "vllm":
+        app.router.add_post("/sleep", _sleep)
+        app.router.add_post("/wake_up", _wake_up)
+        app.router.add_get("/is_sleeping", _is_sleeping)
     app.router.add_post("/_sim/fault", _set_fault)
     app.router.add_post("/_sim/root", _set_root)
     app.router.add_get("/_sim/state", _state)
@@ -164,6 +171,13 @@ async def _fault_middleware(request: web.Request, handler: Any) -> web.StreamRes
         return await handler(request)
     if ctx.fault.mode is FaultMode.FAIL:
         return _error(503, "simulated server failure", "server_error", code=503)
+    sleep = ctx.sleep
+    if sleep is not None and not sleep.serving and (
+            request.path.startswith("/v1/") or request.path == "/health"):
+        if request.path == "/health" and not sleep.loading:
+            return await handler(request)  # asleep, vLLM's /health still answers 200
+        what = "loading" if sleep.loading else "asleep"
+        return _error(503, f"the engine is {what}", "server_error", code=503)
     if request.method == "POST" and request.path.startswith("/v1/"):
         status = ctx.fault.injected_error(ctx.rng)
         if status is not None:
@@ -336,6 +350,39 @@ async def _reset_prefix_cache(request: web.Request) -> web.Response:
     """vLLM's ``POST /reset_prefix_cache``: forget every cached block no request uses."""
     request.app[CTX].engine.reset_prefix_cache()
     return web.Response(status=200)
+
+
+async def _sleep(request: web.Request) -> web.Response:
+    """vLLM's ``POST /sleep?level=1|2&mode=abort|wait``."""
+    ctx = request.app[CTX]
+    try:
+        level = int(request.query.get("level", "1"))
+    except ValueError:
+        level = 0
+    mode = request.query.get("mode", "abort")
+    if level not in (1, 2) or mode not in ("abort", "wait", "keep") or ctx.sleep is None:
+        return web.json_response({"error": "level must be 1 or 2, mode abort, wait or keep"},
+                                 status=400)
+    if mode == "abort":
+        ctx.engine.abort_all()
+    elif mode == "wait":
+        while ctx.engine.state().running or ctx.engine.state().waiting:
+            await asyncio.sleep(0.01)
+    ctx.sleep.sleep(level)
+    return web.json_response({"status": "sleeping", "level": level, "mode": mode})
+
+
+async def _wake_up(request: web.Request) -> web.Response:
+    """vLLM's ``POST /wake_up``: answers once awake."""
+    ctx = request.app[CTX]
+    if ctx.sleep is not None:
+        await ctx.sleep.wake()
+    return web.json_response({"status": "awake"})
+
+
+async def _is_sleeping(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    return web.json_response({"is_sleeping": ctx.sleep is not None and ctx.sleep.asleep})
 
 
 async def _health(request: web.Request) -> web.Response:
