@@ -217,6 +217,14 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
     tokenizer = single("tokenizer", _tokenizer, TOKENIZER_USAGE)
     adapter_slots = single("adapter-slots",
                            lambda t: values.integer(t, 1, 100_000, "adapter-slots"), "<count>")
+    standby, wake_s = False, None
+    for d in found.get("standby", ()):
+        a = Args(d, report)
+        standby = True
+        if a.peek() == "wake":
+            a.index += 1
+            wake_s = a.take(_wake, _STANDBY_USAGE)
+        a.end(_STANDBY_USAGE)
     revisions: dict[str, str] = {}
     fingerprints: dict[str, str] = {}
     for d in found.get("revision", ()):
@@ -242,7 +250,18 @@ def _gpu(directive: Directive, report: Reporter) -> GpuServer | None:
                      kv_events_replay=kv_replay, priority_scheduling=scheduling == "priority",
                      tokenizer=tokenizer, revisions=tuple(revisions.items()),
                      fingerprints=tuple(fingerprints.items()), adapter_slots=adapter_slots,
-                     pos=directive.pos)
+                     standby=standby, wake_s=wake_s, pos=directive.pos)
+
+
+_STANDBY_USAGE = "[wake <duration>]"
+
+
+def _wake(text: str) -> float:
+    seconds = values.duration(text)
+    if not 0 < seconds <= 3600:
+        raise values.ValueProblem(f"wake {text} is outside 0 to 1h",
+                                  expected="the time a wake takes, such as 8s")
+    return seconds
 
 
 _REVISION_USAGE = "<model> <revision> [fingerprint <text>]"

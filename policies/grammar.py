@@ -86,6 +86,7 @@ CONTEXTS: dict[str, dict[str, Spec]] = {
         "tokenizer": Spec("<directory> | simulator | estimate"),
         "revision": Spec("<model> <revision>", repeat=True),
         "adapter-slots": Spec("<count>"),
+        "standby": Spec("[wake <duration>]"),
     },
     "service": {
         "ttl": Spec("<duration>"),

@@ -111,6 +111,10 @@ class GpuServer:
     # LoRA adapters it holds loaded at once (its engine's --max-cpu-loras); None: as many
     # as its metrics say one batch may use (vLLM's max_lora, the --max-cpu-loras default)
     adapter_slots: int | None = None
+    # a warm standby: asleep (vLLM's sleep mode) until its region's demand needs it; the
+    # seconds a wake is expected to take (None: learned from its wakes, 10 s before)
+    standby: bool = False
+    wake_s: float | None = None
     pos: SourcePos = field(default=NOWHERE, compare=False, repr=False)
 
 

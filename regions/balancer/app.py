@@ -91,6 +91,7 @@ from regions.balancer.signals.overflow import Overflow, SpillOver
 from regions.balancer.signals.policy_follow import PolicyFollow
 from regions.balancer.signals.pool_update import PoolChange
 from regions.balancer.signals.shared_state import StateLink
+from regions.balancer.signals.standby import HoldForStandby, Standby
 from regions.balancer.signals.usage_reconcile import UsageReconciler
 from regions.balancer.tenancy.access import Identify, Tenancy
 from regions.balancer.tenancy.accounting import Account, UsageRecorder
@@ -233,6 +234,8 @@ class Balancer(Lifecycle, Reports):
         if self.overflow is not None:
             self.metrics.registry.register(OverflowCollector(self.overflow.counts))
         self.policy_follow = PolicyFollow(self, cfg.follow_policy)
+        self.standby = Standby(self.pool, self.dispatcher, self.connections.sessions,
+                               cfg.standby, self.metrics.standby_woke)
         self.metrics.registry.register(PolicyCollector(
             "balancer", lambda: self.policy_follow.served, lambda: self.policy_follow.refused))
         self.scraper = EngineScraper(self.pool, self.connections.sessions, cfg.scrape_every_s,
@@ -270,6 +273,8 @@ class Balancer(Lifecycle, Reports):
             "revision": self.revisions,
             "degrade": self.ladder,
             "cache": self.cache,
+            "standby": HoldForStandby(self.standby,
+                                      lambda reason: self.metrics.shed.labels(reason).inc()),
             "adapter": self.place_adapter,
         }
         return [stage for name in check_stages(names) if (stage := built[name]) is not None]

@@ -27,6 +27,7 @@ from regions.balancer.signals.model_catalog import DEFAULT_TTL_S
 from regions.balancer.signals.overflow import OverflowConfig
 from regions.balancer.signals.policy_follow import FollowPolicy
 from regions.balancer.signals.shared_state import SharedStateConfig
+from regions.balancer.signals.standby import StandbySettings
 from regions.balancer.tenancy.residency_check import ResidencyCheck
 
 SERVED_PORT = 8080  # where a served balancer listens unless told (``region serve``)
@@ -104,4 +105,5 @@ class BalancerConfig:
     follow_policy: FollowPolicy | None = None
     tracer: Tracer | None = None  # spans of sampled requests (``telemetry.otel``); None: off
     demand: DemandSettings = field(default_factory=DemandSettings)  # the autoscaling signal
+    standby: StandbySettings = field(default_factory=StandbySettings)  # warm standby
     admin: AdminListen | None = None

@@ -28,6 +28,7 @@ from regions.balancer.signals.engine_scrape import EngineScraper
 from regions.balancer.signals.kv_event_follow import KvEventFollow
 from regions.balancer.signals.policy_follow import PolicyFollow
 from regions.balancer.signals.shared_state import SharedStateConfig, StateLink
+from regions.balancer.signals.standby import Standby
 from regions.balancer.signals.usage_reconcile import UsageReconciler
 from regions.balancer.tenancy.access import Tenancy
 from regions.balancer.tenancy.accounting import UsageRecorder
@@ -65,6 +66,7 @@ class Lifecycle:
     adapter_loader: AdapterLoader
     kv_follow: KvEventFollow | None
     policy_follow: PolicyFollow
+    standby: Standby
     guard: ClientGuard
     app: web.Application
     admin_app: web.Application
@@ -143,8 +145,10 @@ class Lifecycle:
         if self.kv_follow is not None:
             await self.kv_follow.start()
         await self.policy_follow.start()
+        await self.standby.start()
 
     async def stop(self) -> None:
+        await self.standby.stop()
         await self.policy_follow.stop()
         if self.kv_follow is not None:
             await self.kv_follow.stop()

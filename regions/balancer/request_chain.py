@@ -21,7 +21,10 @@
 11. ``cache`` (``degrade.cache_stage.ResponseCacheStage``): a deterministic request of a
     service that caches is answered from the region's exact-match cache, or its answer
     stored there.
-12. ``adapter`` (``adapters.stage.PlaceAdapter``): a LoRA adapter's request goes to the
+12. ``standby`` (``signals.standby.HoldForStandby``): a request whose model no server
+    serves now waits while a standby server wakes, or is shed for a sibling when the wake
+    would outlast its deadline.
+13. ``adapter`` (``adapters.stage.PlaceAdapter``): a LoRA adapter's request goes to the
     servers that hold it, loaded on one first if need be; 503 when none can.
 
 Then ``http.proxy.Proxy.forward`` binds it to a GPU server and relays the answer. A stage
@@ -36,9 +39,10 @@ from collections.abc import Iterable
 from regions.balancer.errors import BalancerConfigError
 
 STAGES = ("trace", "sli", "identify", "overflow", "account", "parse", "residency", "tenant",
-          "revision", "degrade", "cache", "adapter")
+          "revision", "degrade", "cache", "standby", "adapter")
 # the stages that read the parsed request
-AFTER_PARSE = frozenset({"residency", "tenant", "revision", "degrade", "cache", "adapter"})
+AFTER_PARSE = frozenset({"residency", "tenant", "revision", "degrade", "cache", "standby",
+                         "adapter"})
 
 
 def check_stages(names: Iterable[str]) -> tuple[str, ...]:

@@ -35,8 +35,8 @@ from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.refusals import error_response
 from regions.balancer.scheduling.admission import Dispatcher
 from regions.balancer.scheduling.backends import BackendPool
-from regions.balancer.scheduling.demand import region_demand
 from regions.balancer.scheduling.pool_health import ADMIN
+from regions.balancer.scheduling.region_demand import region_demand
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_DRAIN_WAIT_S = 3600.0

@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 
 from policies.model import SLO_LATENCY_BUCKETS
 from regions.balancer.scheduling.capacity import UNBOUNDED
-from regions.balancer.scheduling.demand import region_demand
+from regions.balancer.scheduling.region_demand import region_demand
 
 if TYPE_CHECKING:
     from regions.balancer.scheduling.admission import Dispatcher
@@ -200,6 +200,22 @@ class BalancerMetrics:
         self._clients(r)
         self._data_path(r)
         self._objectives(r)
+        self._standby(r)
+
+    def _standby(self, r: CollectorRegistry) -> None:
+        """Standby servers woken (``signals.standby``)."""
+        self.standby_wakes = Counter(
+            "director_balancer_standby_wakes", "Standby servers woken, by outcome (ok, failed)",
+            ["backend", "outcome"], registry=r)
+        self.standby_wake_seconds = Histogram(
+            "director_balancer_standby_wake_seconds",
+            "Seconds from asking a standby server to wake to its serving",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r)
+
+    def standby_woke(self, backend: str, seconds: float, ok: bool) -> None:
+        self.standby_wakes.labels(backend, "ok" if ok else "failed").inc()
+        if ok:
+            self.standby_wake_seconds.observe(seconds)
 
     def _objectives(self, r: CollectorRegistry) -> None:
         """What SLOs are computed from (``http.sli``), by model and tenant."""

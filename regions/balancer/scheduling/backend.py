@@ -34,6 +34,8 @@ class BackendSpec:
     tokenizer: str | None = None  # its model's tokenizer (``http.tokenizers``); None: estimate
     revisions: tuple[tuple[str, str], ...] = ()  # (model, revision) it serves, as declared
     adapter_slots: int | None = None  # LoRA adapters it holds at once, as declared
+    standby: bool = False  # asleep until demand needs it (``signals.standby``)
+    wake_s: float | None = None  # the wake it is expected to take (None: learned)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -70,7 +72,8 @@ class BackendSpec:
                    bool(getattr(obj, "priority_scheduling", False)),
                    getattr(obj, "tokenizer", None),
                    tuple(getattr(obj, "revisions", ())),
-                   getattr(obj, "adapter_slots", None))
+                   getattr(obj, "adapter_slots", None),
+                   bool(getattr(obj, "standby", False)), getattr(obj, "wake_s", None))
 
 
 _MODEL_SETS: dict[frozenset[str], frozenset[str]] = {}

@@ -33,12 +33,8 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from regions.balancer.types import BackendSnapshot, RegionSnapshot
-
-if TYPE_CHECKING:
-    from regions.balancer.scheduling.admission import Dispatcher
+from regions.balancer.types import BackendSnapshot
 
 
 @dataclass(frozen=True)
@@ -165,15 +161,3 @@ class DemandSignal:
             desired = max(desired, 1)
         return max(desired, loading)
 
-
-def region_demand(dispatcher: Dispatcher, snap: RegionSnapshot | None = None) -> list[Desired]:
-    """Every model's reading now: the models the region's servers declare and those
-    asked for (``Dispatcher.demand``)."""
-    pool = dispatcher.pool
-    snap = snap or pool.snapshot()
-    models = set(dispatcher.demand.models())
-    for view in snap.backends:
-        models.update(view.models)
-    now = pool.clock()
-    return [dispatcher.demand.read(model, snap.backends, now, dispatcher.loading(model))
-            for model in sorted(models)]
