@@ -87,6 +87,9 @@ def gpu_speed(gpu: GpuServer) -> float:
     return KIND_SPEED.get((gpu.kind or "").upper(), 1.0)
 
 
+DEFAULT_WAKE_S = 5.0  # a standby simulator's wake when the policy gives none (wall seconds)
+
+
 def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec:
     host, port = gpu_listen(gpu)
     argv = [sys.executable, "-m", "regions.simulator", "--listen", hostport((host, port)),
@@ -98,6 +101,8 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
         argv += ["--max-num-seqs", str(gpu.max_seqs)]
     for model, fingerprint in gpu.fingerprints:  # it serves what the policy declares
         argv += ["--root", f"{model}={fingerprint}"]
+    if gpu.standby:  # asleep until its balancer wakes it, in the wall time the policy says
+        argv += ["--asleep", "--wake-s", repr((gpu.wake_s or DEFAULT_WAKE_S) * time_scale)]
     if gpu.adapter_slots:  # LoRA on: it holds, and may batch, as many adapters as declared
         argv += ["--max-loras", str(gpu.adapter_slots),
                  "--max-cpu-loras", str(gpu.adapter_slots)]
