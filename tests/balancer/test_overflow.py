@@ -276,3 +276,31 @@ def test_target_keeps_a_tenant_in_its_regions(policy, host, regions, expected) -
     overflow = Overflow("eu-west", config, check(policy, "eu-west"))
     target = overflow.target(placed(policy, {"X-Director-Client-Country": "US"}), host, regions)
     assert (target.region if target else None) == expected
+
+
+async def test_a_standby_region_whose_wake_outlasts_the_deadline_spills_in_jurisdiction(
+        policy) -> None:
+    """eu-west's only server is asleep with a wake (60 s) longer than a request's deadline
+    (2 s): an EU client's request goes to eu-central at once, never to us-east, and none
+    is refused while eu-central has room; meanwhile eu-west wakes its server, and serves
+    again once it is up."""
+    async with AsyncExitStack() as stack:
+        _, central = await stack.enter_async_context(region(stack, policy, "eu-central"))
+        await stack.enter_async_context(region(stack, policy, "us-east"))
+        fleet = await stack.enter_async_context(Fleet(
+            [ServerSpec("eu-west-gpu", asleep=True, wake_s=20 * 3.0)], time_scale=20))
+        backends = [BackendSpec("eu-west-gpu", fleet["eu-west-gpu"].url, (MODEL,), 4,
+                                standby=True, wake_s=60.0)]
+        config = dataclasses.replace(
+            BalancerConfig(admission=AdmissionConfig(queue_timeout_s=2.0)),
+            residency=check(policy, "eu-west"),
+            overflow=overflow_to(OverflowMode.PROXY, {"eu-central": central.url}))
+        west = await stack.enter_async_context(build_balancer("eu-west", backends, config))
+        answers = [await post(f"{west.url}/v1/completions", DE) for _ in range(5)]
+        assert [status for status, _, _ in answers] == [200] * 5
+        assert {h["x-director-region"] for _, h, _ in answers} == {"eu-central"}
+        assert west.overflow is not None and west.overflow.counts == {"proxy:eu-central": 5}
+        await eventually(lambda: not fleet["eu-west-gpu"].context.sleep.asleep, timeout=10)
+        await eventually(lambda: west.standby.serving(MODEL), timeout=10)
+        status, headers, _ = await post(f"{west.url}/v1/completions", DE)
+        assert status == 200 and headers["x-director-region"] == "eu-west"
