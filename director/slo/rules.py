@@ -5,8 +5,8 @@ whole and for each tenant it names, is one SLO instance with an error ratio: the
 its requests that were not good, from the balancers' SLI metrics (``regions.balancer.http.
 sli``; summed over every region: an objective is the service's, not a region's).
 
-- **Recording rules** (group ``director-slo-<service>``), labelled ``director_service``,
-  ``director_slo`` (``availability``, ``ttft``, ``itl``) and ``director_tenant`` (absent:
+- **Recording rules** (group ``director-slo-<service>``), labelled ``slo_service``,
+  ``slo`` (``availability``, ``ttft``, ``itl``) and ``slo_tenant`` (absent:
   every tenant): ``director:slo_error_ratio:rate<w>`` for the windows the alerts read (5m,
   30m, 1h, 2h, 6h, 1d, 3d) and, over the objective's period (averaged from the 5m ratio,
   as Sloth does), ``director:slo_error_ratio:period``, ``director:slo_objective:ratio`` and
@@ -59,17 +59,17 @@ class SloInstance:
 
     @property
     def labels(self) -> dict[str, str]:
-        """Its series' labels (no ``director_tenant`` for every tenant: Prometheus drops an
-        empty label, and ``director_tenant=""`` matches its absence)."""
-        labels = {"director_service": self.service.name, "director_slo": self.kind}
+        """Its series' labels (no ``slo_tenant`` for every tenant: Prometheus drops an
+        empty label, and ``slo_tenant=""`` matches its absence)."""
+        labels = {"slo_service": self.service.name, "slo": self.kind}
         if self.tenant:
-            labels["director_tenant"] = self.tenant
+            labels["slo_tenant"] = self.tenant
         return labels
 
     @property
     def matcher(self) -> str:
         """A PromQL matcher of its series, and of no other instance's."""
-        return _matcher({**self.labels, "director_tenant": self.tenant})
+        return _matcher({**self.labels, "slo_tenant": self.tenant})
 
     @property
     def budget(self) -> float:

@@ -44,8 +44,8 @@ def alert(rules: dict[str, Any], name: str, kind: str, tenant: str = "") -> dict
     for group in rules["groups"]:
         for rule in group["rules"]:
             labels = rule.get("labels", {})
-            if (rule.get("alert") == name and labels["director_slo"] == kind
-                    and labels.get("director_tenant", "") == tenant):
+            if (rule.get("alert") == name and labels["slo"] == kind
+                    and labels.get("slo_tenant", "") == tenant):
                 return {"exp_labels": labels, "exp_annotations": rule["annotations"]}
     raise AssertionError(f"no {name} for {kind}/{tenant!r}")
 

@@ -133,17 +133,18 @@ class _PoolCollector(Collector):
         desired = GaugeMetricFamily(
             "director_desired_replicas",
             "GPU servers the model needs in this region: its home demand (arrivals, less a "
-            "sibling's overflow, plus what was sent to a sibling) over a server's capacity",
-            labels=["region", "model"])
+            "sibling's overflow, plus what was sent to a sibling) over a server's capacity "
+            "(the region: the scrape's target label, as for every balancer metric)",
+            labels=["model"])
         needed = GaugeMetricFamily(
             "director_demand_replicas_needed",
-            "The desired replicas before rounding and the dead band", labels=["region", "model"])
+            "The desired replicas before rounding and the dead band", labels=["model"])
         rate = GaugeMetricFamily(
             "director_demand_home_rate",
             "Requests per second of this region's own demand for the model",
-            labels=["region", "model"])
+            labels=["model"])
         for reading in region_demand(self.dispatcher, snap):
-            labels = [self.region, reading.model]
+            labels = [reading.model]
             desired.add_metric(labels, reading.desired)
             needed.add_metric(labels, reading.needed)
             rate.add_metric(labels, reading.home_rate)
