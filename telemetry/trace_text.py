@@ -8,10 +8,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 # attributes shown by default, in this order; ``all_attributes`` shows every one
-SHOWN = ("director.dns.qname", "director.dns.client_subnet", "director.dns.answer",
-         "director.dns.reason", "director.region", "director.tenant", "gen_ai.request.model",
+SHOWN = ("director.correlation_id", "director.dns.service", "director.dns.client_network",
+         "director.dns.client_place", "director.dns.answer", "director.dns.reason",
+         "director.dns.rules", "director.region", "director.tenant", "gen_ai.request.model",
          "director.revision", "director.queue.wait_s", "director.backend",
-         "director.decision.scores", "director.decision.dropped", "director.retries",
+         "director.decision.totals", "director.decision.scores", "director.decision.dropped", "director.retries",
          "director.resumes", "director.hedge", "director.overflow", "director.degraded",
          "director.cache", "director.relay_end", "http.response.status_code",
          "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
