@@ -5,7 +5,7 @@ whole and for each tenant it names, is one SLO instance with an error ratio: the
 its requests that were not good, from the balancers' SLI metrics (``regions.balancer.http.
 sli``; summed over every region: an objective is the service's, not a region's).
 
-- **Recording rules** (group ``director-slo-<service>``), labelled ``slo_service``,
+- **Recording rules** (group ``director-slo-<service>``, the alerts after them), labelled ``slo_service``,
   ``slo`` (``availability``, ``ttft``, ``itl``) and ``slo_tenant`` (absent:
   every tenant): ``director:slo_error_ratio:rate<w>`` for the windows the alerts read (5m,
   30m, 1h, 2h, 6h, 1d, 3d) and, over the objective's period (averaged from the 5m ratio,
@@ -163,12 +163,11 @@ def rule_groups(policy: Policy) -> dict[str, Any]:
     for instance in slo_instances(policy):
         by_service.setdefault(instance.service.name, []).append(instance)
     for service, instances in by_service.items():
-        recording = []
-        for instance in instances:
-            recording.extend(_recording(instance))
-        groups.append({"name": f"director-slo-{service}", "rules": recording})
-        groups.append({"name": f"director-slo-{service}-alerts",
-                       "rules": [a for i in instances for a in _alerts(i)]})
+        # one group: Prometheus evaluates a group's rules in order, so each alert reads the
+        # ratios recorded in the same evaluation (groups run concurrently, in no order)
+        rules = [r for i in instances for r in _recording(i)]
+        rules += [a for i in instances for a in _alerts(i)]
+        groups.append({"name": f"director-slo-{service}", "rules": rules})
     return {"groups": groups}
 
 
