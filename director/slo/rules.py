@@ -5,13 +5,13 @@ whole and for each tenant it names, is one SLO instance with an error ratio: the
 its requests that were not good, from the balancers' SLI metrics (``regions.balancer.http.
 sli``; summed over every region: an objective is the service's, not a region's).
 
-- **Recording rules** (group ``director-slo-<service>``, the alerts after them), labelled ``slo_service``,
-  ``slo`` (``availability``, ``ttft``, ``itl``) and ``slo_tenant`` (absent:
-  every tenant): ``director:slo_error_ratio:rate<w>`` for the windows the alerts read (5m,
-  30m, 1h, 2h, 6h, 1d, 3d) and, over the objective's period (averaged from the 5m ratio,
-  as Sloth does), ``director:slo_error_ratio:period``, ``director:slo_objective:ratio`` and
-  ``director:slo_error_budget_remaining:ratio`` (1: untouched, 0: spent, below 0:
-  overspent).
+- **Recording rules** (group ``director-slo-<service>``, the alerts after them),
+  labelled ``slo_service``, ``slo`` (``availability``, ``ttft``, ``itl``) and
+  ``slo_tenant`` (absent: every tenant): ``director:slo_error_ratio:rate<w>`` for the
+  windows the alerts read (5m, 30m, 1h, 2h, 6h, 1d, 3d) and, over the objective's
+  period (averaged from the 5m ratio, as Sloth does), ``director:slo_error_ratio:period``,
+  ``director:slo_objective:ratio`` and ``director:slo_error_budget_remaining:ratio``
+  (1: untouched, 0: spent, below 0: overspent).
 - **Alerts**, per instance, the multi-window, multi-burn-rate alerts of Google's SRE
   workbook (and Sloth): a burn rate is the error ratio over the error budget
   (1 - objective); each alert needs a long window and a short one (a twelfth of it) both
