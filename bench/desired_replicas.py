@@ -3,10 +3,12 @@
 step in demand within two scrape intervals, and hold still under a constant load?
 
 One region: ``--servers`` simulated vLLM servers (speed ``--speed``, time scale
-``--time-scale``) and the balancer (its defaults, but for the demand signal's window and
-stabilization, set in scrape intervals: ``window = --window`` x the interval, ``settle =
---settle`` x it), in this process. A slice of the Azure conversation trace (its gaps,
-prompt and output token counts; another slice per seed) is replayed at a constant rate
+``--time-scale``, a batch of ``--max-seqs``, the capacity the balancer is told) and the
+balancer (its defaults, but for the demand signal's window and stabilization, set in
+scrape intervals: ``window = --window`` x the interval, ``settle = --settle`` x it; at the
+15 s default interval, the signal's own defaults of 15 s and 60 s), in this process. A
+slice of the Azure conversation trace (its gaps, prompt and output token counts; another
+slice per seed) is replayed at a constant rate
 that is ``--load`` of the fleet's capacity for ``--phase`` scrape intervals, then at twice
 that rate for as long (the step). Every ``--scrape`` seconds the admin ``/metrics`` is
 read, as Prometheus would, for the model's ``director_desired_replicas``.
@@ -25,8 +27,8 @@ at most two intervals in every seed, and at most one change per steady half-phas
 
 ::
 
-    .venv/bin/python bench/desired_replicas.py                # 5 seeds, 5 s scrapes
-    .venv/bin/python bench/desired_replicas.py --seeds 3 --scrape 15 --phase 8
+    .venv/bin/python bench/desired_replicas.py        # 3 seeds, 15 s scrapes: the defaults
+    .venv/bin/python bench/desired_replicas.py --scrape 5 --time-scale 5   # compressed
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from benchkit.routing_trace import load_named, replay
 from regions.balancer import BackendSpec, BalancerConfig, build_balancer
 from regions.balancer.scheduling.demand import DemandSettings
 from regions.simulator import Fleet, ServerSpec
+from regions.simulator.config import EngineConfig
 
 CAPACITY_PER_SERVER = 5.27  # Azure conversation requests per model second at speed 1.0
 GAUGE = re.compile(r'^director_desired_replicas\{model="([^"]+)"\} ([0-9.e+]+)$', re.M)
@@ -72,20 +75,29 @@ async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
     arrivals += [(phase_s + a.at, a) for a in after if a.at < phase_s]
     demand = DemandSettings(window_s=args.window * args.scrape,
                             settle_s=args.settle * args.scrape)
-    specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=args.speed)
+    engine = EngineConfig(max_num_seqs=args.max_seqs)
+    specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=args.speed, engine=engine)
              for i in range(args.servers)]
     readings: list[tuple[float, int]] = []
     async with Fleet(specs, time_scale=args.time_scale, seed=seed) as fleet:
-        backends = [BackendSpec(s.spec.name, s.url, (MODEL,), None) for s in fleet]
+        # capacity pinned to the batch, as a policy's max-seqs does
+        backends = [BackendSpec(s.spec.name, s.url, (MODEL,), args.max_seqs) for s in fleet]
         async with build_balancer("bench", backends, BalancerConfig(demand=demand)) as bal, \
                 aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             start = time.monotonic()
 
+            failed = 0
+
             async def send(at: float, a: object) -> None:
+                nonlocal failed
                 await asyncio.sleep(max(0.0, start + at - time.monotonic()))
-                async with http.post(f"{bal.url}/v1/completions",
-                                     json=body(a, max_tokens=None)) as resp:  # type: ignore[arg-type]
-                    await resp.read()
+                try:
+                    async with http.post(f"{bal.url}/v1/completions",
+                                         json=body(a, max_tokens=None)) as resp:  # type: ignore[arg-type]
+                        await resp.read()
+                        failed += resp.status != 200
+                except aiohttp.ClientError:
+                    failed += 1
 
             async def scrape() -> None:
                 n = 0
@@ -100,7 +112,7 @@ async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
             scraper = asyncio.create_task(scrape())
             await asyncio.gather(*(send(at, a) for at, a in arrivals))
             scraper.cancel()
-    return summarize(seed, readings, phase_s, args.scrape, rate)
+    return summarize(seed, readings, phase_s, args.scrape, rate) | {"failed": failed}
 
 
 def summarize(seed: int, readings: list[tuple[float, int]], phase_s: float, interval: float,
@@ -128,14 +140,16 @@ def summarize(seed: int, readings: list[tuple[float, int]], phase_s: float, inte
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--servers", type=int, default=12)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--servers", type=int, default=24)
     parser.add_argument("--speed", type=float, default=0.5)
-    parser.add_argument("--time-scale", type=float, default=5.0)
-    parser.add_argument("--load", type=float, default=0.25,
+    parser.add_argument("--time-scale", type=float, default=2.0)
+    parser.add_argument("--max-seqs", type=int, default=24, help="each server's batch")
+    parser.add_argument("--load", type=float, default=0.2,
                         help="the first phase's demand, a share of the fleet's capacity")
-    parser.add_argument("--scrape", type=float, default=5.0, help="seconds between scrapes")
-    parser.add_argument("--phase", type=int, default=12, help="scrape intervals per phase")
+    parser.add_argument("--scrape", type=float, default=15.0,
+                        help="seconds between scrapes (Prometheus' and KEDA's default)")
+    parser.add_argument("--phase", type=int, default=6, help="scrape intervals per phase")
     parser.add_argument("--window", type=float, default=1.0,
                         help="the signal's window, in scrape intervals")
     parser.add_argument("--settle", type=float, default=4.0,
@@ -153,7 +167,8 @@ def main() -> int:
               f"{result['level_before']} -> {result['level_after']}; step delay "
               f"{result['step_delay_intervals']} intervals; changes while steady "
               f"{result['changes_before']} / {result['changes_after']} (range "
-              f"{result['range_before']} / {result['range_after']})", flush=True)
+              f"{result['range_before']} / {result['range_after']}); failed "
+              f"{result['failed']}", flush=True)
     delays = [r["step_delay_intervals"] for r in results]
     known = [d for d in delays if d is not None]
     print(f"\nstep delay: median {statistics.median(known) if known else None} intervals "

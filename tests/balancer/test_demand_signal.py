@@ -26,6 +26,7 @@ class View:
     cap: int = 8
     usable: bool = True
     kv_usage: float | None = None
+    in_flight: int = 0
 
 
 SERVERS = [View(frozenset({"m"})) for _ in range(4)]
@@ -73,6 +74,19 @@ def test_a_step_shows_within_two_scrapes_and_a_constant_load_does_not_oscillate(
     after = next(i for i in range(150, 300) if readings[i] >= 9)
     assert after - 150 <= 30, f"the step showed {after - 150} s later"
     assert len(set(readings[200:])) <= 2
+
+
+def test_requests_piling_up_count_before_they_end() -> None:
+    """A step's requests take longer than those before it (bigger batches): the requests
+    in flight and queued show it before any of them has ended."""
+    signal = DemandSignal(DemandSettings(window_s=10, target=0.8))
+    for i in range(50):  # 5 a second of 4 s: 20 at once, 3.1 servers
+        signal.arrived("m", i / 5)
+        signal.ended("m", i / 5, 4.0)
+    assert signal.read("m", SERVERS, 10.0).desired == 4
+    busy = [View(frozenset({"m"}), in_flight=12) for _ in range(4)]  # 48 now, 8 queued
+    reading = signal.read("m", busy, 10.5, queued=8)
+    assert abs(reading.needed - 56 / 6.4) < 1e-9 and reading.desired == 9
 
 
 def test_borrowed_demand_is_not_ours_and_sent_away_demand_is() -> None:

@@ -14,10 +14,13 @@ the arrival rate within one window, long before the in-flight count of LLM reque
 - **per-server capacity**: the mean capacity (requests at once: learned, pinned, or the
   guess while unknown) of the model's servers that serve now;
 
-``needed = home rate x service time / (per-server capacity x target)`` (Little's law: the
-requests in the system at once, over what one server runs at ``target`` utilization), or,
-when larger, ``servers x mean KV-cache usage / kv_target`` (the servers' own reading, when
-their metrics publish it). ``desired`` follows ``needed`` as an HPA follows its metric: up
+``needed = home concurrency / (per-server capacity x target)``, where the home
+concurrency is the larger of ``home rate x service time`` (Little's law: it moves within
+one window of a step in arrivals) and the requests of the model in flight and queued now,
+less the share a sibling sent (it moves as the requests of a step pile up, and it sees a
+service time that grows with the load before those requests have ended); or, when larger,
+``servers x mean KV-cache usage / kv_target`` (the servers' own reading, when their
+metrics publish it). ``desired`` follows ``needed`` as an HPA follows its metric: up
 at once to ``ceil(needed)`` once ``needed`` is more than ``tolerance`` above it; down only
 to the highest ``ceil(needed x (1 + tolerance))`` of the last ``settle_s`` (a
 stabilization window), so the noise of a constant load's window rate (a Poisson count:
@@ -113,9 +116,10 @@ class DemandSignal:
         return sorted(self._models)
 
     def read(self, model: str, backends: Iterable[BackendSnapshot], now: float,
-             loading: int = 0) -> Desired:
+             loading: int = 0, queued: int = 0) -> Desired:
         """The model's reading now (updates its ``desired``); ``loading``: its servers
-        on their way up (waking, loading the model)."""
+        on their way up (waking, loading the model); ``queued``: its requests in the
+        region queue."""
         s = self.settings
         demand = self._of(model)
         horizon = now - s.window_s
@@ -126,18 +130,22 @@ class DemandSignal:
             demand.ended.popleft()
         if demand.ended:
             demand.service_s = sum(t for _, t in demand.ended) / len(demand.ended)
-        serving, caps, kv = 0, 0.0, []
+        serving, caps, kv, in_flight = 0, 0.0, [], 0
         for view in backends:
             if model in view.models and view.usable:
                 serving += 1
                 caps += view.cap
+                in_flight += view.in_flight
                 if view.kv_usage is not None:
                     kv.append(view.kv_usage)
         capacity = caps / serving if serving else 0.0
         home_rate = (len(demand.arrivals) + len(demand.sent_away)) / s.window_s
+        arrived = len(demand.arrivals) + len(demand.borrowed)
+        home_share = len(demand.arrivals) / arrived if arrived else 1.0
+        concurrency = max(home_rate * demand.service_s, (in_flight + queued) * home_share)
         needed = 0.0
         if capacity > 0:
-            needed = home_rate * demand.service_s / (capacity * s.target)
+            needed = concurrency / (capacity * s.target)
         kv_usage = sum(kv) / len(kv) if kv else None
         if kv_usage is not None and serving:
             needed = max(needed, serving * kv_usage / s.kv_target)
@@ -153,7 +161,7 @@ class DemandSignal:
         lows.append((now, math.ceil(needed * (1 + s.tolerance) - 1e-9)))
         while lows and lows[0][0] < now - s.settle_s:
             lows.popleft()
-        if needed > current * (1 + s.tolerance) or (current == 0 and needed > 0):
+        if needed > current + min(0.5, current * s.tolerance) or (current == 0 and needed > 0):
             desired = max(current, math.ceil(needed - 1e-9))
         else:
             desired = min(current, max(low for _, low in lows))

@@ -18,5 +18,6 @@ def region_demand(dispatcher: Dispatcher, snap: RegionSnapshot | None = None) ->
     for view in snap.backends:
         models.update(view.models)
     now = pool.clock()
-    return [dispatcher.demand.read(model, snap.backends, now, dispatcher.loading(model))
+    return [dispatcher.demand.read(model, snap.backends, now, dispatcher.loading(model),
+                                   dispatcher.queued_for(model)[0])
             for model in sorted(models)]
