@@ -174,8 +174,8 @@ async def _fault_middleware(request: web.Request, handler: Any) -> web.StreamRes
     sleep = ctx.sleep
     if sleep is not None and not sleep.serving and (
             request.path.startswith("/v1/") or request.path == "/health"):
-        if request.path == "/health" and not sleep.loading:
-            return await handler(request)  # asleep, vLLM's /health still answers 200
+        if request.path == "/health" and not sleep.starting:
+            return await handler(request)  # asleep or waking, vLLM's /health answers 200
         what = "loading" if sleep.loading else "asleep"
         return _error(503, f"the engine is {what}", "server_error", code=503)
     if request.method == "POST" and request.path.startswith("/v1/"):

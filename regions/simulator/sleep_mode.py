@@ -5,11 +5,12 @@ vLLM (with ``VLLM_SERVER_DEV_MODE=1``) answers ``POST /sleep?level=1|2[&mode=abo
 (its weights offloaded or dropped and its KV cache freed; ``abort``, the default, ends the
 requests it runs), ``POST /wake_up`` (weights and KV cache back: seconds, where a cold start
 is a minute or more) and ``GET /is_sleeping`` (``{"is_sleeping": bool}``); asleep, it
-generates nothing. The simulator does the same: a wake takes ``wake_s`` model seconds
-(``/wake_up`` answers once it is done, and ``/is_sleeping`` says true until then), a level
-2 sleep wakes in ``cold_start_s`` (the weights are read again); while asleep or waking an
-inference request gets 503. ``cold_start_s`` is also the time from the server's start to
-its first answer (``/health`` 503 until then), as a vLLM loading its weights.
+generates nothing, while its ``/health`` answers 200 (the process is up). The simulator
+does the same: a wake takes ``wake_s`` model seconds (``/wake_up`` answers once it is
+done, and ``/is_sleeping`` says true until then), a level 2 sleep wakes in
+``cold_start_s`` (the weights are read again); while asleep or waking an inference
+request gets 503. ``cold_start_s`` is also the time from the server's start to its first
+answer (``/health`` 503 until then: ``starting``), as a vLLM loading its weights.
 """
 
 from __future__ import annotations
@@ -30,16 +31,21 @@ class SleepMode:
     asleep: bool = False
     level: int = 1
     ready_at: float = 0.0  # before this the server is loading (cold start or a wake)
+    started_at: float = 0.0  # before this the process is starting (the cold start)
     wakes: int = 0
     _waking: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def start(self) -> None:
         """The server starts: loading for ``cold_start_s``."""
-        self.ready_at = self.clock.now() + self.cold_start_s
+        self.ready_at = self.started_at = self.clock.now() + self.cold_start_s
 
     @property
     def loading(self) -> bool:
         return self.clock.now() < self.ready_at
+
+    @property
+    def starting(self) -> bool:
+        return self.clock.now() < self.started_at
 
     @property
     def serving(self) -> bool:

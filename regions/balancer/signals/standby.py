@@ -42,6 +42,7 @@ from regions.balancer.scheduling.backends import BackendPool
 from regions.balancer.scheduling.region_demand import region_demand
 
 STANDBY = "standby"  # the drain reason of a sleeping standby server
+SERVING_POLL_S = 0.05
 log = logging.getLogger(__name__)
 
 
@@ -253,7 +254,8 @@ class HoldForStandby:
         wake = self.standby.wake_for(info.model)
         if wake is None:
             return await call_next(exchange)
-        left = wake.predicted_s - (self.standby.pool.clock() - wake.started)
+        started = self.standby.pool.clock()
+        left = wake.predicted_s - (started - wake.started)
         deadline = exchange.queue_timeout_s
         if left > deadline:
             return self._shed(exchange, left)
@@ -264,6 +266,10 @@ class HoldForStandby:
             return self._shed(exchange, left)
         if not wake.ok:
             return self._shed(exchange, self.standby.settings.prior_wake_s)
+        # awake: until the region counts it serving (its health may lag a probe behind)
+        while not self.standby.serving(info.model) and \
+                self.standby.pool.clock() - started < deadline:
+            await asyncio.sleep(SERVING_POLL_S)
         return await call_next(exchange)
 
     def _shed(self, exchange: Exchange, wake_s: float) -> web.Response:
