@@ -20,7 +20,11 @@ Per seed:
 - **step delay**: scrape intervals from the step to the first reading at or above the
   level after minus one (a one-replica tolerance: the levels are integers);
 - **changes**: how many times the reading changed over the second half of each phase (a
-  constant load), and the range of readings there.
+  constant load), and the range of readings there;
+- **the need's own delay**: the same delay for the need the requests really made, read at
+  each scrape: the requests in flight and queued over a server's batch at the signal's
+  target (``ceil``), so that a level the demand itself reaches late is not counted as the
+  signal's lag.
 
 Reported: each seed, and the median step delay over the seeds with its range; the goal is
 at most two intervals in every seed, and at most one change per steady half-phase.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import re
 import statistics
@@ -59,6 +64,8 @@ from regions.simulator.config import EngineConfig
 
 CAPACITY_PER_SERVER = 5.27  # Azure conversation requests per model second at speed 1.0
 GAUGE = re.compile(r'^director_desired_replicas\{model="([^"]+)"\} ([0-9.e+]+)$', re.M)
+IN_FLIGHT = re.compile(r'^director_balancer_in_flight\{backend="[^"]+"\} ([0-9.e+]+)$', re.M)
+QUEUE = re.compile(r'^director_balancer_queue ([0-9.e+]+)$', re.M)
 
 
 async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
@@ -79,6 +86,7 @@ async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
     specs = [ServerSpec(f"gpu{i}", models=(MODEL,), speed=args.speed, engine=engine)
              for i in range(args.servers)]
     readings: list[tuple[float, int]] = []
+    busy: list[tuple[float, float]] = []  # (t, requests in flight and queued)
     async with Fleet(specs, time_scale=args.time_scale, seed=seed) as fleet:
         # capacity pinned to the batch, as a policy's max-seqs does
         backends = [BackendSpec(s.spec.name, s.url, (MODEL,), args.max_seqs) for s in fleet]
@@ -105,14 +113,24 @@ async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
                     n += 1
                     await asyncio.sleep(max(0.0, start + n * args.scrape - time.monotonic()))
                     async with http.get(f"{bal.admin_url}/metrics") as resp:
-                        found = dict(GAUGE.findall(await resp.text()))
-                    readings.append((time.monotonic() - start, int(float(found.get(MODEL,
-                                                                                    0)))))
+                        text = await resp.text()
+                    found = dict(GAUGE.findall(text))
+                    now = time.monotonic() - start
+                    readings.append((now, int(float(found.get(MODEL, 0)))))
+                    busy.append((now, sum(float(v) for v in IN_FLIGHT.findall(text))
+                                 + sum(float(v) for v in QUEUE.findall(text))))
 
             scraper = asyncio.create_task(scrape())
             await asyncio.gather(*(send(at, a) for at, a in arrivals))
             scraper.cancel()
-    return summarize(seed, readings, phase_s, args.scrape, rate) | {"failed": failed}
+    # the need the requests really made: those in the system at once, over a server's
+    # share at the signal's target (the reference the signal is judged against)
+    per_server = args.max_seqs * demand.target
+    need = [(t, math.ceil(b / per_server)) for t, b in busy]
+    return summarize(seed, readings, phase_s, args.scrape, rate) | {
+        "failed": failed, "need": need,
+        "need_delay_intervals": summarize(seed, need, phase_s, args.scrape,
+                                          rate)["step_delay_intervals"]}
 
 
 def summarize(seed: int, readings: list[tuple[float, int]], phase_s: float, interval: float,
@@ -168,7 +186,8 @@ def main() -> int:
               f"{result['step_delay_intervals']} intervals; changes while steady "
               f"{result['changes_before']} / {result['changes_after']} (range "
               f"{result['range_before']} / {result['range_after']}); failed "
-              f"{result['failed']}", flush=True)
+              f"{result['failed']}; the requests' own need reached its level after "
+              f"{result['need_delay_intervals']} intervals", flush=True)
     delays = [r["step_delay_intervals"] for r in results]
     known = [d for d in delays if d is not None]
     print(f"\nstep delay: median {statistics.median(known) if known else None} intervals "
