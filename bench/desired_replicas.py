@@ -21,10 +21,11 @@ Per seed:
   level after minus one (a one-replica tolerance: the levels are integers);
 - **changes**: how many times the reading changed over the second half of each phase (a
   constant load), and the range of readings there;
-- **the need's own delay**: the same delay for the need the requests really made, read at
-  each scrape: the requests in flight and queued over a server's batch at the signal's
-  target (``ceil``), so that a level the demand itself reaches late is not counted as the
-  signal's lag.
+- **the need**: what the requests really needed, read at each scrape: the requests in
+  flight and queued over a server's batch at the signal's target (``ceil``); its level
+  after the step (the median of the second half) and the delay to that level, of the
+  need itself and of the signal (the goal's measure: a level the demand reaches late, or
+  a peak the signal's stabilization holds on to, is not counted as the signal's lag).
 
 Reported: each seed, and the median step delay over the seeds with its range; the goal is
 at most two intervals in every seed, and at most one change per steady half-phase.
@@ -127,10 +128,22 @@ async def one_seed(seed: int, args: argparse.Namespace) -> dict[str, object]:
     # share at the signal's target (the reference the signal is judged against)
     per_server = args.max_seqs * demand.target
     need = [(t, math.ceil(b / per_server)) for t, b in busy]
-    return summarize(seed, readings, phase_s, args.scrape, rate) | {
-        "failed": failed, "need": need,
-        "need_delay_intervals": summarize(seed, need, phase_s, args.scrape,
-                                          rate)["step_delay_intervals"]}
+    return with_need(summarize(seed, readings, phase_s, args.scrape, rate) | {
+        "failed": failed, "need": need}, phase_s, args.scrape)
+
+
+def with_need(result: dict[str, object], phase_s: float, interval: float) -> dict[str, object]:
+    """``result`` with the need's own step delay, and the signal's delay to the need's
+    level after the step (within one replica below it)."""
+    need = result["need"]
+    judged = summarize(int(result["seed"]), need, phase_s, interval, 0.0)  # type: ignore[arg-type]
+    level = judged["level_after"]
+    reached = next((t for t, v in result["readings"]  # type: ignore[attr-defined]
+                    if t >= phase_s and v >= level - 1), None)
+    return result | {
+        "need_level_after": level,
+        "need_delay_intervals": judged["step_delay_intervals"],
+        "delay_to_need_intervals": None if reached is None else (reached - phase_s) / interval}
 
 
 def summarize(seed: int, readings: list[tuple[float, int]], phase_s: float, interval: float,
@@ -186,8 +199,10 @@ def main() -> int:
               f"{result['step_delay_intervals']} intervals; changes while steady "
               f"{result['changes_before']} / {result['changes_after']} (range "
               f"{result['range_before']} / {result['range_after']}); failed "
-              f"{result['failed']}; the requests' own need reached its level after "
-              f"{result['need_delay_intervals']} intervals", flush=True)
+              f"{result['failed']}; the requests' own need reached its level "
+              f"({result['need_level_after']}) after {result['need_delay_intervals']} "
+              f"intervals, the signal reached it after {result['delay_to_need_intervals']}",
+              flush=True)
     delays = [r["step_delay_intervals"] for r in results]
     known = [d for d in delays if d is not None]
     print(f"\nstep delay: median {statistics.median(known) if known else None} intervals "
@@ -195,6 +210,10 @@ def main() -> int:
           f"{len(delays) - len(known)} seeds never reached the level); at most 2 in "
           f"{sum(1 for d in known if d <= 2)} of {len(delays)} seeds")
     worst = max(max(r["changes_before"], r["changes_after"]) for r in results)  # type: ignore[type-var]
+    to_need = [r["delay_to_need_intervals"] for r in results]
+    print(f"the signal at the need's level after the step: worst "
+          f"{max((d for d in to_need if d is not None), default=None)} intervals "
+          f"({sum(1 for d in to_need if d is None)} seeds never)")
     print(f"changes over a steady half-phase: worst {worst} "
           f"(of {args.phase // 2} readings)")
     return 0
