@@ -124,7 +124,8 @@ class _ToClient(BodySink):
         if transport.is_closing():
             self._stop(RelayEnd.CLIENT_GONE)
             return
-        now, wall = self.clock(), time.monotonic()
+        wall = time.monotonic()
+        now = wall if self.clock is time.monotonic else self.clock()  # one read, usually
         last, self.last_read = self.last_read, wall
         if last is None:
             if self.watch:

@@ -57,6 +57,7 @@ class BackendPool(PoolHealth, PoolCapacity):
         capacity: CapacityConfig | None = None,
     ) -> None:
         self.backends: list[Backend] = []
+        self.membership = 0  # counts joins and removals (``signals.pool_update``)
         names: set[str] = set()
         for i, spec in enumerate(specs):
             if spec.name in names:

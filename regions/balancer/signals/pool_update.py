@@ -110,6 +110,7 @@ def _join(pool: BackendPool, spec: BackendSpec, now: float) -> None:
     b.slow_start_from = now
     pool.backends.append(b)
     pool.by_name[spec.name] = b
+    pool.membership += 1
 
 
 def _retired_name(pool: BackendPool, name: str) -> str:
@@ -137,6 +138,7 @@ def remove(pool: BackendPool, backend: Backend) -> None:
     if len(kept) == len(pool.backends):
         return
     pool.backends[:] = kept
+    pool.membership += 1
     for i, b in enumerate(kept):
         b.index = i
     if pool.by_name.get(backend.name) is backend:

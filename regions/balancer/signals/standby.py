@@ -79,12 +79,18 @@ class Standby:
         self.wakes: dict[str, _Wake] = {}  # under way, by backend
         self.measured: list[float] = []  # seconds of the region's finished wakes
         self._idle_since: dict[str, float] = {}
+        self._servers = [b for b in pool.backends if b.spec.standby]
+        self._membership = pool.membership  # the pool's, when the servers were read
         self._task: asyncio.Task[None] | None = None
         self._wake_tasks: set[asyncio.Task[None]] = set()
 
     @property
     def servers(self) -> list[Backend]:
-        return [b for b in self.pool if b.spec.standby]
+        """The pool's standby servers (a policy change may add or remove some)."""
+        if self.pool.membership != self._membership:
+            self._servers = [b for b in self.pool.backends if b.spec.standby]
+            self._membership = self.pool.membership
+        return self._servers
 
     def asleep(self, backend: Backend) -> bool:
         return STANDBY in backend.drains
