@@ -66,11 +66,14 @@ class StreamTap:
 
     def __call__(self, piece: bytes) -> bytes:
         data = self._carry + piece if self._carry else piece
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self._carry = data
-            return b""
-        whole, self._carry = data[:cut + 2], data[cut + 2:]
+        if data.endswith(b"\n\n"):  # the usual piece: whole events, nothing to hold back
+            whole, self._carry = data, b""
+        else:
+            cut = data.rfind(b"\n\n")
+            if cut < 0:
+                self._carry = data
+                return b""
+            whole, self._carry = data[:cut + 2], data[cut + 2:]
         if self._splice is not None:
             whole = self._rewrite(whole, self._splice)
         if not self.overflowed:
