@@ -25,6 +25,7 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
+from state.sentinel_url import async_client_for
 from state.store import DEFAULT_TIMEOUT
 from state.writes import probe_call, queue_drain, queue_region_load
 
@@ -49,13 +50,13 @@ class AsyncStateStore:
         cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT,
         credentials: redis.CredentialProvider | None = None,
     ) -> AsyncStateStore:
-        """A store on ``redis://[user:password@]host:port/db``; connects lazily, on first
-        use. Without credentials in the URL, ``credentials`` or else the environment's
+        """A store on ``redis://[user:password@]host:port/db``, or on the master of a
+        Sentinel set (``redis+sentinel://``: ``state.sentinel_url``); connects lazily, on
+        first use. Without credentials in the URL, ``credentials`` or else the environment's
         (:mod:`state.credentials`) authenticate it."""
         options = ({"credential_provider": credentials} if credentials is not None
                    else client_options(url))
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, **options)
+        client = async_client_for(url, timeout, **options)
         return cls(client, Keys(prefix))
 
     async def close(self) -> None:

@@ -23,7 +23,11 @@ def redis_errors(where: str) -> Iterator[None]:
 
 def describe(client: redis.Redis | redis.asyncio.Redis) -> str:
     """``host:port/db`` of a client, for error messages (never the password)."""
-    kwargs = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    service = getattr(pool, "service_name", None)
+    if service is not None:  # a Sentinel set's master: whichever server that is now
+        return f"sentinel master {service}/{kwargs.get('db', 0)}"
     if "path" in kwargs:
         return str(kwargs["path"])
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"

@@ -31,6 +31,7 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
+from state.sentinel_url import client_for
 from state.writes import probe_call, queue_drain, queue_region_load
 
 DEFAULT_TIMEOUT = 2.0
@@ -51,14 +52,13 @@ class StateStore:
         cls, url: str, *, prefix: str = "director", timeout: float = DEFAULT_TIMEOUT,
         credentials: redis.CredentialProvider | None = None,
     ) -> StateStore:
-        """A store on ``redis://[user:password@]host:port/db``; connects lazily, on first
-        use. Without credentials in the URL, ``credentials`` or else the environment's
+        """A store on ``redis://[user:password@]host:port/db``, or on the master of a
+        Sentinel set (``redis+sentinel://``: ``state.sentinel_url``); connects lazily, on
+        first use. Without credentials in the URL, ``credentials`` or else the environment's
         (:mod:`state.credentials`) authenticate it."""
         options = ({"credential_provider": credentials} if credentials is not None
                    else client_options(url))
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30,
-            **options)
+        client = client_for(url, timeout, health_check_interval=30, **options)
         return cls(client, Keys(prefix))
 
     def close(self) -> None:

@@ -1,0 +1,116 @@
+"""State URLs that name a Redis Sentinel set instead of one server.
+
+``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>]``: the
+Sentinels to ask (at least one; list them all), the name they monitor the master under,
+and the database. The user and password are the master's (and its replicas'); Sentinels
+that require a password of their own take it from ``?sentinel_password=...`` (and
+``sentinel_username``). A client made from such a URL (``client_for``) asks the
+Sentinels for the current master before it connects and again after any connection
+error, so it follows a failover; its connect and socket timeouts are always set, to the
+same bound as a plain client's (a publish never hangs on a dead connection).
+
+A plain ``redis://`` or ``rediss://`` URL makes a plain client, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.sentinel import Sentinel
+
+SCHEME = "redis+sentinel"
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+    def sentinel_kwargs(self, timeout: float) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if self.sentinel_password is not None:
+            kwargs["password"] = self.sentinel_password
+            if self.sentinel_username is not None:
+                kwargs["username"] = self.sentinel_username
+        return kwargs
+
+    def master_kwargs(self, timeout: float) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"db": self.db, "socket_timeout": timeout,
+                                  "socket_connect_timeout": timeout}
+        if self.password is not None:
+            kwargs["password"] = self.password
+            if self.username is not None:
+                kwargs["username"] = self.username
+        return kwargs
+
+
+def is_sentinel(url: str) -> bool:
+    return url.split("://", 1)[0].lower() == SCHEME
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """The parts of a ``redis+sentinel://`` URL; ValueError naming what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != SCHEME:
+        raise ValueError(f"not a {SCHEME}:// URL: {url!r}")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, sep, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if sep else None
+    sentinels = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{SCHEME} URL: expected host:port for each Sentinel, got "
+                             f"{item!r}")
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2:
+        raise ValueError(f"{SCHEME} URL: expected /<master name>[/<db>] after the "
+                         f"Sentinels, got {parts.path or '(nothing)'!r}")
+    if len(path) == 2 and not path[1].isdigit():
+        raise ValueError(f"{SCHEME} URL: the database must be a number, got {path[1]!r}")
+    query = parse_qs(parts.query)
+    return SentinelUrl(tuple(sentinels), unquote(path[0]), int(path[1]) if len(path) == 2
+                       else 0, username, password,
+                       _first(query, "sentinel_username"), _first(query, "sentinel_password"))
+
+
+def _first(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[0] if values else None
+
+
+def client_for(url: str, timeout: float, **options: Any) -> redis.Redis:
+    """A synchronous client for ``url`` (a Sentinel set or one server)."""
+    if not is_sentinel(url):
+        return redis.Redis.from_url(url, socket_timeout=timeout,
+                                    socket_connect_timeout=timeout, **options)
+    spec = parse_sentinel_url(url)
+    sentinel = Sentinel(list(spec.sentinels), sentinel_kwargs=spec.sentinel_kwargs(timeout),
+                        **spec.sentinel_kwargs(timeout))
+    return sentinel.master_for(spec.master, **spec.master_kwargs(timeout), **options)
+
+
+def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis:
+    """An asyncio client for ``url`` (a Sentinel set or one server)."""
+    if not is_sentinel(url):
+        return aioredis.Redis.from_url(url, socket_timeout=timeout,
+                                       socket_connect_timeout=timeout, **options)
+    spec = parse_sentinel_url(url)
+    sentinel = AsyncSentinel(list(spec.sentinels),
+                             sentinel_kwargs=spec.sentinel_kwargs(timeout),
+                             **spec.sentinel_kwargs(timeout))
+    return sentinel.master_for(spec.master, **spec.master_kwargs(timeout), **options)
