@@ -12,8 +12,8 @@ span its child). An unsampled request only carries its ``traceparent`` on
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from multidict import CIMultiDict
@@ -177,17 +177,10 @@ def decision_attributes(decision: dict[str, Any]) -> dict[str, str | int]:
         "director.decision.scores": _compact(scores),
     }
     if dropped:
-        out["director.decision.dropped"] = _compact(dict(_first(dropped, 32)))
+        out["director.decision.dropped"] = _compact(dict(itertools.islice(dropped.items(), 32)))
     if decision.get("stopped_at"):
         out["director.decision.stopped_at"] = decision["stopped_at"]
     return out
-
-
-def _first(items: dict[str, str], n: int) -> Iterator[tuple[str, str]]:
-    for i, pair in enumerate(items.items()):
-        if i >= n:
-            return
-        yield pair
 
 
 def _compact(value: Any) -> str:

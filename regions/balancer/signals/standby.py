@@ -136,11 +136,7 @@ class Standby:
         for wake in self.wakes.values():
             if model in self.pool[wake.backend].models:
                 return wake
-        asleep = [b for b in self.servers if model in b.models and self.asleep(b)
-                  and b.name not in self.wakes]
-        if not asleep:
-            return None
-        return self._begin(min(asleep, key=self.predicted_s))
+        return self.wake_for_more(model)
 
     def _begin(self, backend: Backend) -> _Wake:
         wake = _Wake(backend.name, self.pool.clock(), self.predicted_s(backend))
@@ -223,11 +219,12 @@ class Standby:
             elif reading.desired < reading.servers:
                 await self._sleep_one_idle(model, now)
 
-    def wake_for_more(self, model: str) -> None:
+    def wake_for_more(self, model: str) -> _Wake | None:
+        """A wake begun now of the standby server of ``model`` predicted to wake soonest
+        that is asleep and not already waking (None: it has none)."""
         asleep = [b for b in self.servers if model in b.models and self.asleep(b)
                   and b.name not in self.wakes]
-        if asleep:
-            self._begin(min(asleep, key=self.predicted_s))
+        return self._begin(min(asleep, key=self.predicted_s)) if asleep else None
 
     async def _sleep_one_idle(self, model: str, now: float) -> None:
         for backend in self.servers:
