@@ -60,6 +60,7 @@ from regions.balancer.http.hedging import HedgeSettings
 from regions.balancer.http.metrics import BalancerMetrics
 from regions.balancer.http.refusals import error_response
 from regions.balancer.http.relay import (
+    BROKE_OFF,
     DEFAULT_STALL_S,
     UPSTREAM_ERRORS,
     RelayEnd,
@@ -96,8 +97,7 @@ REVISION_HEADER = "x-director-revision"  # of the model, as the serving backend 
 QUEUE_HEADER = "x-director-queue-ms"  # admitted to sent upstream: the region queue, retries
 RETRYABLE_STATUS = frozenset({500, 502, 503})
 RESUMABLE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
-# how a resumable stream may break off mid-answer with its client's answer left open
-RESUMABLE_ENDS = (RelayEnd.UPSTREAM_STALLED, RelayEnd.UPSTREAM_FAILED)
+RESUMABLE_ENDS = BROKE_OFF  # how a resumable stream may break off mid-answer
 MAX_ERROR_BODY = 64 * 1024
 
 log = logging.getLogger(__name__)

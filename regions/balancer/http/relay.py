@@ -71,6 +71,10 @@ class RelayEnd(enum.Enum):
     UPSTREAM_STALLED = "upstream_stalled"  # silent for ``silence_s``: the client's answer open
 
 
+# how an answer breaks off upstream mid-way, its client's answer left open
+BROKE_OFF = frozenset({RelayEnd.UPSTREAM_STALLED, RelayEnd.UPSTREAM_FAILED})
+
+
 def response_for(upstream: UpstreamResponse, headers: Mapping[str, str]) -> web.StreamResponse:
     """The client's response for ``upstream``: its status and end-to-end headers plus
     ``headers``; the length is kept unless the answer is an event stream."""

@@ -26,10 +26,9 @@ from aiohttp import web
 
 from regions.balancer.http.exchange import Exchange, Next
 from regions.balancer.http.metrics import BalancerMetrics
-from regions.balancer.http.relay import RelayEnd
+from regions.balancer.http.relay import BROKE_OFF, RelayEnd
 from regions.balancer.scheduling.speed import StreamMeter
 
-BROKEN = frozenset({RelayEnd.UPSTREAM_FAILED, RelayEnd.UPSTREAM_STALLED})
 NOT_COUNTED_ENDS = frozenset({RelayEnd.CLIENT_GONE, RelayEnd.CLIENT_STALLED})
 
 
@@ -52,7 +51,7 @@ class RecordSli:
             raise
         status = response.status
         end = exchange.relay_end
-        if status >= 500 or (status == 429 and exchange.shed) or end in BROKEN:
+        if status >= 500 or (status == 429 and exchange.shed) or end in BROKE_OFF:
             self._count(exchange, "error")
         elif status < 300 and end not in NOT_COUNTED_ENDS:
             self._count(exchange, "ok")
