@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from state.credentials import client_options
 from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
+from state.durability import NOT_ASKED, Durability, Expected, ReplicaAcks, judge, queue_confirmation
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
 from state.keys import Keys, drain_field
@@ -25,7 +26,7 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
-from state.sentinel_url import async_client_for
+from state.sentinel_url import async_client_for, replica_acks
 from state.store import DEFAULT_TIMEOUT
 from state.writes import probe_call, queue_drain, queue_region_load
 
@@ -38,9 +39,11 @@ OUTCOMES_TTL_S = 86_400
 class AsyncStateStore:
     """Asynchronous access to the shared state of one deployment (one key prefix)."""
 
-    def __init__(self, client: aioredis.Redis, keys: Keys | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, keys: Keys | None = None,
+                 acks: ReplicaAcks | None = None) -> None:
         self.client = client
         self.keys = keys or Keys()
+        self.acks = acks or ReplicaAcks()
         self._where = describe(client)
         self._hysteresis = client.register_script(SCRIPT)
         self._end_drain = client.register_script(END_DRAIN_SCRIPT)
@@ -57,7 +60,7 @@ class AsyncStateStore:
         options = ({"credential_provider": credentials} if credentials is not None
                    else client_options(url))
         client = async_client_for(url, timeout, **options)
-        return cls(client, Keys(prefix))
+        return cls(client, Keys(prefix), replica_acks(url))
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -65,6 +68,21 @@ class AsyncStateStore:
     async def ping(self) -> None:
         with redis_errors(self._where):
             await self.client.ping()
+
+    async def confirm(self, expected: Expected) -> Durability:
+        """Whether the write that left ``expected`` reached ``acks.replicas`` replicas
+        (``state.durability``); tried ``acks.attempts`` times."""
+        if not self.acks.replicas:
+            return NOT_ASKED
+        result = NOT_ASKED
+        for attempt in range(1, self.acks.attempts + 1):
+            with redis_errors(self._where):
+                pipe = self.client.pipeline(transaction=False)
+                queue_confirmation(pipe, self.keys.prefix, expected, self.acks)
+                result = judge(await pipe.execute(), expected, self.acks, attempt)
+            if result.durable or not result.present:
+                break
+        return result
 
     async def fetch(self, keys: Sequence[str]) -> dict[str, RawHash]:
         """HGETALL of every key in one pipelined round trip; absent keys are left out."""
@@ -147,11 +165,14 @@ class AsyncStateStore:
         draining: bool = True,
         now: float | None = None,
         until: float | None = None,
-    ) -> None:
+    ) -> Durability:
+        """``StateStore.set_drain``: the drain, and whether it reached the replicas."""
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now, until=until)
+            written = queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now,
+                                  until=until)
             await pipe.execute()
+        return await self.confirm(written)
 
     async def end_expired_drain(self, region: str, gpu: str | None, now: float) -> bool:
         """Remove the drain of ``region`` (or its ``gpu``) if its ttl ended by ``now``;

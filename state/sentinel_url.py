@@ -4,24 +4,30 @@
 Sentinels to ask (at least one; list them all), the name they monitor the master under,
 and the database. The user and password are the master's (and its replicas'); Sentinels
 that require a password of their own take it from ``?sentinel_password=...`` (and
-``sentinel_username``). A client made from such a URL (``client_for``) asks the
+``sentinel_username``), and the replicas a critical write waits for from ``?replicas=``
+(default 1; ``state.durability``). A client made from such a URL (``client_for``) asks the
 Sentinels for the current master before it connects and again after any connection
 error, so it follows a failover; its connect and socket timeouts are always set, to the
 same bound as a plain client's (a publish never hangs on a dead connection).
 
 A plain ``redis://`` or ``rediss://`` URL makes a plain client, as before.
+
+``celery_broker`` turns either kind into what Celery's broker takes (kombu's
+``sentinel://`` URLs with ``master_name``), with the same timeouts always set.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
+
+from state.durability import ReplicaAcks
 
 SCHEME = "redis+sentinel"
 
@@ -35,6 +41,7 @@ class SentinelUrl:
     password: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = None
+    replicas: int = 1  # acknowledgements a critical write waits for (state.durability)
 
     def sentinel_kwargs(self, timeout: float) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
@@ -83,9 +90,13 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     if len(path) == 2 and not path[1].isdigit():
         raise ValueError(f"{SCHEME} URL: the database must be a number, got {path[1]!r}")
     query = parse_qs(parts.query)
+    replicas = _first(query, "replicas") or "1"
+    if not replicas.isdigit():
+        raise ValueError(f"{SCHEME} URL: replicas must be a number, got {replicas!r}")
     return SentinelUrl(tuple(sentinels), unquote(path[0]), int(path[1]) if len(path) == 2
                        else 0, username, password,
-                       _first(query, "sentinel_username"), _first(query, "sentinel_password"))
+                       _first(query, "sentinel_username"), _first(query, "sentinel_password"),
+                       int(replicas))
 
 
 def _first(query: dict[str, list[str]], key: str) -> str | None:
@@ -114,3 +125,41 @@ def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis
                              sentinel_kwargs=spec.sentinel_kwargs(timeout),
                              **spec.sentinel_kwargs(timeout))
     return sentinel.master_for(spec.master, **spec.master_kwargs(timeout), **options)
+
+
+# kombu checks its long-lived BRPOP and pub/sub connections this often (seconds), so a
+# consumer left on a dead master reconnects (to the new one) within about twice this
+BROKER_HEALTH_CHECK_S = 5
+
+
+def celery_broker(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
+    """Celery's broker URL and transport options for a state URL: a plain Redis URL as it
+    is, a Sentinel set as kombu's ``sentinel://h:p;sentinel://h:p`` with ``master_name``
+    (kombu asks the Sentinels for the master on every reconnect). Connect and socket
+    timeouts are always set: kombu's default (None) lets a publish hang forever on a
+    connection to a master that died without closing it."""
+    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
+                               "health_check_interval": BROKER_HEALTH_CHECK_S}
+    if not is_sentinel(url):
+        return url, options
+    spec = parse_sentinel_url(url)
+    auth = ""
+    if spec.password is not None:
+        auth = f"{quote(spec.username or '', safe='')}:{quote(spec.password, safe='')}@"
+    broker = ";".join(f"sentinel://{auth}{_host(host)}:{port}/{spec.db}"
+                      for host, port in spec.sentinels)
+    options["master_name"] = spec.master
+    options["sentinel_kwargs"] = spec.sentinel_kwargs(timeout)
+    return broker, options
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def replica_acks(url: str) -> ReplicaAcks:
+    """What a critical write on ``url`` waits for: a Sentinel set's ``?replicas=`` (default
+    1), none on one server (it has no replica we know of)."""
+    if not is_sentinel(url):
+        return ReplicaAcks()
+    return ReplicaAcks(parse_sentinel_url(url).replicas)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import redis
 
 from state.credentials import client_options
+from state.durability import NOT_ASKED, Durability, Expected, ReplicaAcks, judge, queue_confirmation
 from state.errors import PolicyVersionMismatch
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
@@ -31,8 +32,8 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
-from state.sentinel_url import client_for
-from state.writes import probe_call, queue_drain, queue_region_load
+from state.sentinel_url import client_for, replica_acks
+from state.writes import policy_written, probe_call, queue_drain, queue_region_load
 
 DEFAULT_TIMEOUT = 2.0
 
@@ -40,9 +41,11 @@ DEFAULT_TIMEOUT = 2.0
 class StateStore:
     """Synchronous access to the shared state of one deployment (one key prefix)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys | None = None) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys | None = None,
+                 acks: ReplicaAcks | None = None) -> None:
         self.client = client
         self.keys = keys or Keys()
+        self.acks = acks or ReplicaAcks()
         self._where = describe(client)
         self._hysteresis = client.register_script(SCRIPT)
         self._store_policy = client.register_script(POLICY_SCRIPT)
@@ -59,7 +62,7 @@ class StateStore:
         options = ({"credential_provider": credentials} if credentials is not None
                    else client_options(url))
         client = client_for(url, timeout, health_check_interval=30, **options)
-        return cls(client, Keys(prefix))
+        return cls(client, Keys(prefix), replica_acks(url))
 
     def close(self) -> None:
         self.client.close()
@@ -67,6 +70,25 @@ class StateStore:
     def ping(self) -> None:
         with redis_errors(self._where):
             self.client.ping()
+
+    def confirm(self, expected: Expected) -> Durability:
+        """Whether the write that left ``expected`` reached ``acks.replicas`` replicas
+        (``state.durability``); tried ``acks.attempts`` times."""
+        if not self.acks.replicas:
+            return NOT_ASKED
+        result = NOT_ASKED
+        for attempt in range(1, self.acks.attempts + 1):
+            with redis_errors(self._where):
+                pipe = self.client.pipeline(transaction=False)
+                queue_confirmation(pipe, self.keys.prefix, expected, self.acks)
+                result = judge(pipe.execute(), expected, self.acks, attempt)
+            if result.durable or not result.present:
+                break
+        return result
+
+    def confirm_policy(self, version: int, epoch: str) -> Durability:
+        """``confirm`` for policy ``version`` of ``epoch`` (as ``write_policy`` returned)."""
+        return self.confirm(policy_written(self.keys, version, epoch))
 
     # health ------------------------------------------------------------------------------
 
@@ -186,13 +208,16 @@ class StateStore:
         draining: bool = True,
         now: float | None = None,
         until: float | None = None,
-    ) -> None:
+    ) -> Durability:
         """Drain (or undrain) a region, or one GPU server of it when ``gpu`` is given; a
-        drain with ``until`` (wall clock) ends then for every reader."""
+        drain with ``until`` (wall clock) ends then for every reader. Returns whether it
+        reached the replicas (``confirm``)."""
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now, until=until)
+            written = queue_drain(pipe, self.keys, region, gpu, draining=draining, now=now,
+                                  until=until)
             pipe.execute()
+        return self.confirm(written)
 
     def drains(self) -> DrainFlags:
         with redis_errors(self._where):

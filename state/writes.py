@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from state.durability import ABSENT, Expected
 from state.hysteresis import script_args
 from state.keys import Keys, drain_field
 from state.records import RegionLoad, drain_value
@@ -36,15 +37,23 @@ def queue_region_load(pipe: Pipeline, keys: Keys, region: str, load: RegionLoad)
 
 
 def queue_drain(pipe: Pipeline, keys: Keys, region: str, gpu: str | None, *, draining: bool,
-                now: float | None, until: float | None) -> None:
+                now: float | None, until: float | None) -> Expected:
     """Drain (or undrain) a region or one of its GPU servers, published; a drain with
-    ``until`` (wall clock) ends then for every reader."""
+    ``until`` (wall clock) ends then for every reader. Returns what it leaves, to confirm."""
     name = drain_field(region, gpu)
+    value = ABSENT
     if draining:
-        pipe.hset(keys.drain, name, drain_value(time.time() if now is None else now, until))
+        value = drain_value(time.time() if now is None else now, until)
+        pipe.hset(keys.drain, name, value)
     else:
         pipe.hdel(keys.drain, name)
     pipe.publish(keys.changes, keys.drain)
+    return Expected(keys.drain, {name: value})
+
+
+def policy_written(keys: Keys, version: int, epoch: str) -> Expected:
+    """What storing policy ``version`` of ``epoch`` leaves, to confirm."""
+    return Expected(keys.policy, {"version": str(version), "epoch": epoch})
 
 
 def probe_call(keys: Keys, region: str, gpu: str | None, *, ok: bool, rise: int, fall: int,

@@ -35,6 +35,7 @@ from types import TracebackType
 
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
+from state.durability import ABSENT, NOT_ASKED, Durability, Expected
 from state.errors import StateError
 from state.guard import describe, redis_errors
 from state.tasks import cancel_and_wait
@@ -120,28 +121,33 @@ class KeysUnknown(Exception):
     copy was found): a key can be neither accepted nor refused."""
 
 
-async def store_key(store: AsyncStateStore, key: StoredKey) -> None:
-    """Write ``key`` and tell every balancer."""
+async def store_key(store: AsyncStateStore, key: StoredKey) -> Durability:
+    """Write ``key`` and tell every balancer; whether it reached the replicas."""
     name = store.keys.tenant_keys
+    value = key.to_json()
     with redis_errors(describe(store.client)):
         async with store.client.pipeline(transaction=True) as pipe:
-            pipe.hset(name, key.key_id, key.to_json())
+            pipe.hset(name, key.key_id, value)
             pipe.publish(store.keys.changes, name)
             await pipe.execute()
+    return await store.confirm(Expected(name, {key.key_id: value}))
 
 
-async def revoke_key(store: AsyncStateStore, key_id: str) -> StoredKey | None:
-    """Delete the key ``key_id``; what it was, or None when there was none."""
+async def revoke_key(store: AsyncStateStore, key_id: str
+                     ) -> tuple[StoredKey | None, Durability]:
+    """Delete the key ``key_id``: what it was (None when there was none), and whether its
+    removal reached the replicas."""
     name = store.keys.tenant_keys
     with redis_errors(describe(store.client)):
         raw = await store.client.hget(name, key_id)
         if raw is None:
-            return None
+            return None, NOT_ASKED
         async with store.client.pipeline(transaction=True) as pipe:
             pipe.hdel(name, key_id)
             pipe.publish(store.keys.changes, name)
             await pipe.execute()
-    return StoredKey.from_json(key_id, raw)
+    durability = await store.confirm(Expected(name, {key_id: ABSENT}))
+    return StoredKey.from_json(key_id, raw), durability
 
 
 async def load_keys(store: AsyncStateStore) -> dict[str, StoredKey]:

@@ -1,6 +1,7 @@
 """The Celery app of the probe workers; this module only builds it.
 
-The broker is the state server (``DIRECTOR_REDIS_URL``, with the credentials of
+The broker is the state server (``DIRECTOR_REDIS_URL``, a Sentinel set's master when it
+is a ``redis+sentinel://`` URL, followed through a failover; with the credentials of
 ``DIRECTOR_REDIS_USER`` / ``DIRECTOR_REDIS_PASSWORD_FILE`` when the URL has none: see
 :mod:`state.credentials`); its keys and channels are under ``{prefix}:celery:``, where the
 ``worker`` ACL user may write them (:mod:`state.acl`). Results are ignored: probes write
@@ -20,13 +21,16 @@ from celery import Celery
 
 from state.acl import celery_prefix
 from state.credentials import with_credentials
+from state.sentinel_url import celery_broker
 from workers.config import WorkerSettings
+
+BROKER_TIMEOUT_S = 5.0  # above kombu's 1 s BRPOP wait, so a consume never times out idle
 
 
 def create_app(settings: WorkerSettings | None = None) -> Celery:
     """A Celery app for ``settings`` (default: from the environment); connects lazily."""
     settings = settings or WorkerSettings.from_env()
-    broker = with_credentials(settings.redis_url)
+    broker, transport = celery_broker(with_credentials(settings.redis_url), BROKER_TIMEOUT_S)
     app = Celery("director-workers", broker=broker, include=["workers.tasks"])
     app.conf.update(
         task_ignore_result=True,
@@ -41,8 +45,9 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
         broker_connection_retry_on_startup=True,
         # the broker's keys and channels under {prefix}:celery:, where the worker's ACL
         # user may write them
-        broker_transport_options={"visibility_timeout": 60,
+        broker_transport_options={**transport, "visibility_timeout": 60,
                                   "global_keyprefix": celery_prefix(settings.state_prefix)},
+        broker_connection_timeout=BROKER_TIMEOUT_S,
         beat_scheduler="workers.beat:PolicyScheduler",
         director_settings=settings,
     )

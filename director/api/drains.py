@@ -30,7 +30,8 @@ class Drains:
 
     async def set(self, policy: Policy, region: str, gpu: str | None, *, draining: bool,
                   ttl: Any = None) -> dict[str, Any]:
-        """Set the drain flag; raises ``NotFound``, ``BadTtl`` or ``StateError``."""
+        """Set the drain flag; raises ``NotFound``, ``BadTtl`` or ``StateError``. The
+        answer says whether the flag reached the replicas (``state.durability``)."""
         if gpu is None:
             find_region(policy, region)
         else:
@@ -38,11 +39,12 @@ class Drains:
         seconds = check_ttl(ttl, default=None) if draining else None
         key = f"drain {drain_field(region, gpu)}"
         until = None if seconds is None else time.time() + seconds
-        await self._store.set_drain(region, gpu, draining=draining, until=until)
+        durability = await self._store.set_drain(region, gpu, draining=draining, until=until)
         self._deadman.cancel(key)
         if seconds is not None:
             self._deadman.schedule(key, seconds, lambda: self._expire(region, gpu))
-        return {"region": region, "gpu": gpu, "draining": draining, "until": until}
+        return {"region": region, "gpu": gpu, "draining": draining, "until": until,
+                "durability": durability.to_json()}
 
     async def resume(self) -> int:
         """Take over the ttls of the drains in the shared state (at start): remove those

@@ -33,6 +33,7 @@ from director.api.policy_etag import Expected, etag
 from director.engine import Engine
 from policies import Diagnostic, Policy
 from state import PolicyRecord, StateStore
+from state.durability import NOT_ASKED, Durability
 from state.errors import PolicyVersionMismatch
 from state.policy_identity import Order, PolicyIdentity, compare, policy_digest
 
@@ -50,6 +51,7 @@ class ActivePolicy:
     warnings: tuple[Diagnostic, ...] = ()  # the lint's, from the policy gate
     proofs: tuple[str, ...] = ()  # digests of the engine proofs that passed, stored with it
     epoch: str = ""  # of the Redis record it was stored in or read from
+    durability: Durability = NOT_ASKED  # of the write that stored it (``replace``)
 
     @functools.cached_property
     def digest(self) -> str:
@@ -142,8 +144,11 @@ class PolicyHolder:
                 except OSError:  # already shared through Redis: activate it all the same
                     log.exception("api: policy version %d stored in Redis but not on disk",
                                   version)
+            durability = await asyncio.to_thread(self._store.confirm_policy, version, epoch)
+            if not durability.durable:
+                log.warning("api: policy version %d is %s", version, durability.describe())
             return self._swap(ActivePolicy(document, policy, version, Engine(policy),
-                                           warnings, proofs, epoch))
+                                           warnings, proofs, epoch, durability))
 
     async def sync(self, read: Callable[[], Awaitable[PolicyRecord | None]]) -> str:
         """One follow step: ``read`` the record, then adopt a newer version, store ours when

@@ -47,6 +47,7 @@ from typing import Any
 from director.rollouts.gates import DEFAULT_GATES, Gate, Verdict, judge_all
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.durability import Durability, Expected
 from state.errors import RecordError
 from state.guard import describe, redis_errors
 from state.outcomes import Outcomes, parse_outcome_field
@@ -437,6 +438,14 @@ class RolloutController:
                 pipe.hset(self.store.keys.split(region), spec.model, value)
                 pipe.publish(self.store.keys.changes, self.store.keys.split(region))
             await pipe.execute()
+        written = {spec.model: value}
+        for region in spec.regions:
+            self._warn_unless_durable(await self.store.confirm(
+                Expected(self.store.keys.split(region), written)), f"split of {region}")
+
+    def _warn_unless_durable(self, durability: Durability, what: str) -> None:
+        if not durability.durable:
+            log.warning("rollouts: the %s is %s", what, durability.describe())
 
     async def _read_counts(self, spec: RolloutSpec) -> dict[str, dict[str, Outcomes]]:
         """Per region, the cumulative counts of the baseline and the candidate, one entry
@@ -458,7 +467,9 @@ class RolloutController:
         return counts
 
     async def _save(self, rollout: Rollout) -> None:
+        value = json.dumps(rollout.to_json(), sort_keys=True)
         with redis_errors(self._where):
-            await self.store.client.hset(self.store.keys.rollouts, rollout.id,
-                                         json.dumps(rollout.to_json(), sort_keys=True))
+            await self.store.client.hset(self.store.keys.rollouts, rollout.id, value)
         self.known[rollout.id] = rollout
+        self._warn_unless_durable(await self.store.confirm(
+            Expected(self.store.keys.rollouts, {rollout.id: value})), f"rollout {rollout.id}")

@@ -20,7 +20,10 @@ async def test_drain_and_undrain_a_region(tmp_path, valkey, prefix):
     async with running_api(tmp_path, valkey.url, prefix) as api:
         status, body = await api.post("/api/v1/regions/eu-central/drain")
         assert status == 200, body
-        assert body == {"region": "eu-central", "gpu": None, "draining": True, "until": None}
+        assert body == {"region": "eu-central", "gpu": None, "draining": True, "until": None,
+                        # one server, no replica to wait for: as durable as it can be
+                        "durability": {"durable": True, "replicas_acknowledged": 0,
+                                       "replicas_wanted": 0, "present": True}}
         assert store.drains().regions == {"eu-central"}
 
         async def shows(draining: bool) -> bool:

@@ -91,8 +91,8 @@ async def test_keys_in_valkey_identify_on_every_balancer_and_revocation_reaches_
                     "acme", "api-key", made.stored.key_id)
                 gone = await who.identify({"api-key": other.token})
                 assert isinstance(gone, Refused) and gone.reason == "unknown_tenant"
-            assert await revoke_key(admin, made.stored.key_id) == made.stored
-            assert await revoke_key(admin, made.stored.key_id) is None
+            assert (await revoke_key(admin, made.stored.key_id))[0] == made.stored
+            assert (await revoke_key(admin, made.stored.key_id))[0] is None
             await _until(lambda: made.stored.key_id not in one.keys and
                          made.stored.key_id not in two.keys)
             refused = await identifiers[1].identify(bearer(made.token))

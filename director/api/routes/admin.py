@@ -57,6 +57,7 @@ async def put_policy(request: Request, response: Response, runtime: Runtime,
     response.headers["ETag"] = etag(active.identity)
     return {"version": active.version, "name": active.document.name,
             "digest": active.digest, "epoch": active.epoch, "etag": etag(active.identity),
+            "durability": active.durability.to_json(),
             "warnings": [{**w.as_dict(), "text": w.render(sources)} for w in active.warnings]}
 
 

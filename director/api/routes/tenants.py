@@ -50,12 +50,13 @@ async def create_key(tenant: str, request: Request, runtime: Runtime,
     label = await _label(request)
     made = new_key(tenant, label)
 
-    async def change() -> None:
-        await store_key(runtime.store, made.stored)
+    async def change() -> dict[str, Any]:
+        durability = await store_key(runtime.store, made.stored)
+        return {**made.stored.public(), "key": made.token,
+                "durability": durability.to_json()}
 
-    await audited(runtime, who, "tenant.key.create", tenant,
-                  {"id": made.stored.key_id, "label": label}, change())
-    return {**made.stored.public(), "key": made.token}
+    return await audited(runtime, who, "tenant.key.create", tenant,
+                         {"id": made.stored.key_id, "label": label}, change())
 
 
 @router.delete("/{tenant}/keys/{key_id}", summary="Revoke an API key")
@@ -66,8 +67,9 @@ async def delete_key(tenant: str, key_id: str, runtime: Runtime,
         keys = await load_keys(runtime.store)
         if key_id not in keys or keys[key_id].tenant != tenant:
             raise NotFound(f"tenant '{tenant}' has no key '{key_id}'")
-        revoked = await revoke_key(runtime.store, key_id)
-        return {"revoked": key_id, "tenant": tenant, "existed": revoked is not None}
+        revoked, durability = await revoke_key(runtime.store, key_id)
+        return {"revoked": key_id, "tenant": tenant, "existed": revoked is not None,
+                "durability": durability.to_json()}
 
     return await audited(runtime, who, "tenant.key.revoke", tenant, {"id": key_id}, change())
 
