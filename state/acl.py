@@ -14,7 +14,8 @@ balancer    read ``{p}:*``; write its load (``{p}:load:region:*``), the tenants'
             (``{p}:throttle:*``), its revisions' answer counts (``{p}:outcomes:*``);
             publish and subscribe ``{p}:changes``
 worker      read ``{p}:*``; write probe health (``{p}:health:*``), scraped and probed
-            load (``{p}:load:*``) and latency (``{p}:latency``); the Celery broker
+            load (``{p}:load:*``), latency (``{p}:latency``), the beat lease
+            (``{p}:beat:*``); the Celery broker
             (``{p}:celery:*`` keys and channels, and the remote control channel
             ``{p}:celery:/{db}.celery.pidbox``, which kombu PSUBSCRIBEs: an ACL checks a
             pattern literally); ``{p}:changes``
@@ -68,13 +69,29 @@ def role_rules(role: str, prefix: str = "director", db: int = 0) -> str:
                     f"~{p}:throttle:*", f"~{p}:outcomes:*", changes]
         case "worker":
             celery = celery_prefix(p)
-            keys = [read_all, f"~{p}:health:*", f"~{p}:load:*", f"~{p}:latency",
+            keys = [read_all, f"~{p}:health:*", f"~{p}:load:*", f"~{p}:latency", f"~{p}:beat:*",
                     f"~{celery}*", changes, f"&{celery}*", f"&{celery}/{db}.celery.pidbox"]
         case "dns":
             keys = [read_all, changes]
         case _:
             raise ValueError(f"unknown state role {role!r} (roles: {', '.join(ROLES)})")
     return " ".join(["resetkeys", "resetchannels", *keys, "-@all", _COMMANDS])
+
+
+# The users a replicated set needs besides the roles: replicas log in to their master as
+# ``replica``, Sentinels to every server as ``sentinel`` (the commands Redis's Sentinel
+# documentation lists for an ACL user of Sentinel's).
+REPLICA_RULES = "resetkeys resetchannels -@all +psync +replconf +ping"
+SENTINEL_RULES = ("resetkeys allchannels -@all +multi +slaveof +ping +exec +subscribe "
+                  "+config|rewrite +role +publish +info +client|setname +client|kill "
+                  "+script|kill")
+
+
+def replication_users(replica_password: str, sentinel_password: str) -> str:
+    """The ACL lines of the ``replica`` and ``sentinel`` users of a replicated set."""
+    return (f"user replica reset on #{password_digest(replica_password)} {REPLICA_RULES}\n"
+            f"user sentinel reset on #{password_digest(sentinel_password)} "
+            f"{SENTINEL_RULES}\n")
 
 
 def password_digest(password: str) -> str:

@@ -177,9 +177,9 @@ class AsyncStateStore:
     async def end_expired_drain(self, region: str, gpu: str | None, now: float) -> bool:
         """Remove the drain of ``region`` (or its ``gpu``) if its ttl ended by ``now``;
         whether it was removed (not if it was set again since, or is already gone)."""
-        keys = [self.keys.drain, self.keys.changes]
         with redis_errors(self._where):
-            return bool(await self._end_drain(keys=keys, args=[drain_field(region, gpu), now]))
+            return bool(await self._end_drain(keys=[self.keys.drain], args=[
+                drain_field(region, gpu), now, self.keys.changes]))
 
     async def drains(self) -> DrainFlags:
         raw = await self.fetch([self.keys.drain])

@@ -24,7 +24,16 @@ can share one server)::
                                       timestamp, or "{set-at} until {end}" for a ttl
     {p}:tenant-keys                   hash  field key id -> JSON of the tenant API key
                                       (tenant, SHA-256 of its secret, label, created)
+    {p}:beat:leader                   string  the worker whose beat sends the probes now
+                                      (workers.beat_lease), with its lease as the ttl
+    {p}:ack:{{key}}                   string  the last confirmation of a critical write to
+                                      ``key`` (state.durability)
     {p}:changes                       pub/sub channel; each message is the key that changed
+
+Redis Cluster: every script touches one key (the hysteresis, policy, drain-end and quota
+scripts each their own hash; the beat lease its string), and a confirmation's ack key
+carries the written key as its hash tag, so each lands on one shard. Pipelines that write
+several keys (a rollout's splits) are not transactions and need no common slot.
 
 Region and GPU server names never contain ``:`` or ``|`` (the policy grammar's identifiers).
 """
@@ -76,6 +85,10 @@ class Keys:
     @property
     def tenant_keys(self) -> str:
         return f"{self.prefix}:tenant-keys"
+
+    @property
+    def beat_leader(self) -> str:
+        return f"{self.prefix}:beat:leader"
 
     @property
     def rollouts(self) -> str:

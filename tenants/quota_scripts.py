@@ -3,7 +3,8 @@
 Both run on the server's clock (``TIME``), so every balancer agrees on time. The arithmetic is
 GCRA, as described in :mod:`tenants.local_limits`; a bucket's key holds its ``tat`` (seconds,
 as text with microseconds) and expires when the bucket is full again, so an idle tenant leaves
-nothing behind. Keys, per tenant::
+nothing behind. Keys, per tenant (``{tenant}`` in braces: a Redis Cluster hash tag, so all
+four are on one shard)::
 
     {p}:quota:{tenant}:requests        string  tat of the request bucket
     {p}:quota:{tenant}:input_tokens    string  tat of the input-token bucket
@@ -174,7 +175,8 @@ NO_LEASE = -1  # a concurrency limit of -1: ``TAKE`` takes no lease
 
 def quota_keys(prefix: str, tenant: str) -> list[str]:
     """The keys of both scripts: the three rate buckets, then the concurrency set."""
-    return [f"{prefix}:quota:{tenant}:{name}" for name in (*RATE_LIMITS, CONCURRENT)]
+    # the tenant as the hash tag: the four keys one script touches share a Cluster slot
+    return [f"{prefix}:quota:{{{tenant}}}:{name}" for name in (*RATE_LIMITS, CONCURRENT)]
 
 
 @dataclass(frozen=True)

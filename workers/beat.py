@@ -10,6 +10,8 @@ The policy source is ``app.conf.director_policy_source`` when set (in-process us
 file named by ``DIRECTOR_POLICY``, followed by the version stored in the state server once
 there is one (``workers.policy_source.StoredPolicy``; ``DIRECTOR_FOLLOW_POLICY=0``: the file
 only).
+
+Every worker may run beat: only the holder of the beat lease (``workers.beat_lease``) sends.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 from celery.beat import Scheduler
 
+from state.store import StateStore
+from workers.beat_lease import BeatLease
 from workers.config import WorkerSettings
 from workers.errors import PolicySourceError
 from workers.policy_source import PolicyFile, PolicySource, policy_source
@@ -36,6 +40,7 @@ class PolicyScheduler(Scheduler):
         self._heap_generation = -1
         self._next_check = 0.0
         self._source: PolicySource | None = None
+        self._lease: BeatLease | None = None
         super().__init__(*args, **kwargs)
 
     @property
@@ -44,6 +49,9 @@ class PolicyScheduler(Scheduler):
 
     def setup_schedule(self) -> None:
         self._source = self.app.conf.get("director_policy_source") or self._file_source()
+        settings = self.settings
+        store = StateStore.from_url(settings.redis_url, prefix=settings.state_prefix)
+        self._lease = BeatLease(store.client, store.keys.beat_leader)
         self.reload()
 
     def reload(self) -> bool:
@@ -73,6 +81,8 @@ class PolicyScheduler(Scheduler):
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if time.monotonic() >= self._next_check:
             self.reload()
+        if self._lease is not None and not self._lease.held():
+            return min(self._lease.retry_in(), max(0.0, self._next_check - time.monotonic()))
         delay = super().tick(*args, **kwargs)
         return min(delay, max(0.0, self._next_check - time.monotonic()))
 

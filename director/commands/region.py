@@ -325,8 +325,9 @@ def shared_state(
 
     if not redis_url:
         return None
-    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        _usage(f"--redis: expected redis://HOST:PORT/DB, got '{redacted(redis_url)}'")
+    if not redis_url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
+        _usage(f"--redis: expected redis://HOST:PORT/DB or redis+sentinel://HOST:PORT[,...]/"
+               f"MASTER/DB, got '{redacted(redis_url)}'")
     key_table = state_dir / KEY_TABLE_FILE if state_dir is not None else None
     return SharedStateConfig(redis_url, prefix=prefix, stale_after_s=stale_after,
                              key_table_file=key_table, quota_wait_s=quota_wait_s)

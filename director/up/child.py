@@ -91,7 +91,7 @@ class Child:
         self.state = ChildState.STARTING
         with open(self.log_path, "ab") as logfile:
             self.process = await asyncio.create_subprocess_exec(
-                *self.spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
+                *self.spec.command(), stdin=asyncio.subprocess.DEVNULL, stdout=logfile,
                 stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1",
                                                        **self.spec.env},
                 start_new_session=True, preexec_fn=_die_with_parent)

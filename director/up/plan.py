@@ -33,6 +33,11 @@ class ChildSpec:
     address: str | None = None  # what it serves, for the operator
     ready_tcp: tuple[str, int] | None = None  # ready once this TCP port accepts
     binds: tuple[Bind, ...] = ()  # what it listens on, checked free before anything starts
+    netns: str | None = None  # the network namespace it runs in (a host of the HA lab)
+
+    def command(self) -> tuple[str, ...]:
+        """What to execute: ``argv``, inside ``netns`` when it has one."""
+        return ("ip", "netns", "exec", self.netns, *self.argv) if self.netns else self.argv
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ async def test_the_stores_stay_within_their_bound(valkey: EmbeddedValkey, prefix
             await store.put("short", b"y", 0.05, 1000)
             await asyncio.sleep(0.1)
             assert await store.get("short") is None
-        total = await shared.client.get(f"{prefix}:cache:r:total")
+        total = await shared.client.get(f"{prefix}:cache:{{r}}:total")
         assert int(total) <= 1000
     finally:
         await shared.close()

@@ -69,7 +69,7 @@ async def server_time_here(client: aioredis.Redis) -> float:
 
 async def backlog(client: aioredis.Redis, prefix: str, tenant: str, bucket: str) -> float:
     """Seconds the bucket's theoretical arrival time is ahead of the server's clock."""
-    tat = await client.get(f"{prefix}:quota:{tenant}:{bucket}")
+    tat = await client.get(f"{prefix}:quota:{{{tenant}}}:{bucket}")
     return max(0.0, float(tat) - await server_time(client)) if tat else 0.0
 
 
@@ -108,7 +108,7 @@ def slice_bound(limit: float, cost: float) -> float:
 async def room(client: aioredis.Redis, prefix: str, tenant: str, bucket: str,
                per_minute: float) -> tuple[float, float]:
     """The server's time, and the units the bucket has room for then."""
-    tat = await client.get(f"{prefix}:quota:{tenant}:{bucket}")
+    tat = await client.get(f"{prefix}:quota:{{{tenant}}}:{bucket}")
     now = await server_time(client)
     backlog = max(0.0, float(tat) - now) if tat else 0.0
     return now, (60.0 - backlog) * per_minute / 60.0
@@ -312,7 +312,7 @@ async def test_a_concurrency_limit_costs_one_round_trip_and_none_at_finish(
             await admission.finish(0)
             assert client.calls == before + 1  # the release goes later
         await gate.drain()
-        assert await client.zcard(f"{prefix}:quota:acme:concurrent") == 0  # all released
+        assert await client.zcard(f"{prefix}:quota:{{acme}}:concurrent") == 0  # all released
     finally:
         await client.aclose()
 
@@ -560,7 +560,7 @@ async def test_idle_keys_expire(valkey: EmbeddedValkey, prefix: str) -> None:
         gate = gate_on(client, prefix, lease_s=30.0)
         started = await server_time(client)
         assert (await admit(gate, quota, "a", input_tokens=200)).allowed
-        ttl = {name: await client.pttl(f"{prefix}:quota:acme:{name}") / 1000
+        ttl = {name: await client.pttl(f"{prefix}:quota:{{acme}}:{name}") / 1000
                for name in ("requests", "input_tokens", "concurrent")}
         figures = {"requests": 1.0,  # the bucket is full again one interval later
                    "input_tokens": 2.0, "concurrent": 30.0}  # the lease
@@ -681,7 +681,7 @@ async def test_an_admission_given_up_while_redis_decides_gives_back_what_it_took
             with contextlib.suppress(asyncio.CancelledError):
                 await waiting
             await gate.drain()
-        assert await client.zcard(f"{prefix}:quota:acme:concurrent") == 0
+        assert await client.zcard(f"{prefix}:quota:{{acme}}:concurrent") == 0
         assert (await admit(gate, slots, "next")).allowed
         assert gate.outstanding("acme") == {"requests": 2}  # its own, and the slice
 
@@ -693,7 +693,7 @@ async def test_streaming_refreshes_the_lease(valkey: EmbeddedValkey, prefix: str
     its slot, and the streaming one still holds its own."""
     quota = TenantQuota(concurrent=2)
     lease_s = OUTLIVES_STALLS_S
-    leases = f"{prefix}:quota:acme:concurrent"
+    leases = f"{prefix}:quota:{{acme}}:concurrent"
     async with clients(valkey.url) as (client,):
         gate = gate_on(client, prefix, lease_s=lease_s, output_flush_s=0.1)
         streaming, silent = await admit(gate, quota, "a"), await admit(gate, quota, "b")

@@ -90,7 +90,8 @@ class RedisStore:
 
     def __init__(self, client: aioredis.Redis, prefix: str, region: str) -> None:
         self.client = client
-        self.base = f"{prefix}:cache:{region}"
+        # the region as the hash tag: the four keys one script touches share a Cluster slot
+        self.base = f"{prefix}:cache:{{{region}}}"
         self._put = client.register_script(_PUT)
 
     async def get(self, key: str) -> bytes | None:
