@@ -7,7 +7,9 @@ Rules (the policy model has no probe section of its own):
   every 2 s, 1 s timeout, metrics at ``/metrics``.
 - A region's balancer uses the check its ``healthcheck`` names, else ``GET /healthz``
   expecting 200, every 1 s, 500 ms timeout. Its URL is ``http://{first endpoint}:{port}``
-  unless ``balancer_urls`` overrides it (embedded mode and tests run balancers on free ports).
+  unless ``balancer_urls`` overrides it (embedded mode and tests run balancers on free ports);
+  a region with several endpoints (a balancer on each) has the others as ``alternates``,
+  asked in turn when the first does not answer: the region's balancer is up while any is.
 - Rise/fall come from the failover blocks of the services that serve the region: the smallest
   ``fall`` (fail fast for the most demanding service) and the largest ``rise`` (recover
   only when every service would). The balancer probe runs at the shorter of its check's
@@ -73,13 +75,16 @@ class BalancerTarget:
     timeout: float
     rise: int
     fall: int
+    alternates: tuple[str, ...] = ()  # the region's other balancers, asked when it fails
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BalancerTarget:
-        return cls(**data)
+        fields = dict(data)
+        fields["alternates"] = tuple(fields.get("alternates", ()))  # JSON made it a list
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,8 @@ def probe_targets(
                 timeout=min(check.timeout, interval),
                 rise=rise,
                 fall=fall,
+                alternates=() if region.name in overrides else _alternates(region,
+                                                                           balancer_port),
             )
         )
         parts = urlsplit(url)
@@ -183,6 +190,12 @@ def _hysteresis(policy: Policy, region: str) -> tuple[int, int, float | None]:
         min(s.failover.fall for s in serving),
         min(s.failover.interval for s in serving),
     )
+
+
+def _alternates(region: Region, port: int) -> tuple[str, ...]:
+    """The URLs of the region's balancers after the first (its other endpoints)."""
+    hosts = [*region.endpoints_v4, *(f"[{a}]" for a in region.endpoints_v6)]
+    return tuple(dict.fromkeys(f"http://{h}:{port}" for h in hosts[1:]))
 
 
 def _balancer_url(region: Region, port: int) -> str | None:

@@ -53,6 +53,21 @@ def test_balancer_check_records_health_and_reported_load(
     assert record is not None and record.up is True
 
 
+def test_a_region_is_up_while_any_of_its_balancers_answers(
+    store: StateStore, fake_gpu: FakeGpu
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    target = BalancerTarget("eu", dead, "/healthz", 200, 1.0, 0.5, 1, 1,
+                            alternates=(fake_gpu.url,))
+    assert check_balancer(store, target).outcome is ProbeOutcome.CHANGED
+    record = store.balancer_health("eu")
+    assert record is not None and record.up is True
+    fake_gpu.status = 503  # now none answers
+    check_balancer(store, target)
+    record = store.balancer_health("eu")
+    assert record is not None and record.up is False and record.status == 503
+
+
 def test_load_from_body_needs_every_field() -> None:
     assert load_from_body(b"ok", now=1.0) is None
     assert load_from_body(b'{"queue_depth": 1}', now=1.0) is None

@@ -47,9 +47,16 @@ def load_from_body(body: bytes, *, now: float) -> RegionLoad | None:
 def check_balancer(
     store: StateStore, target: BalancerTarget, *, probe_id: str = ""
 ) -> BalancerStatus:
-    """Probe a region's balancer, record its health and, if reported, its load."""
+    """Probe a region's balancer, record its health and, if reported, its load. A region
+    with several balancers is up while any answers: the others are asked in turn when the
+    first does not."""
     now = time.time()
     ok, result = check(target.url, target.health_path, expect=target.expect, timeout=target.timeout)
+    for url in target.alternates:
+        if ok:
+            break
+        ok, result = check(url, target.health_path, expect=target.expect,
+                           timeout=target.timeout)
     error = result.error or ("" if ok else f"status {result.status}, expected {target.expect}")
     outcome = store.record_probe(
         target.region,
