@@ -7,8 +7,10 @@ that require a password of their own take it from ``?sentinel_password=...`` (an
 ``sentinel_username``), and the replicas a critical write waits for from ``?replicas=``
 (default 1; ``state.durability``). A client made from such a URL (``client_for``) asks the
 Sentinels for the current master before it connects and again after any connection
-error, so it follows a failover; its connect and socket timeouts are always set, to the
-same bound as a plain client's (a publish never hangs on a dead connection).
+error (every Sentinel, trusting the newest epoch: ``state.sentinel_client``), so it
+follows a failover, also one a partition caused; its connect and socket timeouts are
+always set, to the same bound as a plain client's (a publish never hangs on a dead
+connection).
 
 A plain ``redis://`` or ``rediss://`` URL makes a plain client, as before.
 
@@ -24,10 +26,14 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
-from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.sentinel import Sentinel
 
 from state.durability import ReplicaAcks
+from state.sentinel_client import (
+    AsyncLeavingConnection,
+    AsyncQuorumSentinel,
+    LeavingConnection,
+    QuorumSentinel,
+)
 
 SCHEME = "redis+sentinel"
 
@@ -110,9 +116,11 @@ def client_for(url: str, timeout: float, **options: Any) -> redis.Redis:
         return redis.Redis.from_url(url, socket_timeout=timeout,
                                     socket_connect_timeout=timeout, **options)
     spec = parse_sentinel_url(url)
-    sentinel = Sentinel(list(spec.sentinels), sentinel_kwargs=spec.sentinel_kwargs(timeout),
-                        **spec.sentinel_kwargs(timeout))
-    return sentinel.master_for(spec.master, **spec.master_kwargs(timeout), **options)
+    sentinel = QuorumSentinel(list(spec.sentinels),
+                              sentinel_kwargs=spec.sentinel_kwargs(timeout),
+                              **spec.sentinel_kwargs(timeout))
+    return sentinel.master_for(spec.master, connection_class=LeavingConnection,
+                               **spec.master_kwargs(timeout), **options)
 
 
 def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis:
@@ -121,10 +129,11 @@ def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis
         return aioredis.Redis.from_url(url, socket_timeout=timeout,
                                        socket_connect_timeout=timeout, **options)
     spec = parse_sentinel_url(url)
-    sentinel = AsyncSentinel(list(spec.sentinels),
-                             sentinel_kwargs=spec.sentinel_kwargs(timeout),
-                             **spec.sentinel_kwargs(timeout))
-    return sentinel.master_for(spec.master, **spec.master_kwargs(timeout), **options)
+    sentinel = AsyncQuorumSentinel(list(spec.sentinels),
+                                   sentinel_kwargs=spec.sentinel_kwargs(timeout),
+                                   **spec.sentinel_kwargs(timeout))
+    return sentinel.master_for(spec.master, connection_class=AsyncLeavingConnection,
+                               **spec.master_kwargs(timeout), **options)
 
 
 # kombu checks its long-lived BRPOP and pub/sub connections this often (seconds), so a

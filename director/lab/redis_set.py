@@ -19,6 +19,7 @@ import redis
 from director.up.plan import Bind, ChildSpec
 from state.acl import acl_file, new_password, replication_users
 from state.private_file import write_private
+from state.sentinel_client import newest_master
 
 MASTER_NAME = "director-state"
 REDIS_PORT = 6379
@@ -28,10 +29,12 @@ SENTINEL_PORT = 26379
 @dataclass(frozen=True)
 class SentinelTimings:
     """Sentinel's clock: down after ``down_after_ms`` without an answer; a failover that
-    has not finished in ``failover_timeout_ms`` is tried again."""
+    has not finished in ``failover_timeout_ms`` is tried again; a master that has heard
+    from no replica for ``max_lag_s`` refuses writes."""
 
     down_after_ms: int = 2000
     failover_timeout_ms: int = 6000
+    max_lag_s: int = 5  # min-replicas-max-lag: a master alone refuses writes after it
 
 
 @dataclass(frozen=True)
@@ -48,17 +51,19 @@ class RedisSet:
         return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
 
     def master(self, timeout: float = 2.0) -> str | None:
-        """The master's address as the first Sentinel that answers says (None: none)."""
+        """The master's address as the Sentinels say, the newest epoch winning (as the
+        stores' clients choose: ``state.sentinel_client``); None: none names one."""
+        answers = []
         for address in self.servers:
             try:
-                answer = redis.Redis(address, SENTINEL_PORT, socket_timeout=timeout,
-                                     socket_connect_timeout=timeout).execute_command(
-                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
+                masters = redis.Redis(address, SENTINEL_PORT, socket_timeout=timeout,
+                                      socket_connect_timeout=timeout).sentinel_masters()
             except redis.exceptions.RedisError:
                 continue
-            if answer:
-                return _text(answer[0])
-        return None
+            answers.append(masters.get(MASTER_NAME))
+        found = newest_master(answers, lambda state: state.get("is_master")
+                              and not state.get("is_odown"))
+        return found[0] if found else None
 
     def server(self, address: str, timeout: float = 2.0) -> redis.Redis:
         """A client of one server, logged in as ``sentinel`` (it may read ``INFO``)."""
@@ -112,7 +117,10 @@ def redis_set_children(servers: Sequence[tuple[str, str]], folder: Path,
         lines = [f"port {REDIS_PORT}", f"bind {address} 127.0.0.1", "protected-mode no",
                  'save ""', "appendonly no", f"dir {home}", f"aclfile {home / 'users.acl'}",
                  "masteruser replica", f"masterauth {replica_password}",
-                 "repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
+                 "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
+                 # a master cut off from every replica refuses writes after this lag, so
+                 # its clients leave it for the new one (state.sentinel_client)
+                 "min-replicas-to-write 1", f"min-replicas-max-lag {timings.max_lag_s}"]
         if address != master:
             lines.append(f"replicaof {master} {REDIS_PORT}")
         write_private(home / "redis.conf", "\n".join(lines) + "\n")

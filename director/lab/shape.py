@@ -26,6 +26,7 @@ DNS_PORT = 53
 MODEL = "llama-3.1-8b-instruct"
 ZONE = "infer.lab.example"
 SERVICE = f"chat.{ZONE}"
+TENANT = "lab"
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ def policy_text(shape: LabShape, address: dict[str, str], gateway_network: str) 
         lines += ["    residency eu { clients jurisdiction EU; allow jurisdiction EU; "
                   "all-down answer-allowed }",
                   f"    unknown-location regions {' '.join(eu)}"]
-    lines += ["    all-down answer-nothing", "}", ""]
+    lines += ["    all-down answer-nothing", "}", "",
+              # clients log in with API keys (critical writes: the drills' ledger)
+              "identity { api-keys on }", f"tenant {TENANT} {{ weight 1 }}", ""]
     return "\n".join(lines)
 
 
