@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "rollout": ("director.commands.rollout", "app", True),
     "traces": ("director.commands.traces", "app", True),
     "slo": ("director.commands.slo", "app", True),
+    "lab": ("director.commands.lab", "app", True),
 }
 
 

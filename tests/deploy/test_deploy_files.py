@@ -167,15 +167,15 @@ def test_every_follower_follows_the_stored_policy(site):
     assert "--no-follow-policy" not in site.argv, f"{site.where}: --no-follow-policy"
 
 
-def test_one_beat_per_deployment():
+def test_workers_run_beat_and_kubernetes_runs_two_of_them():
+    """Beat runs in every worker (the beat lease lets one send at a time), so losing a
+    worker loses no probes: Kubernetes runs two."""
     for where in ("compose", "k8s"):
         workers = sites_of([s for s in DEPLOY_SITES if s.where.startswith(where + ":")],
                            "workers")
-        beats = [s for s in workers if "--no-beat" not in s.argv]
-        assert len(beats) == 1, f"{where}: {len(beats)} workers run beat"
+        assert workers and all("--no-beat" not in s.argv for s in workers), where
     (deployment,) = [d for d in k8s_kind("Deployment") if d["metadata"]["name"] == "workers"]
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["replicas"] >= 2
 
 
 # -- the policies shipped in deploy/ ----------------------------------------------------

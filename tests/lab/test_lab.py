@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from director.lab.drill import run_drill
+from director.lab.redis_set import SentinelTimings
 from director.lab.run import Lab
 from director.lab.shape import LabShape
 
@@ -24,7 +25,11 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get(
 
 def test_the_lab_survives_a_master_kill_and_a_master_partition(tmp_path: Path) -> None:
     async def run() -> list[dict]:
-        lab = Lab(LabShape(), tmp_path / "lab", n=231)
+        # Sentinel's clock at CI size: down after 1 s, a cut-off master refusing writes
+        # after 3 s without a replica (the lab's default: 2 s and 5 s)
+        lab = Lab(LabShape(), tmp_path / "lab", n=231,
+                  timings=SentinelTimings(down_after_ms=1000, failover_timeout_ms=3000,
+                                          max_lag_s=3))
         reports = []
         try:
             await lab.start()
@@ -32,8 +37,8 @@ def test_the_lab_survives_a_master_kill_and_a_master_partition(tmp_path: Path) -
             assert len(manifest["hosts"]) == 9 and manifest["state"].startswith(
                 "redis+sentinel://")
             for fault in ("master-kill", "master-partition"):
-                reports.append(await run_drill(lab, fault, fault_s=10, settle_s=6,
-                                               warmup_s=2))
+                reports.append(await run_drill(lab, fault, fault_s=7, settle_s=4,
+                                               warmup_s=1.5))
         finally:
             await lab.stop()
         return reports
