@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from director.lab.drill import FOLLOW_SLACK_S, run_drill  # noqa: E402
-from director.lab.faults import FAULTS  # noqa: E402
-from director.lab.run import Lab  # noqa: E402
-from director.lab.shape import LabShape  # noqa: E402
+from director.lab.drill import FOLLOW_SLACK_S, run_drill
+from director.lab.faults import FAULTS
+from director.lab.run import Lab
+from director.lab.shape import LabShape
 
 
 def summarize(fault: str, reports: list[dict[str, Any]]) -> list[str]:

@@ -22,6 +22,8 @@ worker      read ``{p}:*``; write probe health (``{p}:health:*``), scraped and p
 dns         read ``{p}:*``; subscribe ``{p}:changes``
 ==========  =========================================================================
 
+Each role also writes its processes' heartbeats (``{p}:instances``: :mod:`state.instances`).
+
 So a balancer, worker or DNS server that is taken over cannot mint tenant keys, store a
 policy or drain a region. Every user runs any command but the ``@admin`` and ``@dangerous``
 ones (no ``CONFIG``, ``ACL SETUSER``, ``FLUSHALL``, ``KEYS``, ``MONITOR``, ...); the key
@@ -66,13 +68,15 @@ def role_rules(role: str, prefix: str = "director", db: int = 0) -> str:
             keys = [f"~{p}:*", f"&{p}:*"]
         case "balancer":
             keys = [read_all, f"~{p}:load:region:*", f"~{p}:quota:*", f"~{p}:usage:*",
+                    f"~{p}:instances",
                     f"~{p}:throttle:*", f"~{p}:outcomes:*", changes]
         case "worker":
             celery = celery_prefix(p)
             keys = [read_all, f"~{p}:health:*", f"~{p}:load:*", f"~{p}:latency", f"~{p}:beat:*",
+                    f"~{p}:instances",
                     f"~{celery}*", changes, f"&{celery}*", f"&{celery}/{db}.celery.pidbox"]
         case "dns":
-            keys = [read_all, changes]
+            keys = [read_all, f"~{p}:instances", changes]
         case _:
             raise ValueError(f"unknown state role {role!r} (roles: {', '.join(ROLES)})")
     return " ".join(["resetkeys", "resetchannels", *keys, "-@all", _COMMANDS])

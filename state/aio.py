@@ -7,6 +7,7 @@ trip) and :meth:`AsyncStateStore.subscribe` (the change channel).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import redis
@@ -17,6 +18,7 @@ from state.drain_expiry import SCRIPT as END_DRAIN_SCRIPT
 from state.durability import NOT_ASKED, Durability, Expected, ReplicaAcks, judge, queue_confirmation
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
+from state.instances import Instance, read_instances
 from state.keys import Keys, drain_field
 from state.records import (
     DrainFlags,
@@ -134,6 +136,21 @@ class AsyncStateStore:
             pipe = self.client.pipeline(transaction=False)
             queue_region_load(pipe, self.keys, region, load)
             await pipe.execute()
+
+    async def heartbeat(self, instance: Instance) -> None:
+        """Write ``instance``'s heartbeat, seen now (``state.instances``)."""
+        with redis_errors(self._where):
+            await self.client.hset(self.keys.instances, instance.field,
+                                   instance.seen().to_json())
+
+    async def instances(self) -> list[Instance]:
+        """Every instance that sent a heartbeat within ``FORGET_S`` (older ones removed)."""
+        with redis_errors(self._where):
+            raw = await self.client.hgetall(self.keys.instances)
+            found, forget = read_instances(raw, time.time())
+            if forget:
+                await self.client.hdel(self.keys.instances, *forget)
+        return found
 
     async def write_outcomes(self, region: str, fields: dict[str, str]) -> None:
         """Publish a balancer run's cumulative answer counts by revision

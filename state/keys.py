@@ -24,6 +24,8 @@ can share one server)::
                                       timestamp, or "{set-at} until {end}" for a ttl
     {p}:tenant-keys                   hash  field key id -> JSON of the tenant API key
                                       (tenant, SHA-256 of its secret, label, created)
+    {p}:instances                     hash  field "{role}/{name}" -> JSON heartbeat of one
+                                      process (state.instances)
     {p}:beat:leader                   string  the worker whose beat sends the probes now
                                       (workers.beat_lease), with its lease as the ttl
     {p}:ack:{{key}}                   string  the last confirmation of a critical write to
@@ -85,6 +87,10 @@ class Keys:
     @property
     def tenant_keys(self) -> str:
         return f"{self.prefix}:tenant-keys"
+
+    @property
+    def instances(self) -> str:
+        return f"{self.prefix}:instances"
 
     @property
     def beat_leader(self) -> str:

@@ -22,6 +22,7 @@ from state.durability import NOT_ASKED, Durability, Expected, ReplicaAcks, judge
 from state.errors import PolicyVersionMismatch
 from state.guard import describe, redis_errors
 from state.hysteresis import SCRIPT, ProbeOutcome
+from state.instances import Instance
 from state.keys import Keys, latency_field
 from state.policy_write import SCRIPT as POLICY_SCRIPT
 from state.records import (
@@ -125,6 +126,11 @@ class StateStore:
         return HealthRecord.from_fields(raw) if raw else None
 
     # load --------------------------------------------------------------------------------
+
+    def heartbeat(self, instance: Instance) -> None:
+        """Write ``instance``'s heartbeat, seen now (``state.instances``)."""
+        with redis_errors(self._where):
+            self.client.hset(self.keys.instances, instance.field, instance.seen().to_json())
 
     def write_gpu_load(self, region: str, gpu: str, load: GpuLoad) -> None:
         with redis_errors(self._where):

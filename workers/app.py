@@ -32,7 +32,7 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
     """A Celery app for ``settings`` (default: from the environment); connects lazily."""
     settings = settings or WorkerSettings.from_env()
     broker, transport = celery_broker(with_credentials(settings.redis_url), BROKER_TIMEOUT_S)
-    app = Celery("director-workers", broker=broker, include=["workers.tasks"])
+    app = Celery("director-workers", broker=broker, include=["workers.tasks", "workers.heartbeat"])
     if is_sentinel(settings.redis_url):
         app.conf.broker_transport = QUORUM_TRANSPORT
     app.conf.update(

@@ -66,6 +66,7 @@ class ApiConfig:
     enable_chaos: bool = False  # mount the chaos routes (director up turns them on)
     follow_interval: float = 1.0  # how often the Redis policy version is polled (seconds)
     state_timeout: float = 1.0  # Redis socket timeouts (seconds)
+    listen: str = ""  # where this instance serves, for its heartbeat (state.instances)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

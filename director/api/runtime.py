@@ -35,6 +35,7 @@ from director.refresh.metrics import RefresherMetrics
 from director.rollouts.controller import RolloutController
 from director.rollouts.metrics import RolloutCollector
 from state import AsyncStateStore, StateError, StateStore
+from state.instances import Instance, this_process
 from state.policy_metrics import PolicyCollector
 from state.tasks import cancel_and_wait
 
@@ -62,7 +63,8 @@ class ApiRuntime:
                                    proofs=start.proofs, version=start.version,
                                    deadline_s=config.policy_deadline)
         self.refresher = SnapshotRefresher(
-            self.store, policy, metrics=RefresherMetrics(self.metrics.registry))
+            self.store, policy, metrics=RefresherMetrics(self.metrics.registry),
+            heartbeat=this_process("api", config.listen))
         self.holder.on_swap(lambda active: self.refresher.set_policy(active.policy))
         self.metrics.policy_version.set_function(lambda: self.holder.current.version)
         self.metrics.policy_reload_failures.set_function(lambda: self.holder.reload_failures)
@@ -152,13 +154,16 @@ class ApiRuntime:
     async def status(self) -> dict[str, Any]:
         """The status document; answers from the last known snapshot when Redis is down."""
         active = self.active
+        instances: list[Instance] = []
         try:
             facts = await read_gpu_facts(self.store, active.policy)
+            instances = await self.store.instances()
         except StateError as exc:
             log.debug("api: status without fresh GPU state: %s", exc)
             facts = None
         snapshot = self.refresher.current
         samples = sample_decisions(active.policy, active.engine, snapshot, self.locator)
         inputs = StatusInputs(active.policy, active.version, active.document.name, snapshot,
-                              facts, self.config.dns_listen, self.config.balancer_port)
+                              facts, self.config.dns_listen, self.config.balancer_port,
+                              tuple(instances))
         return build_status(inputs, samples)

@@ -1,4 +1,5 @@
-"""``GET /api/v1/status``: regions with health, load and traffic share, and sample answers.
+"""``GET /api/v1/status``: regions with health, load and traffic share, every instance's
+heartbeat (``state.instances``), and sample answers.
 
 Region state comes from the refresher's snapshot (the same the DNS tier decides on); GPU
 server detail (health, drain, KV-cache usage) is read from Redis per call. When Redis cannot
@@ -16,6 +17,7 @@ from director.engine import Snapshot
 from policies import Policy
 from policies.model import Region
 from state import AsyncStateStore, DrainFlags, GpuLoad, HealthRecord, RecordError
+from state.instances import Instance
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class StatusInputs:
     facts: GpuFacts | None  # None: Redis unreachable
     dns_listen: tuple[str, ...]
     balancer_port: int
+    instances: tuple[Instance, ...] = ()  # heartbeats of every process (state.instances)
 
 
 def build_status(inputs: StatusInputs, samples: list[dict[str, object]]) -> dict[str, object]:
@@ -72,12 +75,14 @@ def build_status(inputs: StatusInputs, samples: list[dict[str, object]]) -> dict
     regions = [_region(r, inputs, shares[r.name]) for r in policy.regions]
     reachable = inputs.facts is not None
     stale = not reachable or any(snapshot.region(r.name).stale for r in policy.regions)
+    now = time.time()
     return {
-        "generated_at": time.time(),
+        "generated_at": now,
         "policy": {"version": inputs.version, "name": inputs.name, "zone": policy.zone.apex},
         "dns": {"listen": list(inputs.dns_listen)},
         "state": {"reachable": reachable, "snapshot_version": snapshot.version, "stale": stale},
         "regions": regions,
+        "instances": [i.status(now) for i in inputs.instances],
         "samples": samples,
     }
 

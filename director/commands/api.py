@@ -81,7 +81,7 @@ def serve(
         control_socket=control, dns_listen=tuple(d for d in (dns or "").split(",") if d),
         policy_store=policy_store, geoip_path=str(geoip) if geoip else None,
         balancer_port=balancer_port, max_body=max_body, prefix=state_prefix,
-        policy_deadline=policy_deadline, enable_chaos=enable_chaos)
+        policy_deadline=policy_deadline, enable_chaos=enable_chaos, listen=listen)
     try:
         api = build_api(config)
     except (TokenFileError, GeoDatabaseError, OSError, ValueError) as exc:

@@ -67,7 +67,7 @@ def serve(
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    factory = redis_snapshots(redis_url) if redis_url else None
+    factory = redis_snapshots(redis_url, listen) if redis_url else None
     try:
         status = serve_dns(str(policy), listen, str(geoip) if geoip else None, workers,
                            metrics, rrl, rrl_rate=rrl_rate, rrl_slip=rrl_slip,

@@ -171,6 +171,8 @@ def balancer_setup(
     address = parse_listen(o.listen, SERVED_PORT) if o.listen else (endpoints[0], SERVED_PORT)
     shared = shared_state(o.redis_url, o.state_prefix, accepted.stale_after, o.state_dir,
                           o.quota_wait)
+    if shared is not None:
+        shared = dataclasses.replace(shared, listen=hostport(address))
     config = dataclasses.replace(
         config, listen=address, jurisdiction=spec.jurisdiction, policy=accepted,
         residency=residency_check(accepted, o.region, o.geoip, o.trusted),

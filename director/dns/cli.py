@@ -31,6 +31,7 @@ from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
 from policies.model import Policy
 from state.aio import AsyncStateStore
+from state.instances import this_process
 from state.policy_identity import PolicyIdentity
 from telemetry.otel import check_env as check_tracing_env
 from telemetry.otel import tracing_from_env
@@ -200,10 +201,12 @@ def _announce(addresses: list[tuple[str, int]]) -> None:
     print(f"listening {shown}", flush=True)
 
 
-def redis_snapshots(redis_url: str) -> SnapshotFactory:
-    """A snapshot factory reading the shared state in Redis (one refresher per worker)."""
+def redis_snapshots(redis_url: str, listen: str = "") -> SnapshotFactory:
+    """A snapshot factory reading the shared state in Redis (one refresher per worker,
+    each sending the heartbeat of its process: ``state.instances``)."""
 
     def factory(policy: Policy) -> SnapshotSource:
-        return SnapshotRefresher(AsyncStateStore.from_url(redis_url), policy)
+        return SnapshotRefresher(AsyncStateStore.from_url(redis_url), policy,
+                                 heartbeat=this_process("dns", listen))
 
     return factory

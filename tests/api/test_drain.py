@@ -9,6 +9,7 @@ import time
 from api_helpers import eventually, running_api
 
 from state import StateStore
+from state.instances import this_process
 
 
 def region(status: dict, name: str) -> dict:
@@ -163,4 +164,21 @@ async def test_a_starting_api_takes_over_the_ttl_of_a_drain_still_running(
         assert (last["who"], last["action"], last["target"]) == (
             "deadman", "undrain", "gpu eu-west/gpu-0")
     assert store.drains().regions == {"eu-central"}
+    store.close()
+
+
+async def test_the_status_lists_every_instance_by_its_heartbeat(tmp_path, valkey, prefix):
+    """The API's own heartbeat (its refresher's) and a balancer's show in /status."""
+    store = StateStore.from_url(valkey.url, prefix=prefix)
+    store.heartbeat(this_process("balancer", "127.0.2.1:8080", "eu-west"))
+    async with running_api(tmp_path, valkey.url, prefix) as api:
+        async def both() -> bool:
+            _, now = await api.get("/api/v1/status", token="read")
+            return {i["role"] for i in now["instances"] if i["state"] == "up"} == \
+                {"api", "balancer"}
+
+        await eventually(both, timeout=10)
+        _, now = await api.get("/api/v1/status", token="read")
+        balancer = next(i for i in now["instances"] if i["role"] == "balancer")
+        assert balancer["region"] == "eu-west" and balancer["address"] == "127.0.2.1:8080"
     store.close()

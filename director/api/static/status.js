@@ -172,6 +172,21 @@
     }));
   }
 
+  function renderInstances(instances) {
+    const list = instances || [];
+    document.getElementById("instances-section").hidden = !list.length;
+    document.querySelector("#instances tbody").replaceChildren(...list.map((i) =>
+      el("tr", { "data-instance": `${i.role}/${i.name}` },
+        el("td", {}, i.role),
+        el("td", { class: "name" }, i.name),
+        el("td", {}, i.address || "–"),
+        el("td", {}, i.region || "–"),
+        el("td", { class: "muted" }, `${i.host} pid ${i.pid}`),
+        el("td", { class: "num" }, `${i.age_s} s ago`),
+        el("td", {}, el("span", { class: `pill ${i.state === "up" ? "reachable" : "unreachable"}` },
+                       i.state)))));
+  }
+
   function renderSamples(samples) {
     const services = [...new Set(samples.map((s) => s.service))];
     const head = document.querySelector("#samples thead tr");
@@ -252,6 +267,7 @@
     renderRegions(status.regions);
     renderTenants(status.tenants);
     renderRollouts(status.rollouts);
+    renderInstances(status.instances);
     renderSamples(status.samples);
     renderMap(status);
   }

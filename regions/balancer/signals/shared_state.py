@@ -58,6 +58,7 @@ from regions.balancer.scheduling.revision_split import RevisionSplit
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
+from state.instances import HEARTBEAT_S, this_process
 from state.keys import DEFAULT_PREFIX
 from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad, VersionRecord
 from state.tasks import cancel_and_wait
@@ -86,6 +87,7 @@ class SharedStateConfig:
     # the least a request waits for the shared quota before the balancer decides it by its
     # local limits; the wait adapts to measured round trips, up to QUOTA_MAX_WAIT_S
     quota_wait_s: float = DEFAULT_TIMEOUT_S
+    listen: str = ""  # where this balancer serves, for its heartbeat (state.instances)
 
 
 class StateLink:
@@ -279,8 +281,13 @@ class StateLink:
     # -- loops ---------------------------------------------------------------------------
 
     async def _publish_loop(self) -> None:
+        instance = this_process("balancer", self.config.listen, self.region)
+        next_beat = 0.0
         while True:
-            await self.publish()
+            if await self.publish() and time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + HEARTBEAT_S
+                with contextlib.suppress(StateError):  # the next publish tells it is down
+                    await self.store.heartbeat(instance)
             await asyncio.sleep(self.config.publish_every_s)
 
     async def _read_loop(self) -> None:
