@@ -5,7 +5,7 @@
   durability each answer reported, checked at the end against what the state holds;
 - ``Inference``: chat completions through the region's balancers, a client that tries the
   region's other address when one refuses the connection (as browsers and most SDKs'
-  connection pools do with several A records);
+  connection pools do with several A records) or does not connect within a second;
 - ``Follow``: when each tier is first seen writing to the master after the fault.
 """
 
@@ -165,7 +165,8 @@ class Inference:
         body = {"model": self.model, "max_tokens": 8,
                 "messages": [{"role": "user", "content": "ping"}]}
         headers = {"authorization": f"Bearer {self.key}"}
-        async with httpx.AsyncClient(timeout=10.0, headers=headers) as client:
+        timeout = httpx.Timeout(10.0, connect=1.0)  # an SDK's: a dead host is left quickly
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
             turn = 0
             tasks: set[asyncio.Task[None]] = set()
             while not stop.is_set():
@@ -187,7 +188,7 @@ class Inference:
         for endpoint in order:
             try:
                 reply = await client.post(f"{endpoint}/v1/chat/completions", json=body)
-            except httpx.ConnectError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 error = f"{endpoint}: {exc!r}"
                 continue  # refused or unreachable before anything was sent: the next
             except httpx.HTTPError as exc:
