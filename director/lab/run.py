@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class Lab:
     async def start(self) -> Lab:
         """Everything up and ready; raises (after taking down what it started) if not."""
         began = time.monotonic()
+        self._clear_run_dir()
         rundir.prepare(self.run_dir)
         try:
             self.network.create(self.shape.host_names())
@@ -75,6 +77,17 @@ class Lab:
         self.started_s = time.monotonic() - began
         self._write_manifest()
         return self
+
+    def _clear_run_dir(self) -> None:
+        """Forget what an earlier lab left here: its APIs' policy stores would otherwise
+        bring back its policy (and its addresses) as the newest version."""
+        for pattern in ("api-*", "balancers", "state", "unbound", "policy", "lab.dp",
+                        "lab.json"):
+            for path in self.run_dir.glob(pattern):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
 
     def _plan(self) -> list[ChildSpec]:
         hosts = {name: (host.netns, host.address) for name, host in self.network.hosts.items()}
