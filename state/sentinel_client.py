@@ -82,9 +82,20 @@ class LeavingConnection(SentinelManagedConnection):  # type: ignore[misc]
         except ResponseError as exc:
             if str(exc).startswith(NO_REPLICAS) and self.connection_pool.is_master:
                 self.disconnect()
+                _forget_master(self.connection_pool)
                 raise ConnectionError(f"the master refuses writes, it has no replica: {exc}"
                                       ) from exc
             raise
+
+
+def _forget_master(proxy: Any) -> None:
+    """Make every connection of a pool find the master again: the address the pool's
+    ``proxy`` (what a connection knows as its pool) holds is forgotten, and the idle
+    connections closed, so the next connect asks the Sentinels."""
+    proxy.master_address = None
+    pool = proxy.connection_pool_ref() if hasattr(proxy, "connection_pool_ref") else proxy
+    if pool is not None:
+        pool.disconnect(inuse_connections=False)
 
 
 class AsyncLeavingConnection(async_sentinel.SentinelManagedConnection):  # type: ignore[misc]
@@ -96,6 +107,9 @@ class AsyncLeavingConnection(async_sentinel.SentinelManagedConnection):  # type:
         except ResponseError as exc:
             if str(exc).startswith(NO_REPLICAS) and self.connection_pool.is_master:
                 await self.disconnect()
+                pool = self.connection_pool
+                pool.master_address = None
+                await pool.disconnect(inuse_connections=False)
                 raise ConnectionError(f"the master refuses writes, it has no replica: {exc}"
                                       ) from exc
             raise
