@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from director.lab.drill import FOLLOW_SLACK_S, run_drill
 from director.lab.faults import FAULTS
+from director.lab.redis_set import SentinelTimings
 from director.lab.run import Lab
 from director.lab.shape import LabShape
 
@@ -82,7 +83,9 @@ def summarize(fault: str, reports: list[dict[str, Any]]) -> list[str]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    lab = Lab(LabShape(), Path(args.run_dir), n=args.number)
+    lab = Lab(LabShape(), Path(args.run_dir), n=args.number,
+              timings=SentinelTimings(down_after_ms=args.down_after_ms,
+                                      max_lag_s=args.max_lag_s))
     by_fault: dict[str, list[dict[str, Any]]] = {}
     await lab.start()
     print(f"lab up in {lab.started_s:.1f} s", flush=True)
@@ -112,4 +115,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", default="")
     parser.add_argument("--run-dir", default="/tmp/director-ha-bench")
     parser.add_argument("--number", type=int, default=78)
+    parser.add_argument("--down-after-ms", type=int, default=SentinelTimings.down_after_ms,
+                        help="Sentinel's down-after-milliseconds")
+    parser.add_argument("--max-lag-s", type=int, default=SentinelTimings.max_lag_s,
+                        help="the servers' min-replicas-max-lag")
     asyncio.run(main(parser.parse_args()))

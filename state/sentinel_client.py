@@ -39,6 +39,15 @@ def newest_master(answers: list[dict[str, Any]], check: Any) -> tuple[str, int] 
     return votes.most_common(1)[0][0]
 
 
+def _chosen(answers: list[dict[str, Any]], errors: list[str], name: str,
+            check: Any) -> tuple[str, int]:
+    found = newest_master(answers, lambda state: check(state, name))
+    if found is None:
+        raise MasterNotFoundError(f"No master found for {name!r}"
+                                  + (f" : {', '.join(errors)}" if errors else ""))
+    return found
+
+
 class QuorumSentinel(Sentinel):  # type: ignore[misc]  # redis.sentinel is untyped
     """``redis.sentinel.Sentinel`` asking every Sentinel (``newest_master``)."""
 
@@ -49,11 +58,7 @@ class QuorumSentinel(Sentinel):  # type: ignore[misc]  # redis.sentinel is untyp
                 answers.append(sentinel.sentinel_masters().get(service_name))
             except (ConnectionError, TimeoutError) as exc:
                 errors.append(f"{sentinel} - {exc!r}")
-        found = newest_master(answers, lambda s: self.check_master_state(s, service_name))
-        if found is None:
-            raise MasterNotFoundError(f"No master found for {service_name!r}"
-                                      + (f" : {', '.join(errors)}" if errors else ""))
-        return found
+        return _chosen(answers, errors, service_name, self.check_master_state)
 
 
 class AsyncQuorumSentinel(async_sentinel.Sentinel):  # type: ignore[misc]
@@ -66,11 +71,7 @@ class AsyncQuorumSentinel(async_sentinel.Sentinel):  # type: ignore[misc]
                 answers.append((await sentinel.sentinel_masters()).get(service_name))
             except (ConnectionError, TimeoutError) as exc:
                 errors.append(f"{sentinel} - {exc!r}")
-        found = newest_master(answers, lambda s: self.check_master_state(s, service_name))
-        if found is None:
-            raise MasterNotFoundError(f"No master found for {service_name!r}"
-                                      + (f" : {', '.join(errors)}" if errors else ""))
-        return found
+        return _chosen(answers, errors, service_name, self.check_master_state)
 
 
 class LeavingConnection(SentinelManagedConnection):  # type: ignore[misc]
