@@ -41,13 +41,14 @@ class QuorumSentinelChannel(kombu_redis.SentinelChannel):
 
     def _sentinel_managed_pool(self, asynchronous: bool = False) -> Any:
         params = self._connparams(asynchronous).copy()
-        params.pop("host", None)
-        params.pop("port", None)
+        host, port = params.pop("host", None), params.pop("port", None)
         sentinels = []
         for url in self.connection.client.alt:
             parts = _parse_url(url)
             if parts.scheme == "sentinel":
                 sentinels.append((parts.hostname, parts.port or self.connection.default_port))
+        if not sentinels:  # one Sentinel: kombu keeps no list of alternates
+            sentinels.append((host, port))
         manager = QuorumSentinel(sentinels,
                                  min_other_sentinels=getattr(self, "min_other_sentinels", 0),
                                  sentinel_kwargs=getattr(self, "sentinel_kwargs", None),
