@@ -10,12 +10,16 @@ skipped (the state server may be down): it never holds up what the process serve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from state.errors import StateError
 
 HEARTBEAT_S = 5.0
 GONE_S = 3 * HEARTBEAT_S
@@ -62,6 +66,27 @@ def this_process(role: str, address: str = "", region: str = "") -> Instance:
     host = socket.gethostname()
     name = f"{address or host}#{os.getpid()}"
     return Instance(role, name, address, region, host, os.getpid(), time.time())
+
+
+class Heartbeat:
+    """``instance``'s heartbeat, written by ``write`` (a store's ``heartbeat``) at most
+    every ``HEARTBEAT_S``: call ``beat`` on each round of a loop the process runs anyway.
+    A write that fails is skipped (the loop's own next round tells the state is down)."""
+
+    def __init__(self, instance: Instance, write: Callable[[Instance], Awaitable[None]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.instance = instance
+        self._write = write
+        self._clock = clock
+        self._next = 0.0
+
+    async def beat(self) -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + HEARTBEAT_S
+        with contextlib.suppress(StateError):
+            await self._write(self.instance)
 
 
 def read_instances(raw: dict[bytes, bytes], now: float) -> tuple[list[Instance], list[str]]:

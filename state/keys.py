@@ -32,10 +32,12 @@ can share one server)::
                                       ``key`` (state.durability)
     {p}:changes                       pub/sub channel; each message is the key that changed
 
-Redis Cluster: every script touches one key (the hysteresis, policy, drain-end and quota
-scripts each their own hash; the beat lease its string), and a confirmation's ack key
-carries the written key as its hash tag, so each lands on one shard. Pipelines that write
-several keys (a rollout's splits) are not transactions and need no common slot.
+Redis Cluster: the hysteresis, policy, drain-end and beat-lease scripts touch one key each;
+the two that touch several share a hash tag (a tenant's quota keys ``{p}:quota:{tenant}:*``,
+``tenants.quota_scripts``; a region's response cache ``{p}:cache:{region}:*``,
+``regions.balancer.degrade.response_store``), and a confirmation's ack key carries the
+written key as its hash tag, so each lands on one shard. Pipelines that write several keys
+(a rollout's splits) are not transactions and need no common slot.
 
 Region and GPU server names never contain ``:`` or ``|`` (the policy grammar's identifiers).
 """

@@ -115,12 +115,9 @@ def client_for(url: str, timeout: float, **options: Any) -> redis.Redis:
     if not is_sentinel(url):
         return redis.Redis.from_url(url, socket_timeout=timeout,
                                     socket_connect_timeout=timeout, **options)
-    spec = parse_sentinel_url(url)
-    sentinel = QuorumSentinel(list(spec.sentinels),
-                              sentinel_kwargs=spec.sentinel_kwargs(timeout),
-                              **spec.sentinel_kwargs(timeout))
-    return sentinel.master_for(spec.master, connection_class=LeavingConnection,
-                               **spec.master_kwargs(timeout), **options)
+    client: redis.Redis = _master_for(url, timeout, QuorumSentinel, LeavingConnection,
+                                      options)
+    return client
 
 
 def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis:
@@ -128,11 +125,20 @@ def async_client_for(url: str, timeout: float, **options: Any) -> aioredis.Redis
     if not is_sentinel(url):
         return aioredis.Redis.from_url(url, socket_timeout=timeout,
                                        socket_connect_timeout=timeout, **options)
+    client: aioredis.Redis = _master_for(url, timeout, AsyncQuorumSentinel,
+                                         AsyncLeavingConnection, options)
+    return client
+
+
+def _master_for(url: str, timeout: float, sentinel_class: Any, connection_class: Any,
+                options: dict[str, Any]) -> Any:
+    """A client of the master of the Sentinel set ``url`` names, of either flavour (the
+    Sentinel and connection classes say which)."""
     spec = parse_sentinel_url(url)
-    sentinel = AsyncQuorumSentinel(list(spec.sentinels),
-                                   sentinel_kwargs=spec.sentinel_kwargs(timeout),
-                                   **spec.sentinel_kwargs(timeout))
-    return sentinel.master_for(spec.master, connection_class=AsyncLeavingConnection,
+    sentinel = sentinel_class(list(spec.sentinels),
+                              sentinel_kwargs=spec.sentinel_kwargs(timeout),
+                              **spec.sentinel_kwargs(timeout))
+    return sentinel.master_for(spec.master, connection_class=connection_class,
                                **spec.master_kwargs(timeout), **options)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from director.lab.faults import FAULTS, Injected
-from director.lab.observers import DnsWatch, Follow, Inference, Ledger
+from director.lab.observers import DnsWatch, Follow, Inference, Ledger, post_key
 from director.lab.resolver import Resolver
 from director.lab.run import Lab
 from director.lab.shape import API_PORT, BALANCER_PORT, MODEL, SERVICE, TENANT, ZONE
@@ -136,10 +136,7 @@ async def _make_key(apis: list[str], token: str) -> str:
     """A tenant API key for the drill's inference, from the first API that answers."""
     async with httpx.AsyncClient(timeout=10.0,
                                  headers={"authorization": f"Bearer {token}"}) as client:
-        for api in apis:
-            with contextlib.suppress(httpx.HTTPError):
-                reply = await client.post(f"{api}/api/v1/tenants/{TENANT}/keys",
-                                          json={"label": "drill-inference"})
-                if reply.status_code == 201:
-                    return str(reply.json()["key"])
-    raise RuntimeError("no admin API made a tenant key")
+        reply, _ = await post_key(client, apis, TENANT, "drill-inference")
+    if reply is None or reply.status_code != 201:
+        raise RuntimeError("no admin API made a tenant key")
+    return str(reply.json()["key"])

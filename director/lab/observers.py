@@ -68,8 +68,7 @@ class DnsWatch:
                 ok, answer = False, frozenset()
             self.samples.append(DnsSample(time.time(), ok, answer,
                                           (time.monotonic() - began) * 1000))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every_s)
+            await pause(stop, self.every_s)
 
     def summary(self, baseline: frozenset[str], since: float) -> dict[str, Any]:
         during = [s for s in self.samples if s.at >= since]
@@ -108,25 +107,15 @@ class Ledger:
             while not stop.is_set():
                 seq += 1
                 self.entries.append(await self._write(client, seq))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.every_s)
+                await pause(stop, self.every_s)
 
     async def _write(self, client: httpx.AsyncClient, seq: int) -> LedgerEntry:
-        status = None
-        for api in self.apis:
-            try:
-                reply = await client.post(f"{api}/api/v1/tenants/{self.tenant}/keys",
-                                          json={"label": f"ledger-{seq}"})
-            except httpx.HTTPError:
-                continue  # that API is down: the next one
-            status = reply.status_code
-            if status == 201:
-                body = reply.json()
-                return LedgerEntry(seq, time.time(), body["id"],
-                                   bool(body.get("durability", {}).get("durable")), status,
-                                   api)
-            if status < 500:
-                break
+        reply, api = await post_key(client, self.apis, self.tenant, f"ledger-{seq}")
+        status = reply.status_code if reply is not None else None
+        if reply is not None and status == 201:
+            body = reply.json()
+            return LedgerEntry(seq, time.time(), body["id"],
+                               bool(body.get("durability", {}).get("durable")), status, api)
         return LedgerEntry(seq, time.time(), None, False, status, "")
 
     async def verify(self, store: AsyncStateStore) -> dict[str, Any]:
@@ -176,8 +165,7 @@ class Inference:
                 task = asyncio.create_task(self._one(client, order, body))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.every_s)
+                await pause(stop, self.every_s)
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -235,8 +223,7 @@ class Follow:
             while not stop.is_set():
                 with contextlib.suppress(StateError, redis.exceptions.RedisError):
                     await self._look(stores)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.every_s)
+                await pause(stop, self.every_s)
         finally:
             for store in stores.values():
                 await store.close()
@@ -259,6 +246,29 @@ class Follow:
             health = await store.gpu_health(self.region, gpu)
             if health is not None and health.checked_at > self.since:
                 self.seen.setdefault("workers", now)
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def post_key(client: httpx.AsyncClient, apis: Sequence[str], tenant: str,
+                   label: str) -> tuple[httpx.Response | None, str]:
+    """Make a key of ``tenant`` through the first API that answers (one that is down or
+    answers 5xx: the next); its answer and which API gave it (None, "": none answered)."""
+    reply, used = None, ""
+    for api in apis:
+        try:
+            reply = await client.post(f"{api}/api/v1/tenants/{tenant}/keys",
+                                      json={"label": label})
+        except httpx.HTTPError:
+            continue
+        used = api
+        if reply.status_code < 500:
+            break
+    return reply, used
 
 
 def _quantile(values: list[float], q: float) -> float | None:

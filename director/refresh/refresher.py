@@ -35,7 +35,7 @@ from policies.model import Policy
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import StateError
-from state.instances import HEARTBEAT_S, Instance
+from state.instances import Heartbeat, Instance
 from state.tasks import cancel_and_wait
 from state.view import StateView, snapshot_keys
 
@@ -59,8 +59,8 @@ class SnapshotRefresher:
         heartbeat: Instance | None = None,
     ) -> None:
         self.store = store
-        self._heartbeat = heartbeat  # this process, announced every HEARTBEAT_S
-        self._next_beat = 0.0
+        # this process, announced after full reads
+        self._heartbeat = Heartbeat(heartbeat, store.heartbeat) if heartbeat else None
         self.metrics = metrics or RefresherMetrics()
         self._policy = policy
         self._full_read_every = full_read_every or max(0.25, min(2.0, policy.stale_after / 5))
@@ -148,17 +148,11 @@ class SnapshotRefresher:
                 self._pending.clear()
                 await self.refresh()
                 next_full = time.monotonic() + self._full_read_every
-                await self._beat()
+                if self._heartbeat is not None:
+                    await self._heartbeat.beat()
             elif self._pending:
                 keys, self._pending = sorted(self._pending), set()
                 await self.refresh(keys)
-
-    async def _beat(self) -> None:
-        if self._heartbeat is None or time.monotonic() < self._next_beat:
-            return
-        self._next_beat = time.monotonic() + HEARTBEAT_S
-        with contextlib.suppress(StateError):  # the next full read tells it is down
-            await self.store.heartbeat(self._heartbeat)
 
     async def _listen(self) -> None:
         def on_key(key: str) -> None:

@@ -58,7 +58,7 @@ from regions.balancer.scheduling.revision_split import RevisionSplit
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
-from state.instances import HEARTBEAT_S, this_process
+from state.instances import Heartbeat, this_process
 from state.keys import DEFAULT_PREFIX
 from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad, VersionRecord
 from state.tasks import cancel_and_wait
@@ -281,13 +281,11 @@ class StateLink:
     # -- loops ---------------------------------------------------------------------------
 
     async def _publish_loop(self) -> None:
-        instance = this_process("balancer", self.config.listen, self.region)
-        next_beat = 0.0
+        heartbeat = Heartbeat(this_process("balancer", self.config.listen, self.region),
+                              self.store.heartbeat)
         while True:
-            if await self.publish() and time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + HEARTBEAT_S
-                with contextlib.suppress(StateError):  # the next publish tells it is down
-                    await self.store.heartbeat(instance)
+            if await self.publish():
+                await heartbeat.beat()
             await asyncio.sleep(self.config.publish_every_s)
 
     async def _read_loop(self) -> None:
