@@ -28,6 +28,7 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
+from state.region_load import SourcedLoad, combined_from_hash, stale_sources
 from state.sentinel_url import async_client_for, replica_acks
 from state.store import DEFAULT_TIMEOUT
 from state.writes import probe_call, queue_drain, queue_region_load
@@ -130,12 +131,24 @@ class AsyncStateStore:
         raw = await self.fetch([self.keys.gpu_load(region, gpu)])
         return GpuLoad.from_fields(next(iter(raw.values()))) if raw else None
 
-    async def write_region_load(self, region: str, load: RegionLoad) -> None:
-        """Publish a region's aggregate load (the balancer calls this about once a second)."""
+    async def write_region_load(self, region: str, load: RegionLoad, *, source: str = "",
+                                pool: str = "") -> None:
+        """Publish ``source``'s view of a region's load (each balancer about once a second;
+        one record per balancer: ``state.region_load``)."""
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            queue_region_load(pipe, self.keys, region, load)
+            queue_region_load(pipe, self.keys, region, SourcedLoad(source, load, pool))
             await pipe.execute()
+
+    async def forget_stale_loads(self, region: str, now: float) -> int:
+        """Remove the region's load records not renewed for ``region_load.FORGET_S``
+        (balancers gone or restarted); the number removed."""
+        key = self.keys.region_load(region)
+        with redis_errors(self._where):
+            stale = stale_sources(await self.client.hgetall(key), now)
+            if stale:
+                await self.client.hdel(key, *stale)
+        return len(stale)
 
     async def heartbeat(self, instance: Instance) -> None:
         """Write ``instance``'s heartbeat, seen now (``state.instances``)."""
@@ -164,7 +177,7 @@ class AsyncStateStore:
 
     async def region_load(self, region: str) -> RegionLoad | None:
         raw = await self.fetch([self.keys.region_load(region)])
-        return RegionLoad.from_fields(next(iter(raw.values()))) if raw else None
+        return combined_from_hash(next(iter(raw.values()))) if raw else None
 
     async def latency(self) -> list[LatencySample]:
         raw = await self.fetch([self.keys.latency])

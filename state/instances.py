@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -61,10 +62,18 @@ class Instance:
                 "state": "up" if age <= GONE_S else "gone"}
 
 
+_made: Counter[str] = Counter()
+
+
 def this_process(role: str, address: str = "", region: str = "") -> Instance:
-    """This process as an instance of ``role``: named by host and pid (and what it serves)."""
+    """This process as an instance of ``role``: named by what it serves (else its host) and
+    pid, and by a count when the process already named one of the role (two balancers of
+    one process must not share a name: their load records would overwrite each other)."""
     host = socket.gethostname()
     name = f"{address or host}#{os.getpid()}"
+    _made[role] += 1
+    if _made[role] > 1:
+        name += f".{_made[role]}"
     return Instance(role, name, address, region, host, os.getpid(), time.time())
 
 

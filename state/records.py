@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from state.errors import RecordError
 from state.policy_identity import PolicyIdentity, policy_digest
@@ -165,7 +166,11 @@ class RegionLoad:
 
     ``outstanding_seconds``: estimated GPU-seconds of work admitted and not finished;
     ``capacity``: requests per second at 100%; ``utilization``: live load over capacity.
+    Several balancers of one region each write theirs: ``state.region_load``.
     """
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("queue_depth", "in_flight", "outstanding_seconds",
+                                         "capacity", "utilization", "timestamp")
 
     queue_depth: float
     in_flight: float

@@ -33,6 +33,7 @@ from state.records import (
     PolicyRecord,
     RegionLoad,
 )
+from state.region_load import SourcedLoad, combined_from_hash
 from state.sentinel_url import client_for, replica_acks
 from state.writes import policy_written, probe_call, queue_drain, queue_region_load
 
@@ -141,16 +142,20 @@ class StateStore:
             raw = self.client.hgetall(self.keys.gpu_load(region, gpu))
         return GpuLoad.from_fields(raw) if raw else None
 
-    def write_region_load(self, region: str, load: RegionLoad) -> None:
+    def write_region_load(self, region: str, load: RegionLoad, *, source: str = "",
+                          pool: str = "") -> None:
+        """Publish ``source``'s view of a region's load (one record per balancer:
+        ``state.region_load``; ``""`` for a region's only writer)."""
         with redis_errors(self._where):
             pipe = self.client.pipeline(transaction=False)
-            queue_region_load(pipe, self.keys, region, load)
+            queue_region_load(pipe, self.keys, region, SourcedLoad(source, load, pool))
             pipe.execute()
 
     def region_load(self, region: str) -> RegionLoad | None:
+        """The region's load, its balancers' records combined."""
         with redis_errors(self._where):
             raw = self.client.hgetall(self.keys.region_load(region))
-        return RegionLoad.from_fields(raw) if raw else None
+        return combined_from_hash(raw) if raw else None
 
     # latency -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from policies.model import Policy
 from state.errors import RecordError
 from state.keys import KeyKind, Keys
 from state.records import DrainFlags, HealthRecord, LatencySample, RawHash, RegionLoad
+from state.region_load import combined_from_hash
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ class StateView:
             case KeyKind.GPU_HEALTH if parsed.region and parsed.gpu:
                 self.gpu_health[(parsed.region, parsed.gpu)] = HealthRecord.from_fields(raw)
             case KeyKind.REGION_LOAD if parsed.region:
-                self.region_load[parsed.region] = RegionLoad.from_fields(raw)
+                load = combined_from_hash(raw)
+                if load is not None:
+                    self.region_load[parsed.region] = load
             case KeyKind.LATENCY:
                 for name, value in raw.items():
                     sample = LatencySample.from_field(name, value)

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from state.durability import ABSENT, Expected
 from state.hysteresis import script_args
 from state.keys import Keys, drain_field
-from state.records import RegionLoad, drain_value
+from state.records import drain_value
+from state.region_load import SourcedLoad
 
 
 class Pipeline(Protocol):
@@ -29,10 +30,10 @@ class Pipeline(Protocol):
     def publish(self, channel: str, message: str) -> Any: ...
 
 
-def queue_region_load(pipe: Pipeline, keys: Keys, region: str, load: RegionLoad) -> None:
-    """A region's aggregate load, published."""
+def queue_region_load(pipe: Pipeline, keys: Keys, region: str, record: SourcedLoad) -> None:
+    """One balancer's record of its region's load (``state.region_load``), published."""
     key = keys.region_load(region)
-    pipe.hset(key, mapping=load.to_fields())
+    pipe.hset(key, *record.to_field())
     pipe.publish(keys.changes, key)
 
 

@@ -176,8 +176,10 @@ class Lifecycle:
         config = self.shared_state
         if self.config.scrape_every_s > 0:  # the balancer reads the servers itself, fresher
             config = dataclasses.replace(config, follow_load=False)
-        return StateLink(store, self.region, self.pool, self.measure_load, config, self.metrics,
-                         outcomes=self.outcomes, revisions=self.revisions)
+        # a relink keeps the balancer's name: its load record goes on, not a second one
+        return StateLink(store, self.region, self.pool, self.measure_load, config,
+                         self.metrics, outcomes=self.outcomes, revisions=self.revisions,
+                         instance=self.link.instance if self.link is not None else None)
 
     async def relink(self, mutate: Callable[[], None] | None = None) -> None:
         """Rebuild the shared-state link (it follows the backends in the pool when built);

@@ -123,6 +123,27 @@ async def test_region_load_is_published(valkey: EmbeddedValkey, prefix: str) -> 
         assert balancer.state()["shared_state"]["reachable"] is True
 
 
+async def test_two_balancers_of_a_region_publish_their_load_side_by_side(
+    valkey: EmbeddedValkey, prefix: str
+) -> None:
+    """Each writes its own record (one overwriting the other would show half the load):
+    a stream in each, and the region's load counts both, its capacity once."""
+    config = shared(valkey.url, prefix)
+    async with state(valkey.url, prefix) as store, stack(
+        (1.0,), time_scale=5.0, cap=1, shared_state=config, capacity_rps=4.0
+    ) as (_, one, first), stack(
+        (1.0,), time_scale=5.0, cap=1, shared_state=config, capacity_rps=4.0
+    ) as (_, two, second):
+        assert one.link is not None and two.link is not None
+        assert one.link.instance.name != two.link.instance.name
+        async with first.post("/v1/completions", json=completion(200)) as a, \
+                second.post("/v1/completions", json=completion(200)) as b:
+            both = await wait_load(store, lambda load: load.in_flight == 2.0)
+            assert both.capacity == 4.0
+            await a.read()
+            await b.read()
+
+
 async def test_draining_a_gpu_lowers_the_published_capacity(
     valkey: EmbeddedValkey, prefix: str
 ) -> None:

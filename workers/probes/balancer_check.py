@@ -3,8 +3,9 @@
 Health goes through the same rise/fall hysteresis as GPU servers (the balancer's record).
 A balancer publishes its region's load to the state itself about once a second; when its
 health answer is a JSON object with the load fields (``queue_depth``, ``in_flight``,
-``outstanding_seconds``, ``capacity``, ``utilization``) the check stores that too, so a
-balancer that cannot reach the state server still has its load seen.
+``outstanding_seconds``, ``capacity``, ``utilization``) the check stores that too, as that
+balancer's record (named by its URL), so a balancer that cannot reach the state server
+still has its load seen.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ def check_balancer(
     with several balancers is up while any answers: the others are asked in turn when the
     first does not."""
     now = time.time()
+    answered = target.url
     ok, result = check(target.url, target.health_path, expect=target.expect, timeout=target.timeout)
     for url in target.alternates:
         if ok:
             break
+        answered = url
         ok, result = check(url, target.health_path, expect=target.expect,
                            timeout=target.timeout)
     error = result.error or ("" if ok else f"status {result.status}, expected {target.expect}")
@@ -72,5 +75,5 @@ def check_balancer(
     )
     load = load_from_body(result.body, now=now) if ok else None
     if load is not None:
-        store.write_region_load(target.region, load)
+        store.write_region_load(target.region, load, source=answered)
     return BalancerStatus(outcome, load)

@@ -4,8 +4,10 @@
 Three background tasks, none on the request path:
 
 - **publish**: every ``publish_every_s`` the region's ``RegionLoad`` (see ``load_report``)
-  is written with ``AsyncStateStore.write_region_load`` for the global tier's spillover,
-  and the answer counts of declared revisions (``http.revision_outcomes``) when they changed;
+  as this balancer sees it is written with ``AsyncStateStore.write_region_load`` for the
+  global tier's spillover, as this balancer's record beside the region's other balancers'
+  (``state.region_load``: readers add them up), and the answer counts of declared
+  revisions (``http.revision_outcomes``) when they changed;
 - **read**: every ``read_every_s``, and at once when the change channel names a key it
   follows, one pipelined read of the drain flags (and of its GPU servers' probe health when
   ``follow_health``, and their scraped load when ``follow_load``) is applied to the pool. A
@@ -58,9 +60,10 @@ from regions.balancer.scheduling.revision_split import RevisionSplit
 from state.aio import AsyncStateStore
 from state.changes import listen_for_changes
 from state.errors import RecordError, StateError
-from state.instances import Heartbeat, this_process
+from state.instances import Heartbeat, Instance, this_process
 from state.keys import DEFAULT_PREFIX
 from state.records import DrainFlags, GpuLoad, HealthRecord, RegionLoad, VersionRecord
+from state.region_load import pool_digest
 from state.tasks import cancel_and_wait
 from tenants.quota_link import DEFAULT_TIMEOUT_S
 
@@ -68,6 +71,7 @@ log = logging.getLogger(__name__)
 
 _RECONNECT_MIN_S = 0.1
 _RECONNECT_MAX_S = 2.0
+FORGET_EVERY = 60  # publishes between sweeps of the region's records of gone balancers
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class StateLink:
         wall_clock: Callable[[], float] = time.time,
         outcomes: RevisionOutcomes | None = None,
         revisions: ChooseRevision | None = None,
+        instance: Instance | None = None,
     ) -> None:
         self.store = store
         self.region = region
@@ -120,6 +125,10 @@ class StateLink:
         self.reachable: bool | None = None
         self.drains = DrainFlags()
         self.published: RegionLoad | None = None
+        # named in the region's load hash by its instance, beside the region's other
+        # balancers (state.region_load)
+        self.instance = instance or this_process("balancer", config.listen, region)
+        self._publishes = 0
         self._health_keys = (
             {self.store.keys.gpu_health(region, b.name): b.name for b in pool}
             if config.follow_health
@@ -164,7 +173,11 @@ class StateLink:
         load = self.measure()
         outcomes = self.outcomes
         try:
-            await self.store.write_region_load(self.region, load)
+            await self.store.write_region_load(self.region, load, source=self.instance.name,
+                                               pool=pool_digest(b.name for b in self.pool))
+            if self._publishes % FORGET_EVERY == 0:
+                await self.store.forget_stale_loads(self.region, self.wall_clock())
+            self._publishes += 1
             if outcomes is not None and outcomes.changed:
                 outcomes.changed = False
                 await self.store.write_outcomes(self.region, outcomes.fields())
@@ -281,8 +294,7 @@ class StateLink:
     # -- loops ---------------------------------------------------------------------------
 
     async def _publish_loop(self) -> None:
-        heartbeat = Heartbeat(this_process("balancer", self.config.listen, self.region),
-                              self.store.heartbeat)
+        heartbeat = Heartbeat(self.instance, self.store.heartbeat)
         while True:
             if await self.publish():
                 await heartbeat.beat()

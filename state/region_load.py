@@ -1,0 +1,158 @@
+"""A region's load when several balancers serve it: one record each, combined by readers.
+
+Each balancer writes its own view of the region into a field of ``{p}:load:region:<region>``
+named by its instance (``state.instances``): a JSON object of ``RegionLoad``'s fields and
+``pool``, a digest of the GPU servers it sends to. One balancer's record overwriting
+another's would show the global tier half of a region's load. Readers combine the records
+of one read::
+
+    queue_depth, in_flight, outstanding_seconds   summed: each balancer counts its own
+    capacity      per pool, the largest of its balancers' (they measure the same GPUs);
+                  summed over pools
+    utilization   per pool, summed: each balancer's is its own arrivals (or busy slots)
+                  over the pool's capacity (or slots), so the sum is the pool's
+                  over pools, weighted by capacity (a mean when none has one)
+    timestamp     the newest
+
+A record older than the newest by more than ``SPREAD_S`` is left out: a balancer that
+stopped (killed, or cut off from the state) stops adding its last load after that. The
+balancer removes records not renewed for ``FORGET_S`` (``stale_sources``), so restarts do
+not leave fields behind. A hash written before records had sources (the six fields of one
+``RegionLoad``) reads as one more record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from state.errors import RecordError
+from state.records import RawHash, RegionLoad
+
+SPREAD_S = 10.0
+FORGET_S = 300.0
+_LEGACY = "timestamp"  # a field of the one-record layout; never an instance's name
+
+
+@dataclass(frozen=True)
+class SourcedLoad:
+    """One balancer's view of its region: its load and the pool of GPUs it sends to."""
+
+    source: str
+    load: RegionLoad
+    pool: str = ""
+
+    def to_field(self) -> tuple[str, str]:
+        fields = {k: float(v) for k, v in self.load.to_fields().items()}
+        return self.source, json.dumps({**fields, "pool": self.pool}, sort_keys=True)
+
+
+def pool_digest(gpus: Iterable[str]) -> str:
+    """A short name for a set of GPU servers: balancers sending to the same set share it."""
+    return hashlib.sha256("\n".join(sorted(gpus)).encode()).hexdigest()[:12]
+
+
+def parse_records(raw: RawHash) -> list[SourcedLoad]:
+    """Every balancer's record in a region's hash; malformed ones are left out, and a hash
+    of nothing but malformed records is a ``RecordError``."""
+    fields = {_str(k): _str(v) for k, v in raw.items()}
+    records: list[SourcedLoad] = []
+    bad: list[str] = []
+    if _LEGACY in fields:
+        legacy = {k: fields.pop(k) for k in RegionLoad.FIELDS if k in fields}
+        try:
+            records.append(SourcedLoad("", RegionLoad.from_fields(legacy)))
+        except RecordError:
+            bad.append("(one-record layout)")
+    for source, text in fields.items():
+        try:
+            records.append(_parse_one(source, text))
+        except RecordError:
+            bad.append(source)
+    if bad and not records:
+        raise RecordError(f"no readable balancer record (malformed: {', '.join(sorted(bad))})")
+    return records
+
+
+def combined(records: Iterable[SourcedLoad]) -> RegionLoad | None:
+    """The region's load from its balancers' records (the rules in the module docstring)."""
+    records = list(records)
+    if not records:
+        return None
+    newest = max(r.load.timestamp for r in records)
+    fresh = [r for r in records if r.load.timestamp >= newest - SPREAD_S]
+    pools: dict[str, list[RegionLoad]] = {}
+    for record in fresh:
+        pools.setdefault(record.pool, []).append(record.load)
+    capacities = {pool: max(load.capacity for load in loads) for pool, loads in pools.items()}
+    utilizations = {pool: sum(load.utilization for load in loads)
+                    for pool, loads in pools.items()}
+    capacity = sum(capacities.values())
+    if len(pools) == 1:
+        utilization = next(iter(utilizations.values()))
+    elif capacity > 0:
+        utilization = sum(utilizations[p] * capacities[p] for p in pools) / capacity
+    else:
+        utilization = sum(utilizations.values()) / len(pools)
+    return RegionLoad(
+        queue_depth=sum(r.load.queue_depth for r in fresh),
+        in_flight=sum(r.load.in_flight for r in fresh),
+        outstanding_seconds=sum(r.load.outstanding_seconds for r in fresh),
+        capacity=capacity,
+        utilization=utilization,
+        timestamp=newest,
+    )
+
+
+def combined_from_hash(raw: RawHash) -> RegionLoad | None:
+    """``combined(parse_records(raw))``: what a reader of the region's hash uses."""
+    return combined(parse_records(raw))
+
+
+def stale_sources(raw: RawHash, now: float, forget_s: float = FORGET_S) -> list[str]:
+    """Fields of records not renewed for ``forget_s`` (malformed ones too): to remove."""
+    fields = {_str(k): _str(v) for k, v in raw.items()}
+    stale = []
+    for source, text in fields.items():
+        if source in RegionLoad.FIELDS:
+            continue
+        try:
+            if now - _parse_one(source, text).load.timestamp <= forget_s:
+                continue
+        except RecordError:
+            pass
+        stale.append(source)
+    if _LEGACY in fields:
+        try:
+            if now - RegionLoad.from_fields(fields).timestamp > forget_s:
+                stale.extend(k for k in RegionLoad.FIELDS if k in fields)
+        except RecordError:
+            stale.extend(k for k in RegionLoad.FIELDS if k in fields)
+    return stale
+
+
+def _parse_one(source: str, text: str) -> SourcedLoad:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"{source}: not JSON") from exc
+    if not isinstance(data, dict):
+        raise RecordError(f"{source}: expected an object")
+    pool = data.get("pool", "")
+    if not isinstance(pool, str):
+        raise RecordError(f"{source}: pool must be a string")
+    values: dict[str, str] = {}
+    for name in RegionLoad.FIELDS:
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value):
+            raise RecordError(f"{source}: {name} must be a finite number")
+        values[name] = repr(float(value))
+    return SourcedLoad(source, RegionLoad.from_fields(values), pool)
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
