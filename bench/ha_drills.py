@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from director.lab.drill import FOLLOW_SLACK_S, run_drill
 from director.lab.faults import FAULTS
-from director.lab.redis_set import SentinelTimings
 from director.lab.run import Lab
 from director.lab.shape import LabShape
+from director.up.redis_set import SentinelTimings
 
 
 def summarize(fault: str, reports: list[dict[str, Any]]) -> list[str]:

@@ -13,12 +13,18 @@ from director.commands.region import parse_listen
 from director.console import plain_console
 
 DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
+HA_POLICY = DEFAULT_POLICY.with_name("ha.dp")
 err = plain_console(stderr=True)
 
 
 def up(
-    policy: Annotated[Path, typer.Option("--policy", help="Policy file (default: the example "
-                                         "policy).")] = DEFAULT_POLICY,
+    policy: Annotated[Path | None, typer.Option("--policy", help="Policy file (default: the "
+                                                "example policy; with --ha, its HA example)."
+                                                )] = None,
+    ha: Annotated[bool, typer.Option("--ha", help="Replicate every tier: the state on three "
+                                     "servers with Sentinels (embedded only), two DNS "
+                                     "servers, two admin APIs, two probe workers, a balancer "
+                                     "on every endpoint of a region.")] = False,
     simulate: Annotated[bool, typer.Option("--simulate", help="Run simulated GPU servers at "
                                            "the policy's GPU addresses.")] = False,
     redis_url: Annotated[str | None, typer.Option("--redis", help="Redis URL (default: an "
@@ -51,7 +57,7 @@ def up(
 ) -> None:
     """Run DNS, admin API, one balancer per region, probe workers with beat, Valkey (unless
     --redis) and, with --simulate, the GPU servers: supervised, restarted when they die,
-    stopped together on Ctrl-C."""
+    stopped together on Ctrl-C. With --ha, two or more of each on loopback addresses."""
     from director.policy_gate import accept
     from director.up import rundir
     from director.up.plan import UpOptions
@@ -61,6 +67,11 @@ def up(
     if unsafe_skip_residency_proof:
         os.environ[UNSAFE_SKIP_PROOF_ENV] = "1"  # inherited by every child
         err.print("WARNING: residency proof disabled (test only)", markup=False)
+    if ha and redis_url is not None:
+        err.print("--ha runs its own replicated state; give --redis without --ha (a "
+                  "redis+sentinel:// URL names a Sentinel set)", markup=False)
+        raise typer.Exit(2)
+    policy = policy or (HA_POLICY if ha else DEFAULT_POLICY)
     acceptance = accept(str(policy))
     if acceptance.policy is None:
         err.print(acceptance.error().render(), markup=False)
@@ -71,7 +82,7 @@ def up(
         api=parse_listen(api, 8080), dns_metrics=parse_listen(dns_metrics, 9153),
         balancer_port=balancer_port, balancer_admin_port=balancer_admin_port,
         time_scale=time_scale, dns_precompile=dns_precompile,
-        geoip=geoip.resolve() if geoip else None)
+        geoip=geoip.resolve() if geoip else None, ha=ha)
     try:
         status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,
                                     plain_console(soft_wrap=False), embedded=redis_url is None,

@@ -2,7 +2,7 @@
 faults are real (a process killed, packets between hosts dropped), and drills against it.
 
 - :mod:`~director.lab.network`: hosts, their addresses, partitions;
-- :mod:`~director.lab.redis_set`: the Redis master, replicas and Sentinels;
+- :mod:`~director.up.redis_set`: the Redis master, replicas and Sentinels;
 - :mod:`~director.lab.shape`: which hosts, the policy, a process per component;
 - :mod:`~director.lab.run`: start, fault, stop.
 """

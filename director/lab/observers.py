@@ -27,7 +27,7 @@ import httpx
 import redis
 import redis.asyncio as aioredis
 
-from director.lab.redis_set import REDIS_PORT
+from director.up.redis_set import REDIS_PORT
 from state import AsyncStateStore, StateError
 from tenants.api_keys import load_keys
 

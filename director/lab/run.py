@@ -19,17 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from director.lab.network import LabNetwork
-from director.lab.redis_set import RedisSet, SentinelTimings, redis_set_children
 from director.lab.shape import LabShape, Placement, component_children, policy_text
 from director.policy_gate import accept
 from director.up import rundir
-from director.up.credentials import StateLogins
+from director.up.credentials import CREDENTIALS_DIR, StateLogins, role_logins
 from director.up.plan import ChildSpec
+from director.up.redis_set import RedisSet, SentinelTimings, redis_set_children
 from director.up.supervisor import Supervisor
 from policies import PolicySources
-from state.acl import ROLES, new_password
+from state.acl import ROLES
 from state.credentials import role_env
-from state.private_file import write_private
 from state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -98,13 +97,8 @@ class Lab:
         acceptance = accept(str(self.policy_path))
         if acceptance.policy is None:
             raise LabStartError(acceptance.error().render())
-        passwords = {role: new_password() for role in ROLES}
-        folder = self.run_dir / "credentials"
-        users: dict[str, tuple[str | None, Path]] = {}
-        for role, password in passwords.items():
-            write_private(folder / f"{role}.password", password + "\n")
-            users[role] = (role, folder / f"{role}.password")
-        self.logins = StateLogins(users)
+        self.logins, passwords = role_logins(self.run_dir)
+        folder = self.run_dir / CREDENTIALS_DIR
         state_hosts = [hosts[f"state-{i}"] for i in range(1, self.shape.state_hosts + 1)]
         self.redis, redis_children = redis_set_children(state_hosts, self.run_dir / "state",
                                                         passwords, self.timings)

@@ -42,17 +42,23 @@ class StateLogins:
         return PasswordFile(found[0], found[1]) if found is not None else None
 
 
-def embedded_logins(run_dir: Path) -> tuple[StateLogins, str]:
+def role_logins(run_dir: Path) -> tuple[StateLogins, dict[str, str]]:
     """Fresh random passwords for every role, written to the run directory; returns the
-    logins and the ACL text of the server's users."""
+    logins and the passwords by role."""
     folder = run_dir / CREDENTIALS_DIR
     passwords = {role: new_password() for role in ROLES}
-    users = {}
+    users: dict[str, tuple[str | None, Path]] = {}
     for role, password in passwords.items():
         path = folder / f"{role}.password"
         write_private(path, password + "\n")
         users[role] = (role, path)
-    return StateLogins(users), acl_file(passwords)
+    return StateLogins(users), passwords
+
+
+def embedded_logins(run_dir: Path) -> tuple[StateLogins, str]:
+    """``role_logins``, with the ACL text of the server's users."""
+    logins, passwords = role_logins(run_dir)
+    return logins, acl_file(passwords)
 
 
 def external_logins(run_dir: Path, url: str) -> tuple[str, StateLogins]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,6 +71,9 @@ class UpOptions:
     geoip: Path | None = None
     dns_precompile: bool = True
     logins: StateLogins = field(default_factory=StateLogins)  # each role's state user
+    # replicas of every tier: two DNS servers, two admin APIs, two probe workers, and a
+    # balancer on every endpoint of a region (the state a Sentinel set: run.py)
+    ha: bool = False
 
 
 def director_command(*args: str) -> tuple[str, ...]:
@@ -117,18 +122,20 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
 
 
 def balancer_child(policy_path: Path, region_name: str, host: str, options: UpOptions,
-                   admin: tuple[str, int] | None = None) -> ChildSpec:
+                   admin: tuple[str, int] | None = None, index: int = 1) -> ChildSpec:
     """A region's balancer on ``host``; its admin listener on ``admin`` (default: the same
-    host, which is loopback in an embedded run, and ``options.balancer_admin_port``)."""
+    host, which is loopback in an embedded run, and ``options.balancer_admin_port``). The
+    region's first is ``balancer/<region>``, the next ``balancer/<region>/<index>``."""
     listen = (host, options.balancer_port)
     admin = admin or (host, options.balancer_admin_port)
     argv = director_command("region", "serve", "--policy", str(policy_path), "--region",
                             region_name, "--listen", hostport(listen), "--admin-listen",
                             hostport(admin), "--redis", options.redis_url, "--follow-policy",
                             *geoip_args(options), *edge_args())
+    name = region_name if index == 1 else f"{region_name}/{index}"
     env = {**options.logins.env("balancer"),
-           BALANCER_STATE_DIR_ENV: str(options.run_dir / "balancers" / region_name)}
-    return ChildSpec(f"balancer/{region_name}", "balancer", argv, env=env, region=region_name,
+           BALANCER_STATE_DIR_ENV: str(options.run_dir / "balancers" / name.replace("/", "-"))}
+    return ChildSpec(f"balancer/{name}", "balancer", argv, env=env, region=region_name,
                      address=f"http://{hostport(listen)} (admin http://{hostport(admin)})",
                      ready_tcp=listen,
                      binds=(Bind("tcp", *listen), Bind("tcp", *admin)))
@@ -158,51 +165,88 @@ def geoip_args(options: UpOptions) -> tuple[str, ...]:
     return ("--geoip", str(options.geoip)) if options.geoip else ()
 
 
-def plan_children(policy: Policy, options: UpOptions, valkey: ChildSpec | None = None
+def plan_children(policy: Policy, options: UpOptions, state: Sequence[ChildSpec] = ()
                   ) -> list[ChildSpec]:
-    """Every child in start order: Valkey, GPU simulators, balancers, workers, DNS, API."""
+    """Every child in start order: the state server(s), GPU simulators, balancers, workers,
+    DNS, API."""
     policy_path = options.policy_path
-    children: list[ChildSpec] = [valkey] if valkey is not None else []
+    children: list[ChildSpec] = list(state)
     if options.simulate:
         for region in policy.regions:
             children += [simulator_child(region.name, gpu, options.time_scale)
                          for gpu in region.gpus]
     admin_taken: set[tuple[str, int]] = set()
     for region in policy.regions:
-        if not region.endpoints_v4 and not region.endpoints_v6:
-            continue
-        host = (region.endpoints_v4 or region.endpoints_v6)[0]
-        children.append(balancer_child(policy_path, region.name, host, options,
-                                       admin_address(host, options, admin_taken)))
-    children.append(ChildSpec(
-        "workers", "workers",
-        director_command("workers", "--policy", str(policy_path), "--redis", options.redis_url,
-                         "--loglevel", "WARNING", "--follow-policy"),
-        env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port),
-             **options.logins.env("worker")}))
-    children.append(ChildSpec(
-        "dns", "dns",
-        director_command("dns", "serve", "--policy", str(policy_path), "--listen",
-                         hostport(options.dns), "--redis", options.redis_url, "--follow-policy",
-                         "--metrics", hostport(options.dns_metrics), *geoip_args(options),
-                         *(() if options.dns_precompile else ("--no-precompile",))),
-        env=options.logins.env("dns"),
-        address=f"udp+tcp {hostport(options.dns)}", ready_tcp=options.dns,
-        binds=(Bind("udp", *options.dns), Bind("tcp", *options.dns),
-               Bind("tcp", *options.dns_metrics))))
+        hosts = balancer_hosts(region.endpoints_v4, region.endpoints_v6)
+        for index, host in enumerate(hosts[:None if options.ha else 1], start=1):
+            children.append(balancer_child(policy_path, region.name, host, options,
+                                           admin_address(host, options, admin_taken), index))
+    replicas = 2 if options.ha else 1
+    for index in range(1, replicas + 1):
+        children.append(ChildSpec(
+            _numbered("workers", index, replicas), "workers",
+            director_command("workers", "--policy", str(policy_path), "--redis",
+                             options.redis_url, "--loglevel", "WARNING", "--follow-policy"),
+            env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port),
+                 **options.logins.env("worker")}))
+    dns_listens = [replica_address(options.dns, i) for i in range(replicas)]
+    for index, listen in enumerate(dns_listens, start=1):
+        metrics = replica_address(options.dns_metrics, index - 1)
+        children.append(ChildSpec(
+            _numbered("dns", index, replicas), "dns",
+            director_command("dns", "serve", "--policy", str(policy_path), "--listen",
+                             hostport(listen), "--redis", options.redis_url,
+                             "--follow-policy", "--metrics", hostport(metrics),
+                             *geoip_args(options),
+                             *(() if options.dns_precompile else ("--no-precompile",))),
+            env=options.logins.env("dns"),
+            address=f"udp+tcp {hostport(listen)}", ready_tcp=listen,
+            binds=(Bind("udp", *listen), Bind("tcp", *listen), Bind("tcp", *metrics))))
     run = options.run_dir
-    children.append(ChildSpec(
-        "api", "api",
-        director_command("api", "serve", "--policy", str(policy_path), "--redis",
-                         options.redis_url, "--listen", hostport(options.api),
-                         "--tokens", str(run / "tokens.json"),
-                         "--audit-log", str(run / "audit.log"),
-                         "--control", str(run / "control.sock"),
-                         "--dns", hostport(options.dns),
-                         "--policy-store", str(run / "policy"),
-                         "--balancer-port", str(options.balancer_port),
-                         "--enable-chaos", *geoip_args(options)),
-        env=options.logins.env("api"),
-        address=f"http://{hostport(options.api)}", ready_tcp=options.api,
-        binds=(Bind("tcp", *options.api),)))
+    for index in range(1, replicas + 1):
+        listen = replica_address(options.api, index - 1)
+        # the first API holds the control socket and the run directory's audit log and
+        # policy history; a replica keeps its own beside them
+        home = run if index == 1 else run / f"api-{index}"
+        control = ("--control", str(run / "control.sock")) if index == 1 else ()
+        children.append(ChildSpec(
+            _numbered("api", index, replicas), "api",
+            director_command("api", "serve", "--policy", str(policy_path), "--redis",
+                             options.redis_url, "--listen", hostport(listen),
+                             "--tokens", str(run / "tokens.json"),
+                             "--audit-log", str(home / "audit.log"), *control,
+                             "--dns", ",".join(hostport(d) for d in dns_listens),
+                             "--policy-store", str(home / "policy"),
+                             "--balancer-port", str(options.balancer_port),
+                             "--enable-chaos", *geoip_args(options)),
+            env=options.logins.env("api"),
+            address=f"http://{hostport(listen)}", ready_tcp=listen,
+            binds=(Bind("tcp", *listen),)))
     return children
+
+
+def balancer_hosts(v4: tuple[str, ...], v6: tuple[str, ...]) -> list[str]:
+    """The distinct hosts of a region's endpoints (an IPv4-mapped IPv6 address is its IPv4
+    address's host), in the policy's order: a balancer listens on each."""
+    hosts: dict[str, None] = {}
+    for address in (*v4, *v6):
+        parsed = ipaddress.ip_address(address)
+        mapped = parsed.ipv4_mapped if isinstance(parsed, ipaddress.IPv6Address) else None
+        hosts.setdefault(str(mapped or parsed), None)
+    return list(hosts)
+
+
+def replica_address(listen: tuple[str, int], offset: int) -> tuple[str, int]:
+    """The ``offset``-th replica's address of a loopback ``listen``: the next loopback
+    address, same port (127.0.0.1:5353, 127.0.0.2:5353); off loopback the next port."""
+    host, port = listen
+    if offset == 0:
+        return listen
+    address = ipaddress.ip_address(host)
+    if address.version == 4 and address.is_loopback:
+        return str(address + offset), port
+    return host, port + offset
+
+
+def _numbered(role: str, index: int, count: int) -> str:
+    return role if count == 1 else f"{role}/{index}"

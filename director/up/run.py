@@ -17,16 +17,25 @@ from rich.console import Console
 from director.api.policy_disk import PolicyDisk
 from director.up import rundir
 from director.up.console import print_ready, tail
-from director.up.credentials import CREDENTIALS_DIR, embedded_logins, external_logins
+from director.up.credentials import (
+    CREDENTIALS_DIR,
+    embedded_logins,
+    external_logins,
+    role_logins,
+)
 from director.up.plan import ChildSpec, UpOptions, hostport, plan_children
+from director.up.redis_set import RedisSet, redis_set_children
 from director.up.supervisor import Supervisor
 from policies import PolicySources
 from policies.model import Policy
+from state.embedded import find_server_binary
 from state.errors import StateError
 from state.ports import bind_error
 from state.store import StateStore
 
 BIND_GRACE_S = 5.0
+# where `up --ha` runs its replicated state: a server and a Sentinel on each
+HA_STATE_HOSTS = ("127.0.8.1", "127.0.8.2", "127.0.8.3")
 
 
 class UpError(Exception):
@@ -50,8 +59,9 @@ def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ..
 
 
 def start_groups(specs: list[ChildSpec]) -> list[list[str]]:
-    """Names grouped by start order: Valkey, GPUs, balancers, workers, DNS and API."""
-    order = ("valkey", "gpu", "balancer", "workers", "dns", "api")
+    """Names grouped by start order: Valkey (or the servers and Sentinels of a replicated
+    set), GPUs, balancers, workers, DNS and API."""
+    order = ("valkey", "redis", "sentinel", "gpu", "balancer", "workers", "dns", "api")
     groups = [[s.name for s in specs if s.role == role] for role in order]
     return [group for group in groups if group]
 
@@ -87,10 +97,18 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
     if (run_dir / "control.sock").exists() and await _answers(run_dir / "control.sock"):
         raise UpError(f"another director up is running with run directory {run_dir}")
     rundir.prepare(run_dir)
-    valkey = None
-    if embedded:
+    valkey: list[ChildSpec] = []
+    state_set: RedisSet | None = None
+    if embedded and options.ha:
+        logins, passwords = role_logins(run_dir)
+        state_set, valkey = redis_set_children(
+            [(None, address) for address in HA_STATE_HOSTS], run_dir / "state", passwords,
+            server_binary=str(find_server_binary()), persist=True)
+        options = dataclasses.replace(options, redis_url=state_set.url, logins=logins)
+    elif embedded:
         logins, acl = embedded_logins(run_dir)
-        valkey, url = rundir.valkey_child(run_dir, acl)
+        server, url = rundir.valkey_child(run_dir, acl)
+        valkey = [server]
         options = dataclasses.replace(options, redis_url=url, logins=logins)
     else:
         url, logins = external_logins(run_dir, options.redis_url)
@@ -120,7 +138,12 @@ async def run_up(policy: Policy, sources: PolicySources, options: UpOptions,
                 console.print(f"[yellow]{name} is not ready yet; its log "
                               f"({child.log_path}) ends with:[/yellow]")
                 console.print(tail(child.log_path), markup=False)
-            if group == ["valkey"]:
+            if group == ["valkey"] or (state_set is not None and "sentinel/1" in group):
+                if state_set is not None:  # replicas in sync, every Sentinel agreeing
+                    try:
+                        await asyncio.to_thread(state_set.wait_ready)
+                    except TimeoutError as exc:
+                        raise UpError(f"{exc} (logs under {run_dir / 'logs'})") from exc
                 await _publish_and_control(supervisor, options, sources, proofs)
         rundir.write_manifest(run_dir, {
             "pid": os.getpid(), "api": f"http://{hostport(options.api)}",

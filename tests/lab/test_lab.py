@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from director.lab.drill import run_drill
-from director.lab.redis_set import SentinelTimings
 from director.lab.run import Lab
 from director.lab.shape import LabShape
+from director.up.redis_set import SentinelTimings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get(
     "DIRECTOR_REQUIRE_SERVERS"), reason="network namespaces need root")

@@ -4,9 +4,10 @@ an admin listener of its own on loopback; the API with its chaos routes on."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
-from director.up.plan import UpOptions, plan_children
+from director.up.plan import UpOptions, balancer_hosts, plan_children, replica_address
 from policies import load_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
@@ -78,3 +79,31 @@ def test_a_simulated_gpu_with_adapter_slots_serves_lora(tmp_path: Path) -> None:
     gpus = [c for c in plan_children(policy, options) if c.role == "gpu"]
     assert [(option_values(c.argv, "--max-loras"), option_values(c.argv, "--max-cpu-loras"))
             for c in gpus] == [([], []), (["8"], ["8"])]
+
+
+def test_ha_runs_two_of_each_and_a_balancer_on_every_endpoint(tmp_path: Path) -> None:
+    ha = EXAMPLE.with_name("ha.dp")
+    policy = load_policy(str(ha))
+    options = UpOptions(ha, tmp_path, "redis+sentinel://127.0.8.1:26379/m", ha=True,
+                        dns=("127.0.0.1", 5353), api=("127.0.0.1", 8080))
+    plan = plan_children(policy, options)
+    listens = {c.name: option_values(c.argv, "--listen") for c in plan}
+    assert listens["dns/1"] == ["127.0.0.1:5353"] and listens["dns/2"] == ["127.0.0.2:5353"]
+    assert listens["api/1"] == ["127.0.0.1:8080"] and listens["api/2"] == ["127.0.0.2:8080"]
+    assert option_values(next(c.argv for c in plan if c.name == "api/2"), "--dns") == [
+        "127.0.0.1:5353,127.0.0.2:5353"]
+    assert {c.name for c in plan if c.role == "workers"} == {"workers/1", "workers/2"}
+    assert {c.name: listens[c.name] for c in plan if c.role == "balancer"} == {
+        "balancer/us-east": ["127.0.1.1:8080"], "balancer/us-east/2": ["127.0.1.2:8080"],
+        "balancer/eu-west": ["127.0.2.1:8080"], "balancer/eu-west/2": ["127.0.2.2:8080"]}
+    # without --ha: one of each, a region's IPv4-mapped endpoint being the same host
+    single = plan_children(load_policy(str(EXAMPLE)), UpOptions(EXAMPLE, tmp_path, "redis://x"))
+    assert Counter(c.role for c in single if c.role != "gpu") == Counter(
+        {"balancer": 4, "workers": 1, "dns": 1, "api": 1})
+
+
+def test_balancer_hosts_and_replica_addresses() -> None:
+    assert balancer_hosts(("127.0.1.1",), ("::ffff:127.0.1.1", "::1")) == ["127.0.1.1", "::1"]
+    assert replica_address(("127.0.0.1", 53), 1) == ("127.0.0.2", 53)
+    assert replica_address(("::1", 53), 1) == ("::1", 54)
+    assert replica_address(("10.0.0.1", 53), 0) == ("10.0.0.1", 53)

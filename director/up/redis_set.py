@@ -1,10 +1,15 @@
 """A replicated state server: a Redis master, its replicas and a Sentinel beside each.
 
-``redis-server`` (Debian's package) runs both, the Sentinels as ``redis-server CONF
---sentinel``. Every server has a configuration file it may rewrite (Sentinel's
-``REPLICAOF`` survives a restart) and the ACL users of :mod:`state.acl`: the roles, plus
-``replica`` (how replicas log in to their master) and ``sentinel``. Nothing is persisted to
-disk: a killed server comes back empty and, by then a replica, copies the new master.
+``redis-server`` (Debian's package) or the embedded Valkey runs both, the Sentinels as
+``SERVER CONF --sentinel``. The HA lab puts each on a host of its own (a network namespace);
+``director up --ha`` on loopback addresses of this machine. Every server has a
+configuration file it may rewrite (Sentinel's ``REPLICAOF`` survives a restart) and the ACL
+users of :mod:`state.acl`: the roles, plus ``replica`` (how replicas log in to their master)
+and ``sentinel``. In the lab nothing is persisted to disk: a killed server comes back (after
+the failover) empty and, by then a replica, copies the new master. ``director up --ha``
+restarts a dead server at once, before Sentinel has moved the master: there every write is
+in an append-only file synced before it is acknowledged (``persist``), or a master back
+within ``down-after`` would come back empty and its replicas would copy the emptiness.
 """
 
 from __future__ import annotations
@@ -99,12 +104,15 @@ class RedisSet:
             time.sleep(0.1)
 
 
-def redis_set_children(servers: Sequence[tuple[str, str]], folder: Path,
+def redis_set_children(servers: Sequence[tuple[str | None, str]], folder: Path,
                        role_passwords: Mapping[str, str],
                        timings: SentinelTimings = SentinelTimings(),
-                       server_binary: str = "redis-server") -> tuple[RedisSet, list[ChildSpec]]:
+                       server_binary: str = "redis-server", persist: bool = False
+                       ) -> tuple[RedisSet, list[ChildSpec]]:
     """A server and a Sentinel on each ``(netns, address)``, the first the master; their
-    configuration files under ``folder``; ``role_passwords`` the roles' (``state.acl``)."""
+    configuration files under ``folder``; ``role_passwords`` the roles' (``state.acl``).
+    Inside a namespace they also listen on its loopback; without one (``netns`` None, a
+    loopback ``address``) only on ``address``."""
     replica_password, sentinel_password = new_password(), new_password()
     acl = acl_file(role_passwords) + replication_users(replica_password, sentinel_password)
     master = servers[0][1]
@@ -114,19 +122,25 @@ def redis_set_children(servers: Sequence[tuple[str, str]], folder: Path,
         home = folder / f"state-{index}"
         home.mkdir(parents=True, exist_ok=True)
         write_private(home / "users.acl", acl)
-        lines = [f"port {REDIS_PORT}", f"bind {address} 127.0.0.1", "protected-mode no",
-                 'save ""', "appendonly no", f"dir {home}", f"aclfile {home / 'users.acl'}",
+        bind = f"{address} 127.0.0.1" if netns else address
+        lines = [f"port {REDIS_PORT}", f"bind {bind}", "protected-mode no",
+                 'save ""', *(("appendonly yes", "appendfsync always") if persist else
+                              ("appendonly no",)),
+                 f"dir {home}", f"aclfile {home / 'users.acl'}",
                  "masteruser replica", f"masterauth {replica_password}",
                  "repl-diskless-sync yes", "repl-diskless-sync-delay 0",
                  # a master cut off from every replica refuses writes after this lag, so
                  # its clients leave it for the new one (state.sentinel_client)
-                 "min-replicas-to-write 1", f"min-replicas-max-lag {timings.max_lag_s}"]
+                 "min-replicas-to-write 1", f"min-replicas-max-lag {timings.max_lag_s}",
+                 # on loopback the source of a connection is 127.0.0.1 whatever the
+                 # address bound: each names its own, or every one would be 127.0.0.1
+                 f"replica-announce-ip {address}"]
         if address != master:
             lines.append(f"replicaof {master} {REDIS_PORT}")
         write_private(home / "redis.conf", "\n".join(lines) + "\n")
         write_private(home / "sentinel.conf", "\n".join([
-            f"port {SENTINEL_PORT}", f"bind {address} 127.0.0.1", "protected-mode no",
-            f"dir {home}",
+            f"port {SENTINEL_PORT}", f"bind {bind}", "protected-mode no",
+            f"dir {home}", f"sentinel announce-ip {address}",
             f"sentinel monitor {MASTER_NAME} {master} {REDIS_PORT} {quorum}",
             f"sentinel auth-user {MASTER_NAME} sentinel",
             f"sentinel auth-pass {MASTER_NAME} {sentinel_password}",

@@ -1,0 +1,134 @@
+"""``director up --ha --simulate``: every tier replicated on loopback, the state on a real
+Sentinel set. Every instance is on the status page, both DNS servers answer both of a
+region's balancers, and when the state's master is killed the APIs' writes reach the new
+master, acknowledged by a replica, with what was written before still there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.edns
+import dns.message
+import dns.query
+import dns.rdatatype
+import pytest
+import redis
+
+from state.ports import free_port
+from tests.free_ports import on_free_ports
+from tests.up.test_up_end_to_end import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "policies" / "examples" / "ha.dp"
+FRANCE = "2.2.2.0/24"
+
+
+class HaUp:
+    def __init__(self, process: subprocess.Popen[str], run_dir: Path, dns_port: int,
+                 api_port: int) -> None:
+        self.process, self.run_dir = process, run_dir
+        self.dns_port, self.api_port = dns_port, api_port
+
+    def call(self, api: str, method: str, path: str) -> tuple[int, dict]:
+        token = (self.run_dir / "admin.token").read_text().strip()
+        request = urllib.request.Request(f"http://{api}:{self.api_port}/api/v1{path}",
+                                         method=method,
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, {"error": exc.read().decode(errors="replace")}
+
+    def answer(self, server: str) -> list[str]:
+        query = dns.message.make_query("chat.infer.example.com", dns.rdatatype.A, use_edns=0,
+                                       options=[dns.edns.ECSOption.from_text(FRANCE)])
+        response = dns.query.udp(query, server, port=self.dns_port, timeout=1)
+        return sorted(rr.address for rrset in response.answer for rr in rrset)
+
+    def pid(self, name: str) -> int:
+        manifest = json.loads((self.run_dir / "up.json").read_text())
+        return next(p["pid"] for p in manifest["processes"] if p["name"] == name)
+
+    def log(self) -> str:
+        logs = sorted((self.run_dir / "logs").glob("*.log"))
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1200:]}" for p in logs)
+
+
+@pytest.fixture(scope="module")
+def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaUp]:
+    run_dir = tmp_path_factory.mktemp("up-ha")
+    dns_port, api_port = free_port("127.0.0.2"), free_port("127.0.0.2")
+    policy = on_free_ports(POLICY, tmp_path_factory.mktemp("policy"))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "director", "up", "--ha", "--simulate", "--policy", str(policy),
+         "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",
+         "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{free_port()}",
+         "--balancer-port", str(free_port("127.0.1.2")),
+         "--balancer-admin-port", str(free_port("127.0.1.2")), "--no-dns-precompile"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    system = HaUp(process, run_dir, dns_port, api_port)
+    try:
+        ready = wait_for(lambda: (run_dir / "up.json").exists() or process.poll() is not None,
+                         120)
+        assert ready and process.poll() is None, (
+            process.stdout.read() if process.poll() is not None else system.log())
+        yield system
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def test_every_replica_runs_and_both_dns_servers_answer_both_balancers(ha: HaUp) -> None:
+    def instances() -> Counter[str]:
+        _, status = ha.call("127.0.0.2", "GET", "/status")
+        return Counter(i["role"] for i in status.get("instances", []) if i["state"] == "up")
+
+    wanted = Counter({"balancer": 4, "dns": 2, "api": 2, "worker": 2})
+    assert wait_for(lambda: instances() == wanted, 30), (instances(), ha.log())
+    for server in ("127.0.0.1", "127.0.0.2"):
+        assert wait_for(lambda s=server: ha.answer(s) == ["127.0.2.1", "127.0.2.2"], 15), \
+            ha.answer(server)
+
+
+def test_writes_follow_the_state_master_when_it_hangs(ha: HaUp) -> None:
+    """The master stopped (SIGSTOP: alive to the supervisor, dead to Sentinel): Sentinel
+    moves the master, the APIs' writes reach the new one, acknowledged by a replica; what
+    was written before is still there, and the old master, woken, rejoins as a replica."""
+    status, before = ha.call("127.0.0.1", "POST", "/regions/us-east/gpus/use1-h100-b/drain")
+    assert status == 200 and before["durability"]["durable"], before
+    master = ha.pid("redis/1")
+    os.kill(master, signal.SIGSTOP)
+    try:
+        def durable_write() -> bool:
+            code, body = ha.call("127.0.0.2", "POST",
+                                 "/regions/us-east/gpus/use1-a100-b/drain")
+            return code == 200 and body["durability"]["durable"]
+
+        assert wait_for(durable_write, 30), ha.log()
+        _, status = ha.call("127.0.0.1", "GET", "/status")
+        drained = {g["name"] for r in status["regions"] for g in r["gpus"] if g["draining"]}
+        assert {"use1-h100-b", "use1-a100-b"} <= drained, drained
+    finally:
+        os.kill(master, signal.SIGCONT)
+    sentinel = redis.Redis("127.0.8.2", 26379, socket_timeout=2)
+
+    def rejoined() -> bool:
+        replicas = sentinel.sentinel_slaves("director-state")
+        return any(r["ip"] == "127.0.8.1" and not r["is_sdown"] and not r["is_disconnected"]
+                   for r in replicas)
+
+    assert wait_for(rejoined, 30), ha.log()
