@@ -14,8 +14,12 @@ connection).
 
 A plain ``redis://`` or ``rediss://`` URL makes a plain client, as before.
 
-``celery_broker`` turns either kind into what Celery's broker takes (kombu's
-``sentinel://`` URLs with ``master_name``), with the same timeouts always set.
+``celery_broker`` turns either kind into what Celery's broker takes (for a Sentinel set,
+one ``quorum-sentinel://`` URL per Sentinel with ``master_name``), with the same timeouts
+always set. The scheme is ``workers.broker_transport``'s, not kombu's ``sentinel``: after a
+connection error kombu moves to the next URL and takes its transport from the URL's scheme,
+whatever transport it was given, so ``sentinel://`` URLs would put the broker back on
+kombu's own Sentinel transport (asking the first Sentinel only) at the first failover.
 """
 
 from __future__ import annotations
@@ -147,10 +151,13 @@ def _master_for(url: str, timeout: float, sentinel_class: Any, connection_class:
 BROKER_HEALTH_CHECK_S = 5
 
 
+BROKER_SCHEME = "quorum-sentinel"  # registered with kombu by workers.broker_transport
+
+
 def celery_broker(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
     """Celery's broker URL and transport options for a state URL: a plain Redis URL as it
-    is, a Sentinel set as kombu's ``sentinel://h:p;sentinel://h:p`` with ``master_name``
-    (kombu asks the Sentinels for the master on every reconnect). Connect and socket
+    is, a Sentinel set as ``quorum-sentinel://h:p;quorum-sentinel://h:p`` with
+    ``master_name`` (the Sentinels are asked for the master on every reconnect). Connect and socket
     timeouts are always set: kombu's default (None) lets a publish hang forever on a
     connection to a master that died without closing it."""
     options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
@@ -161,7 +168,7 @@ def celery_broker(url: str, timeout: float) -> tuple[str, dict[str, Any]]:
     auth = ""
     if spec.password is not None:
         auth = f"{quote(spec.username or '', safe='')}:{quote(spec.password, safe='')}@"
-    broker = ";".join(f"sentinel://{auth}{_host(host)}:{port}/{spec.db}"
+    broker = ";".join(f"{BROKER_SCHEME}://{auth}{_host(host)}:{port}/{spec.db}"
                       for host, port in spec.sentinels)
     options["master_name"] = spec.master
     options["sentinel_kwargs"] = spec.sentinel_kwargs(timeout)

@@ -21,8 +21,8 @@ from celery import Celery
 
 from state.acl import celery_prefix
 from state.credentials import with_credentials
-from state.sentinel_url import celery_broker, is_sentinel
-from workers.broker_transport import PATH as QUORUM_TRANSPORT
+from state.sentinel_url import celery_broker
+from workers import broker_transport  # noqa: F401  registers the broker URLs' scheme
 from workers.config import WorkerSettings
 
 BROKER_TIMEOUT_S = 5.0  # above kombu's 1 s BRPOP wait, so a consume never times out idle
@@ -33,8 +33,6 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
     settings = settings or WorkerSettings.from_env()
     broker, transport = celery_broker(with_credentials(settings.redis_url), BROKER_TIMEOUT_S)
     app = Celery("director-workers", broker=broker, include=["workers.tasks", "workers.heartbeat"])
-    if is_sentinel(settings.redis_url):
-        app.conf.broker_transport = QUORUM_TRANSPORT
     app.conf.update(
         task_ignore_result=True,
         result_backend=None,

@@ -4,7 +4,11 @@ kombu asks the Sentinels in turn and believes the first; a Sentinel beside a mas
 by a partition names that old master, and beat and the workers would publish and consume
 there until the partition heals. This transport asks every Sentinel and trusts the newest
 epoch, and leaves a master that refuses writes for want of replicas
-(:mod:`state.sentinel_client`). ``workers.app`` selects it for ``redis+sentinel://`` URLs.
+(:mod:`state.sentinel_client`). Importing this module registers it with kombu for the
+broker URLs ``state.sentinel_url.celery_broker`` makes of ``redis+sentinel://`` state URLs
+(scheme ``quorum-sentinel``): kombu takes the transport from the URL's scheme each time it
+moves to the next URL after a connection error, so a transport given by name alone would
+be replaced by kombu's own at the first failover.
 
 A consumer waits in ``BRPOP``, a read, which a master cut off from its replicas still
 serves: it would wait there, for tasks that now go to the new master, until the partition
@@ -22,13 +26,16 @@ import threading
 import weakref
 from typing import Any
 
+from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 from kombu.utils.url import _parse_url
 from redis.exceptions import RedisError
 
 from state.sentinel_client import LeavingConnection, QuorumSentinel
+from state.sentinel_url import BROKER_SCHEME
 
 PATH = "workers.broker_transport:Transport"
+TRANSPORT_ALIASES.setdefault(BROKER_SCHEME, PATH)
 WATCH_S = 1.0
 
 log = logging.getLogger(__name__)
@@ -45,7 +52,7 @@ class QuorumSentinelChannel(kombu_redis.SentinelChannel):
         sentinels = []
         for url in self.connection.client.alt:
             parts = _parse_url(url)
-            if parts.scheme == "sentinel":
+            if parts.scheme in (BROKER_SCHEME, "sentinel"):
                 sentinels.append((parts.hostname, parts.port or self.connection.default_port))
         if not sentinels:  # one Sentinel: kombu keeps no list of alternates
             sentinels.append((host, port))

@@ -48,7 +48,8 @@ def test_the_newest_epoch_names_the_master() -> None:
 def test_the_celery_broker_of_a_sentinel_url() -> None:
     broker, options = celery_broker("redis+sentinel://w:p%40ss@10.0.0.1:26379,[::1]:26380/"
                                     "main/2?sentinel_password=s", timeout=5.0)
-    assert broker == ("sentinel://w:p%40ss@10.0.0.1:26379/2;sentinel://w:p%40ss@[::1]:26380/2")
+    assert broker == ("quorum-sentinel://w:p%40ss@10.0.0.1:26379/2;"
+                      "quorum-sentinel://w:p%40ss@[::1]:26380/2")
     assert options["master_name"] == "main"
     assert options["sentinel_kwargs"]["password"] == "s"
     assert options["socket_timeout"] == options["socket_connect_timeout"] == 5.0

@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from state.ports import free_port
-from workers.broker_transport import PATH
+from state.sentinel_url import celery_broker
+from workers.broker_transport import Transport
 
 
 @pytest.fixture
@@ -47,9 +48,22 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[int, int]]:
             proc.wait(10)
 
 
-def connection(port: int) -> kombu.Connection:
-    return kombu.Connection(f"sentinel://127.0.0.1:{port}/0", transport=PATH,
-                            transport_options={"master_name": "m", "socket_timeout": 2})
+def connection(port: int, *more: int) -> kombu.Connection:
+    """A broker connection as ``workers.app`` makes it (``state.sentinel_url``)."""
+    broker, options = celery_broker(
+        "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in (port, *more)) + "/m", 2.0)
+    return kombu.Connection(broker, transport_options=options)
+
+
+def test_the_transport_stays_after_kombu_moves_to_the_next_url() -> None:
+    """After a connection error kombu moves to the next URL and takes the transport from
+    its scheme: with kombu's ``sentinel://`` it became kombu's own Sentinel transport (the
+    first Sentinel believed, a NOREPLICAS answer a plain error) at the first failover."""
+    conn = connection(1, 2)
+    assert isinstance(conn.transport, Transport)
+    for _ in range(3):
+        conn.maybe_switch_next()
+        assert isinstance(conn.transport, Transport), conn.transport
 
 
 def test_a_message_goes_through_one_sentinel(sentinel: tuple[int, int]) -> None:
