@@ -5,6 +5,8 @@ can share one server)::
 
     {p}:health:gpu:{region}:{gpu}     hash  rise/fall health of one GPU server
     {p}:health:balancer:{region}      hash  rise/fall health of a region's balancer
+    {p}:health:endpoint:{region}:{address}  hash  rise/fall health of the balancer at one
+                                      of a region's endpoints (regions with several)
     {p}:health:version:{region}:{gpu} hash  the revisions one GPU server reports and the
                                       models it is refused for (state.records.VersionRecord)
     {p}:load:gpu:{region}:{gpu}       hash  load scraped from one GPU server's /metrics
@@ -54,6 +56,7 @@ class KeyKind(enum.Enum):
     GPU_HEALTH = "health:gpu"
     GPU_VERSION = "health:version"
     BALANCER_HEALTH = "health:balancer"
+    ENDPOINT_HEALTH = "health:endpoint"
     GPU_LOAD = "load:gpu"
     REGION_LOAD = "load:region"
     LATENCY = "latency"
@@ -66,6 +69,7 @@ class ParsedKey:
     kind: KeyKind
     region: str | None = None
     gpu: str | None = None
+    address: str | None = None  # an endpoint's
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,9 @@ class Keys:
     def balancer_health(self, region: str) -> str:
         return f"{self.prefix}:health:balancer:{region}"
 
+    def endpoint_health(self, region: str, address: str) -> str:
+        return f"{self.prefix}:health:endpoint:{region}:{address}"
+
     def gpu_version(self, region: str, gpu: str) -> str:
         return f"{self.prefix}:health:version:{region}:{gpu}"
 
@@ -150,6 +157,9 @@ class Keys:
                 return ParsedKey(KeyKind.GPU_VERSION, region, gpu)
             case ["health", "balancer", region]:
                 return ParsedKey(KeyKind.BALANCER_HEALTH, region)
+            case ["health", "endpoint", region, *address] if address:
+                # an IPv6 address has colons of its own
+                return ParsedKey(KeyKind.ENDPOINT_HEALTH, region, address=":".join(address))
             case ["load", "gpu", region, gpu]:
                 return ParsedKey(KeyKind.GPU_LOAD, region, gpu)
             case ["load", "region", region]:

@@ -107,11 +107,13 @@ class StateStore:
         status: int | None = None,
         latency_ms: float | None = None,
         error: str = "",
+        endpoint: str | None = None,
     ) -> ProbeOutcome:
-        """Apply one probe result to a GPU server (``gpu`` set) or a region's balancer."""
+        """Apply one probe result to a GPU server (``gpu`` set), a region's balancer, or the
+        balancer at one of its endpoints (``endpoint`` set)."""
         keys, args = probe_call(self.keys, region, gpu, ok=ok, rise=rise, fall=fall, now=now,
                                 probe_id=probe_id, status=status, latency_ms=latency_ms,
-                                error=error)
+                                error=error, endpoint=endpoint)
         with redis_errors(self._where):
             return ProbeOutcome(int(self._hysteresis(keys=keys, args=args)))
 
@@ -120,6 +122,9 @@ class StateStore:
 
     def balancer_health(self, region: str) -> HealthRecord | None:
         return self._health(self.keys.balancer_health(region))
+
+    def endpoint_health(self, region: str, address: str) -> HealthRecord | None:
+        return self._health(self.keys.endpoint_health(region, address))
 
     def _health(self, key: str) -> HealthRecord | None:
         with redis_errors(self._where):

@@ -59,8 +59,9 @@ def policy_written(keys: Keys, version: int, epoch: str) -> Expected:
 
 def probe_call(keys: Keys, region: str, gpu: str | None, *, ok: bool, rise: int, fall: int,
                now: float | None, probe_id: str, status: int | None, latency_ms: float | None,
-               error: str) -> tuple[list[str], list[str]]:
-    """The keys and arguments of the hysteresis script for one probe result."""
+               error: str, endpoint: str | None = None) -> tuple[list[str], list[str]]:
+    """The keys and arguments of the hysteresis script for one probe result (of the
+    balancer at one of the region's endpoints when ``endpoint`` is given)."""
     args = script_args(
         ok=ok,
         rise=rise,
@@ -72,4 +73,5 @@ def probe_call(keys: Keys, region: str, gpu: str | None, *, ok: bool, rise: int,
         error=error,
         channel=keys.changes,
     )
-    return [keys.health(region, gpu)], args
+    key = keys.endpoint_health(region, endpoint) if endpoint else keys.health(region, gpu)
+    return [key], args

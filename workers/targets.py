@@ -8,8 +8,9 @@ Rules (the policy model has no probe section of its own):
 - A region's balancer uses the check its ``healthcheck`` names, else ``GET /healthz``
   expecting 200, every 1 s, 500 ms timeout. Its URL is ``http://{first endpoint}:{port}``
   unless ``balancer_urls`` overrides it (embedded mode and tests run balancers on free ports);
-  a region with several endpoints (a balancer on each) has the others as ``alternates``,
-  asked in turn when the first does not answer: the region's balancer is up while any is.
+  a region with several endpoints (a balancer on each) has the others as ``alternates``:
+  each is probed, its health kept per endpoint (DNS leaves a dead one out of answers), and
+  the region's balancer is up while any is.
 - Rise/fall come from the failover blocks of the services that serve the region: the smallest
   ``fall`` (fail fast for the most demanding service) and the largest ``rise`` (recover
   only when every service would). The balancer probe runs at the shorter of its check's
@@ -75,7 +76,10 @@ class BalancerTarget:
     timeout: float
     rise: int
     fall: int
-    alternates: tuple[str, ...] = ()  # the region's other balancers, asked when it fails
+    alternates: tuple[str, ...] = ()  # the region's other balancers
+    # the policy's endpoint address of ``url`` and of each alternate, in order, when the
+    # region has several: each is probed and its health kept for DNS (state.view)
+    endpoints: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +87,8 @@ class BalancerTarget:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BalancerTarget:
         fields = dict(data)
-        fields["alternates"] = tuple(fields.get("alternates", ()))  # JSON made it a list
+        for name in ("alternates", "endpoints"):  # JSON made them lists
+            fields[name] = tuple(fields.get(name, ()))
         return cls(**fields)
 
 
@@ -143,9 +148,11 @@ def probe_targets(
                     fingerprints=gpu.fingerprints,
                 )
             )
-        url = overrides.get(region.name) or _balancer_url(region, balancer_port)
+        endpoint_urls = _endpoint_urls(region, balancer_port)
+        url = overrides.get(region.name) or (endpoint_urls[0][1] if endpoint_urls else None)
         if url is None:
             continue
+        overridden = region.name in overrides
         check = _named(policy, region.healthcheck) or DEFAULT_BALANCER_CHECK
         interval = min(check.interval, failover_interval or check.interval)
         balancers.append(
@@ -158,8 +165,9 @@ def probe_targets(
                 timeout=min(check.timeout, interval),
                 rise=rise,
                 fall=fall,
-                alternates=() if region.name in overrides else _alternates(region,
-                                                                           balancer_port),
+                alternates=() if overridden else tuple(u for _, u in endpoint_urls[1:]),
+                endpoints=() if overridden or len(endpoint_urls) < 2 else tuple(
+                    a for a, _ in endpoint_urls),
             )
         )
         parts = urlsplit(url)
@@ -192,15 +200,8 @@ def _hysteresis(policy: Policy, region: str) -> tuple[int, int, float | None]:
     )
 
 
-def _alternates(region: Region, port: int) -> tuple[str, ...]:
-    """The URLs of the region's balancers after the first (its other endpoints)."""
-    hosts = [*region.endpoints_v4, *(f"[{a}]" for a in region.endpoints_v6)]
-    return tuple(dict.fromkeys(f"http://{h}:{port}" for h in hosts[1:]))
-
-
-def _balancer_url(region: Region, port: int) -> str | None:
-    if region.endpoints_v4:
-        return f"http://{region.endpoints_v4[0]}:{port}"
-    if region.endpoints_v6:
-        return f"http://[{region.endpoints_v6[0]}]:{port}"
-    return None
+def _endpoint_urls(region: Region, port: int) -> list[tuple[str, str]]:
+    """Each of the region's endpoint addresses with its balancer's URL, in the policy's
+    order (its IPv4 endpoints first)."""
+    return [*((a, f"http://{a}:{port}") for a in region.endpoints_v4),
+            *((a, f"http://[{a}]:{port}") for a in region.endpoints_v6)]

@@ -5,7 +5,8 @@ Under traffic the state changes every second (each region's utilization, each la
 sample), and every change makes a new ``Snapshot``. An answer (regions, TTL, ECS scope,
 reason) reads only:
 
-- per region: whether it is down, draining, stale or degraded (health, failover, TTL);
+- per region: whether it is down, draining, stale or degraded (health, failover, TTL),
+  and which of its endpoints are down (the addresses answered);
 - per region and spillover threshold of the policy: whether its utilization is unknown
   (the ECS scope narrows when spillover could hash the client), under, at or over the
   threshold, and over it the utilization itself (the share that spills is
@@ -41,7 +42,8 @@ class AnswerInputs:
         for name in self.regions:
             state = snapshot.region(name)
             regions.append((state.healthy is False, state.draining, state.stale,
-                            state.degraded, _bands(state.utilization, self.thresholds)))
+                            state.degraded, _bands(state.utilization, self.thresholds),
+                            state.down_endpoints))
         latency = _frozen(snapshot.latency) if self.reads_rtt else None
         return tuple(regions), latency
 

@@ -16,7 +16,8 @@ part way (``Answered.settled``), the oldest of which are asked again and widen f
    map (``Answered.lane``); they are not added to the memo, which they would only churn.
 3. **templates**: the query parsed by hand (``wire.parse_query``) keyed by (lower-cased
    qname, qtype, qclass, RD/CD, EDNS payload bucket and DO, ECS family and source prefix,
-   transport, and for service A/AAAA the decision class: regions, TTL, ECS scope, reason)
+   transport, and for service A/AAAA the decision class: regions, TTL, ECS scope, reason,
+   the regions' endpoints known down)
    -> the response header and the bytes after the question. The response is ``id + header +
    the question as sent + template + the ECS address as sent``; byte-identical to the full
    path because name compression is case-insensitive and points into the question, and
@@ -201,7 +202,10 @@ class FastPath:
                 return self._uncached(data, host, tcp)
             answered = self.decisions.answer(service, parsed.ecs, host)
             decision = answered.decision
-            decision_class = (decision.regions, decision.ttl, answered.scope, decision.reason)
+            snapshot = self.decisions.current()[0]
+            decision_class = (decision.regions, decision.ttl, answered.scope, decision.reason,
+                              tuple(snapshot.region(r).down_endpoints
+                                    for r in decision.regions))
             by_host = parsed.ecs is None
             settled = answered.settled
             lane = answered.lane
@@ -251,7 +255,8 @@ class FastPath:
         (``service_answer``), or None when the full path must render it."""
         decision = answered.decision
         made = service_template(
-            parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype)),
+            parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype,
+                                                         self.decisions.current()[0])),
             int(decision.ttl), answered.scope, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
         if made is None:
             return None

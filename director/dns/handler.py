@@ -119,7 +119,7 @@ class Handler:
             raise TypeError(f"service node {node.name} without a service")
         answered: Answered = self.decisions.answer(service, ecs, host)
         decision = answered.decision
-        addresses = self.zone.addresses(decision.regions, rdtype)
+        addresses = self.zone.addresses(decision.regions, rdtype, self.decisions.current()[0])
         if addresses:
             response.answer.append(dns.rrset.from_text_list(
                 node.name, int(decision.ttl), "IN", cast(dns.rdatatype.RdataType, rdtype),

@@ -19,6 +19,7 @@ import dns.name
 import dns.rdatatype
 import dns.rrset
 
+from director.engine.snapshot import Snapshot
 from director.geo import IPNetwork
 from policies.model import Policy, Service
 
@@ -152,12 +153,19 @@ class ZoneData:
         return any(address.version == net.version and address in net
                    for net in self.admin_networks)
 
-    def addresses(self, regions: tuple[str, ...], rdtype: int) -> list[str]:
-        """The balancer addresses of ``regions`` for A or AAAA, in region order, deduplicated."""
+    def addresses(self, regions: tuple[str, ...], rdtype: int,
+                  snapshot: Snapshot | None = None) -> list[str]:
+        """The balancer addresses of ``regions`` for A or AAAA, in region order, deduplicated;
+        a region's endpoints ``snapshot`` knows down are left out unless all of them are
+        (then its health, not the DNS, decides: an answer is never emptied here)."""
         table = self.region_v4 if rdtype == dns.rdatatype.A else self.region_v6
         seen: dict[str, None] = {}
         for region in regions:
-            for address in table.get(region, ()):
+            addresses = table.get(region, ())
+            down = snapshot.region(region).down_endpoints if snapshot is not None else ()
+            if down:
+                addresses = tuple(a for a in addresses if a not in down) or addresses
+            for address in addresses:
                 seen.setdefault(address, None)
         return list(seen)
 

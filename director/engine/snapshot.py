@@ -28,6 +28,9 @@ class RegionState:
     draining: bool = False
     stale: bool = False
     degraded: bool = False  # e.g. flapping or some GPU servers down: shortens TTLs
+    # endpoints whose own balancer is known down (a region with several): DNS leaves them
+    # out of the region's addresses while another is up
+    down_endpoints: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

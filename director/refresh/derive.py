@@ -10,6 +10,8 @@ Per region:
   ``degraded-ttl`` rather than ``ttl`` after it is declared down.
 - ``utilization``: as the region's balancer last published it; None if it never did.
 - ``draining``: an operator drain flag is set on the region.
+- ``down_endpoints``: the endpoints (of a region with several, each with its balancer)
+  whose own probe record says down; DNS answers the others while one is left.
 - ``stale``: some record the region's state rests on (balancer health, GPU health, published
   load) is older than ``stale_after``. The last known values are kept, whatever their age:
   missing or old data never turns a region down by itself (fail-static), it only sets
@@ -27,7 +29,7 @@ from types import MappingProxyType
 from director.engine.snapshot import RegionState, Snapshot
 from policies.model import Policy, Region
 from state.records import HealthRecord
-from state.view import StateView
+from state.view import StateView, balanced_endpoints
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ def region_state(
         draining=region.name in view.drains.regions,
         stale=oldest is not None and oldest > stale_after,
         degraded=(down > 0 and not all_gpus_down) or _suspect(balancer),
+        down_endpoints=frozenset(
+            address for address in balanced_endpoints(region)
+            if (record := view.endpoint_health.get((region.name, address))) is not None
+            and record.up is False),
     )
     return state, oldest
 

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from director.engine.snapshot import RegionState
 from director.refresh.derive import build_snapshot, same_state
+from policies import load_policy
+from state.keys import KeyKind, Keys, ParsedKey
 from state.records import DrainFlags, HealthRecord, LatencySample, RegionLoad
-from state.view import StateView
+from state.view import StateView, snapshot_keys
 from tests.policy_text import fleet_policy as make_policy
+
+HA = Path(__file__).resolve().parents[2] / "policies" / "examples" / "ha.dp"
 
 NOW = 10_000.0
 POLICY = make_policy({"eu": ["a", "b"], "us": ["c"]}, stale_after=30.0)
@@ -90,3 +96,20 @@ def test_prune_forgets_removed_targets_only() -> None:
     view.prune(POLICY)
     assert set(view.balancer_health) == {"eu"}
     assert set(view.gpu_health) == {("eu", "a")}
+
+
+def test_endpoints_known_down_are_named_and_unknown_ones_are_not() -> None:
+    """A region with a balancer on each endpoint: those whose own record says down."""
+    policy = load_policy(str(HA))
+    view = StateView()
+    view.balancer_health["eu-west"] = _h(True)
+    view.endpoint_health[("eu-west", "127.0.2.2")] = _h(False, fails=3)
+    view.endpoint_health[("us-east", "127.0.1.1")] = _h(True)
+    view.endpoint_health[("us-east", "127.0.1.2")] = _h(None)
+    snapshot, _ = build_snapshot(policy, view, now=NOW, version=1)
+    assert snapshot.region("eu-west").down_endpoints == {"127.0.2.2"}
+    assert snapshot.region("us-east").down_endpoints == frozenset()
+    keys = Keys("p")
+    assert keys.endpoint_health("eu-west", "127.0.2.2") in snapshot_keys(keys, policy)
+    assert keys.parse(keys.endpoint_health("r", "2001:db8::1")) == ParsedKey(
+        KeyKind.ENDPOINT_HEALTH, "r", address="2001:db8::1")

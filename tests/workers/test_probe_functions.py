@@ -84,3 +84,19 @@ def test_latency_is_connect_time(store: StateStore) -> None:
     [sample] = store.latency()
     assert (sample.vantage, sample.region, sample.ms) == ("81.2.69.0/24", "eu", ms)
     assert connect_ms("127.0.0.1", free_port(), timeout=0.5) is None
+
+
+def test_each_endpoint_of_a_region_is_probed_and_kept(store: StateStore,
+                                                      fake_gpu: FakeGpu) -> None:
+    """A region with a balancer on each endpoint: every one is probed each round (not only
+    when the first fails) and its health kept apart, for DNS to leave a dead one out."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    target = BalancerTarget("eu", fake_gpu.url, "/healthz", 200, 1.0, 0.5, 1, 1,
+                            alternates=(dead,), endpoints=("10.0.0.1", "10.0.0.2"))
+    check_balancer(store, target)
+    region, alive, gone = (store.balancer_health("eu"), store.endpoint_health("eu", "10.0.0.1"),
+                           store.endpoint_health("eu", "10.0.0.2"))
+    assert region is not None and region.up is True
+    assert alive is not None and alive.up is True
+    assert gone is not None and gone.up is False and "Connection" in gone.error
+    assert BalancerTarget.from_dict(json.loads(json.dumps(target.to_dict()))) == target

@@ -158,6 +158,7 @@ def test_balancer_follows_the_faster_failover_and_its_hysteresis() -> None:
         "rise": 5,
         "fall": 4,
         "alternates": (),  # the URL is an override: no other endpoint to ask
+        "endpoints": (),
     }
     a_entry = entries[_gpus_of(entries, "gpu-health:")["a"]]
     assert [t["fall"] for t in a_entry["args"][0] if t["name"] == "a"] == [4]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from state.hysteresis import ProbeOutcome
 from state.records import RegionLoad
 from state.store import StateStore
+from workers.probes.http import HttpResult
 from workers.probes.http_health import check
 from workers.targets import BalancerTarget
 
@@ -49,31 +50,30 @@ def check_balancer(
     store: StateStore, target: BalancerTarget, *, probe_id: str = ""
 ) -> BalancerStatus:
     """Probe a region's balancer, record its health and, if reported, its load. A region
-    with several balancers is up while any answers: the others are asked in turn when the
-    first does not."""
+    with several balancers (``target.endpoints``) has each probed and its health recorded
+    apart, for DNS to leave a dead one out; the region's balancer is up while any answers."""
     now = time.time()
-    answered = target.url
-    ok, result = check(target.url, target.health_path, expect=target.expect, timeout=target.timeout)
-    for url in target.alternates:
-        if ok:
-            break
-        answered = url
+    urls = (target.url, *target.alternates)
+    results = []
+    for index, url in enumerate(urls):
         ok, result = check(url, target.health_path, expect=target.expect,
                            timeout=target.timeout)
-    error = result.error or ("" if ok else f"status {result.status}, expected {target.expect}")
-    outcome = store.record_probe(
-        target.region,
-        None,
-        ok=ok,
-        rise=target.rise,
-        fall=target.fall,
-        now=now,
-        probe_id=probe_id,
-        status=result.status,
-        latency_ms=result.elapsed_ms,
-        error=error,
-    )
+        results.append((url, ok, result))
+        if len(target.endpoints) == len(urls):
+            _record(store, target, now, probe_id, ok, result, endpoint=target.endpoints[index])
+        elif ok:  # nothing kept per endpoint: the first that answers will do
+            break
+    answered, ok, result = next(((u, o, r) for u, o, r in results if o), results[-1])
+    outcome = _record(store, target, now, probe_id, ok, result)
     load = load_from_body(result.body, now=now) if ok else None
     if load is not None:
         store.write_region_load(target.region, load, source=answered)
     return BalancerStatus(outcome, load)
+
+
+def _record(store: StateStore, target: BalancerTarget, now: float, probe_id: str, ok: bool,
+            result: HttpResult, endpoint: str | None = None) -> ProbeOutcome:
+    error = result.error or ("" if ok else f"status {result.status}, expected {target.expect}")
+    return store.record_probe(target.region, None, ok=ok, rise=target.rise, fall=target.fall,
+                              now=now, probe_id=probe_id, status=result.status,
+                              latency_ms=result.elapsed_ms, error=error, endpoint=endpoint)
