@@ -56,6 +56,7 @@ async def run_drill(lab: Lab, fault_name: str, *, fault_s: float = 15.0,
     ledger = Ledger(apis, TENANT, lab.admin_token())
     inference = Inference([f"http://{lab.address(h)}:{BALANCER_PORT}" for h in hosts],
                           MODEL, key)
+    await inference.key_known()
     master_before = lab.redis.master()
     follow = Follow(lab.redis.master, lab.logins.provider("api"), region, hosts,
                     old=master_before if fault.master_moves else None)

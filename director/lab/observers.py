@@ -169,6 +169,28 @@ class Inference:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def key_known(self, timeout_s: float = 15.0) -> bool:
+        """Wait until every balancer takes the key (a new key reaches them with their next
+        read of the key table, not at once): requests refused before would be counted as
+        failures of the fault under drill."""
+        body = {"model": self.model, "max_tokens": 1,
+                "messages": [{"role": "user", "content": "ping"}]}
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=1.0),
+                                     headers={"authorization": f"Bearer {self.key}"}) as client:
+            waiting = list(self.endpoints)
+            while waiting and time.monotonic() < deadline:
+                for endpoint in list(waiting):
+                    try:
+                        reply = await client.post(f"{endpoint}/v1/chat/completions", json=body)
+                    except httpx.HTTPError:
+                        continue
+                    if reply.status_code != 401:
+                        waiting.remove(endpoint)
+                if waiting:
+                    await asyncio.sleep(0.2)
+        return not waiting
+
     async def _one(self, client: httpx.AsyncClient, order: Sequence[str],
                    body: dict[str, Any]) -> None:
         began = time.time()
