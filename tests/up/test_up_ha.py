@@ -1,7 +1,8 @@
 """``director up --ha --simulate``: every tier replicated on loopback, the state on a real
 Sentinel set. Every instance is on the status page, both DNS servers answer both of a
-region's balancers, and when the state's master is killed the APIs' writes reach the new
-master, acknowledged by a replica, with what was written before still there."""
+region's balancers and leave out one that hangs, and when the state's master hangs the
+APIs' writes reach the new master, acknowledged by a replica, with what was written before
+still there."""
 
 from __future__ import annotations
 
@@ -99,6 +100,22 @@ def test_every_replica_runs_and_both_dns_servers_answer_both_balancers(ha: HaUp)
 
     wanted = Counter({"balancer": 4, "dns": 2, "api": 2, "worker": 2})
     assert wait_for(lambda: instances() == wanted, 30), (instances(), ha.log())
+    for server in ("127.0.0.1", "127.0.0.2"):
+        assert wait_for(lambda s=server: ha.answer(s) == ["127.0.2.1", "127.0.2.2"], 15), \
+            ha.answer(server)
+
+
+def test_a_hung_balancer_leaves_the_answers_and_comes_back(ha: HaUp) -> None:
+    """Its own probe fails: both DNS servers answer the region's other balancer alone, and
+    both again once it answers."""
+    hung = ha.pid("balancer/eu-west/2")
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        for server in ("127.0.0.1", "127.0.0.2"):
+            assert wait_for(lambda s=server: ha.answer(s) == ["127.0.2.1"], 15), \
+                (ha.answer(server), ha.log())
+    finally:
+        os.kill(hung, signal.SIGCONT)
     for server in ("127.0.0.1", "127.0.0.2"):
         assert wait_for(lambda s=server: ha.answer(s) == ["127.0.2.1", "127.0.2.2"], 15), \
             ha.answer(server)
