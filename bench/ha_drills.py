@@ -83,7 +83,8 @@ def summarize(fault: str, reports: list[dict[str, Any]]) -> list[str]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    lab = Lab(LabShape(), Path(args.run_dir), n=args.number,
+    lab = Lab(LabShape(sentinels_apart=not args.sentinels_beside_servers),
+              Path(args.run_dir), n=args.number,
               timings=SentinelTimings(down_after_ms=args.down_after_ms,
                                       max_lag_s=args.max_lag_s))
     by_fault: dict[str, list[dict[str, Any]]] = {}
@@ -119,4 +120,7 @@ if __name__ == "__main__":
                         help="Sentinel's down-after-milliseconds")
     parser.add_argument("--max-lag-s", type=int, default=SentinelTimings.max_lag_s,
                         help="the servers' min-replicas-max-lag")
+    parser.add_argument("--sentinels-beside-servers", action="store_true",
+                        help="a Sentinel on each state host (the Redis documentation's "
+                             "layout) instead of on hosts of their own")
     asyncio.run(main(parser.parse_args()))

@@ -100,8 +100,9 @@ class Lab:
         self.logins, passwords = role_logins(self.run_dir)
         folder = self.run_dir / CREDENTIALS_DIR
         state_hosts = [hosts[f"state-{i}"] for i in range(1, self.shape.state_hosts + 1)]
-        self.redis, redis_children = redis_set_children(state_hosts, self.run_dir / "state",
-                                                        passwords, self.timings)
+        self.redis, redis_children = redis_set_children(
+            state_hosts, self.run_dir / "state", passwords, self.timings,
+            sentinels=[hosts[name] for name in self.shape.sentinel_host_names()])
         rundir.issue_tokens(self.run_dir)
         placement = Placement(self.policy_path, self.redis.url, self.run_dir, hosts,
                               {role: role_env(role, folder / f"{role}.password")

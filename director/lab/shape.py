@@ -32,21 +32,32 @@ TENANT = "lab"
 @dataclass(frozen=True)
 class LabShape:
     """How many of each: ``regions`` by name, hosts per region, DNS servers, APIs and state
-    hosts (an odd number: the Sentinels' quorum is a majority)."""
+    hosts (an odd number: the Sentinels' quorum is a majority; as many Sentinels, each on
+    a host of its own unless ``sentinels_apart`` is off)."""
 
     regions: tuple[str, ...] = ("eu-west",)
     hosts_per_region: int = 2
     dns_servers: int = 2
     apis: int = 2
     state_hosts: int = 3
+    # the Sentinels on hosts of their own (sentinel-N), not beside the servers: a Sentinel
+    # cut off beside the old master may turn the new master into its replica when the
+    # partition heals (director.up.redis_set)
+    sentinels_apart: bool = True
 
     def __post_init__(self) -> None:
         if not self.regions or min(self.hosts_per_region, self.dns_servers, self.apis,
                                    self.state_hosts) < 1:
             raise ValueError(f"lab shape: at least one of everything, got {self}")
 
+    def sentinel_host_names(self) -> list[str]:
+        """The hosts the Sentinels run on: their own, or the state hosts."""
+        kind = "sentinel" if self.sentinels_apart else "state"
+        return [f"{kind}-{i}" for i in range(1, self.state_hosts + 1)]
+
     def host_names(self) -> list[str]:
         names = [f"state-{i}" for i in range(1, self.state_hosts + 1)]
+        names += self.sentinel_host_names() if self.sentinels_apart else []
         names += [f"dns-{i}" for i in range(1, self.dns_servers + 1)]
         names += [f"api-{i}" for i in range(1, self.apis + 1)]
         names += [f"{region}-{i}" for region in self.regions

@@ -49,17 +49,22 @@ class RedisSet:
     servers: tuple[str, ...]  # addresses; the first starts as the master
     sentinel_password: str
     timings: SentinelTimings
+    sentinels: tuple[str, ...] = ()  # the Sentinels' addresses (default: the servers')
+
+    def __post_init__(self) -> None:
+        if not self.sentinels:
+            object.__setattr__(self, "sentinels", self.servers)
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"{address}:{SENTINEL_PORT}" for address in self.servers)
+        hosts = ",".join(f"{address}:{SENTINEL_PORT}" for address in self.sentinels)
         return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
 
     def master(self, timeout: float = 2.0) -> str | None:
         """The master's address as the Sentinels say, the newest epoch winning (as the
         stores' clients choose: ``state.sentinel_client``); None: none names one."""
         answers = []
-        for address in self.servers:
+        for address in self.sentinels:
             try:
                 masters = redis.Redis(address, SENTINEL_PORT, socket_timeout=timeout,
                                       socket_connect_timeout=timeout).sentinel_masters()
@@ -84,12 +89,12 @@ class RedisSet:
             for address in self.servers[1:]:
                 if self.server(address).info("replication").get("master_link_status") != "up":
                     return False
-            for address in self.servers:
+            for address in self.sentinels:
                 fields = _fields(redis.Redis(address, SENTINEL_PORT, socket_timeout=2)
                                  .execute_command("SENTINEL", "MASTER", MASTER_NAME))
                 if fields.get("ip") != master or \
                         int(fields.get("num-slaves", 0)) < len(self.servers) - 1 or \
-                        int(fields.get("num-other-sentinels", 0)) < len(self.servers) - 1:
+                        int(fields.get("num-other-sentinels", 0)) < len(self.sentinels) - 1:
                     return False
         except redis.exceptions.RedisError:
             return False
@@ -107,16 +112,21 @@ class RedisSet:
 def redis_set_children(servers: Sequence[tuple[str | None, str]], folder: Path,
                        role_passwords: Mapping[str, str],
                        timings: SentinelTimings = SentinelTimings(),
-                       server_binary: str = "redis-server", persist: bool = False
+                       server_binary: str = "redis-server", persist: bool = False,
+                       sentinels: Sequence[tuple[str | None, str]] = ()
                        ) -> tuple[RedisSet, list[ChildSpec]]:
     """A server and a Sentinel on each ``(netns, address)``, the first the master; their
     configuration files under ``folder``; ``role_passwords`` the roles' (``state.acl``).
     Inside a namespace they also listen on its loopback; without one (``netns`` None, a
-    loopback ``address``) only on ``address``."""
+    loopback ``address``) only on ``address``. ``sentinels``: put the Sentinels on those
+    hosts instead (apart from the servers: a Sentinel cut off beside the old master can,
+    when the partition heals, turn the new master back into its replica before it hears
+    of the failover: bench/results/2026-11-30-ha-drills.md)."""
     replica_password, sentinel_password = new_password(), new_password()
     acl = acl_file(role_passwords) + replication_users(replica_password, sentinel_password)
     master = servers[0][1]
-    quorum = len(servers) // 2 + 1
+    sentinel_hosts = list(sentinels) or list(servers)
+    quorum = len(sentinel_hosts) // 2 + 1
     children = []
     for index, (netns, address) in enumerate(servers, start=1):
         home = folder / f"state-{index}"
@@ -138,6 +148,14 @@ def redis_set_children(servers: Sequence[tuple[str | None, str]], folder: Path,
         if address != master:
             lines.append(f"replicaof {master} {REDIS_PORT}")
         write_private(home / "redis.conf", "\n".join(lines) + "\n")
+        children.append(ChildSpec(
+            f"redis/{index}", "redis", (server_binary, str(home / "redis.conf")),
+            address=f"redis://{address}:{REDIS_PORT}", ready_tcp=(address, REDIS_PORT),
+            binds=(Bind("tcp", address, REDIS_PORT),), netns=netns))
+    for index, (netns, address) in enumerate(sentinel_hosts, start=1):
+        home = folder / f"sentinel-{index}"
+        home.mkdir(parents=True, exist_ok=True)
+        bind = f"{address} 127.0.0.1" if netns else address
         write_private(home / "sentinel.conf", "\n".join([
             f"port {SENTINEL_PORT}", f"bind {bind}", "protected-mode no",
             f"dir {home}", f"sentinel announce-ip {address}",
@@ -148,16 +166,13 @@ def redis_set_children(servers: Sequence[tuple[str | None, str]], folder: Path,
             f"sentinel failover-timeout {MASTER_NAME} {timings.failover_timeout_ms}",
             f"sentinel parallel-syncs {MASTER_NAME} 1"]) + "\n")
         children.append(ChildSpec(
-            f"redis/{index}", "redis", (server_binary, str(home / "redis.conf")),
-            address=f"redis://{address}:{REDIS_PORT}", ready_tcp=(address, REDIS_PORT),
-            binds=(Bind("tcp", address, REDIS_PORT),), netns=netns))
-        children.append(ChildSpec(
             f"sentinel/{index}", "sentinel",
             (server_binary, str(home / "sentinel.conf"), "--sentinel"),
             address=f"sentinel {address}:{SENTINEL_PORT}",
             ready_tcp=(address, SENTINEL_PORT),
             binds=(Bind("tcp", address, SENTINEL_PORT),), netns=netns))
-    found = RedisSet(tuple(address for _, address in servers), sentinel_password, timings)
+    found = RedisSet(tuple(address for _, address in servers), sentinel_password, timings,
+                     tuple(address for _, address in sentinel_hosts))
     return found, children
 
 

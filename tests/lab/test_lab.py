@@ -1,5 +1,5 @@
 """The HA lab in CI: the default shape on network namespaces (three state hosts with a Redis
-server and a Sentinel each, two DNS servers, two APIs, two hosts of one region), then the
+server each, three Sentinel hosts, two DNS servers, two APIs, two hosts of one region), then the
 Redis master killed and, after, the new master partitioned from its replicas, each under
 DNS queries (both servers and Unbound), critical writes through the APIs and inference
 through the balancers. Every component runs as its own real process: redis-server,
@@ -34,7 +34,7 @@ def test_the_lab_survives_a_master_kill_and_a_master_partition(tmp_path: Path) -
         try:
             await lab.start()
             manifest = json.loads((tmp_path / "lab" / "lab.json").read_text())
-            assert len(manifest["hosts"]) == 9 and manifest["state"].startswith(
+            assert len(manifest["hosts"]) == 12 and manifest["state"].startswith(
                 "redis+sentinel://")
             for fault in ("master-kill", "master-partition"):
                 reports.append(await run_drill(lab, fault, fault_s=7, settle_s=4,
