@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +53,17 @@ def _healthy(system: UpSystem) -> bool:
     with urllib.request.urlopen(request, timeout=2) as response:
         status = json.loads(response.read())
     return all(r.get("healthy") is True for r in status["regions"])
+
+
+def drill_variant(drill: Path, path: Path, replacements: Sequence[tuple[str, str]]) -> Path:
+    """A copy of ``drill`` at ``path`` with each text replaced (each must occur exactly
+    once: a drill file that changed fails the test rather than running unshortened)."""
+    text = drill.read_text()
+    for old, new in replacements:
+        assert text.count(old) == 1, f"{drill.name} changed: {old!r} is not in it once"
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
 
 
 @contextlib.contextmanager
