@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.drills.up_system import ROOT, UpSystem, director_up
+from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
 
 FILES = Path(__file__).resolve().parent / "files"
 
@@ -87,11 +87,15 @@ def processes(system: UpSystem) -> dict[str, str]:
 
 def test_ctrl_c_aborts_and_restores(system: UpSystem, tmp_path: Path) -> None:
     """SIGINT while eu-west is killed: exit 2 (aborted), and eu-west is restored by the
-    runner, long before the fault's dead-man ttl."""
+    runner, long before the fault's dead-man ttl. The CI drill with a steady phase of 2 s
+    rather than 10 s: the signal comes once the kill is on, and nothing before it is
+    judged but the steady-state health check (still read as the kill starts)."""
+    short = drill_variant(ROOT / "drills" / "ci-kill-eu-west.yaml",
+                          tmp_path / "ci-kill-eu-west-short.yaml",
+                          (("{name: steady, duration: 10s}", "{name: steady, duration: 2s}"),))
     drill = subprocess.Popen(
-        [sys.executable, "-m", "director", "drill", "run",
-         str(ROOT / "drills" / "ci-kill-eu-west.yaml"), "--target", system.api, "--token",
-         system.token, "--report-dir", str(tmp_path), "--no-live"],
+        [sys.executable, "-m", "director", "drill", "run", str(short), "--target", system.api,
+         "--token", system.token, "--report-dir", str(tmp_path / "reports"), "--no-live"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 40
@@ -105,7 +109,7 @@ def test_ctrl_c_aborts_and_restores(system: UpSystem, tmp_path: Path) -> None:
             drill.kill()
     assert drill.returncode == 2, output
     assert processes(system)["balancer/eu-west"] != "held"
-    data = journal(tmp_path)
+    data = journal(tmp_path / "reports")
     assert data["verdict"] == "aborted" and "SIGINT" in data["reason"]
     (fault,) = data["faults"]
     assert fault["restored"] and fault["t_end"] < fault["planned_end"]
