@@ -36,9 +36,10 @@ def test_the_first_violation_fails_the_drill(leaky_system: UpSystem, tmp_path: P
     assert "us-east" in data["reason"]
     first = data["violations"][0]
     assert first["cohort"] == "eu-resident" and first["region"] == "us-east"
-    # stopped at the first violation, well before the 30 s of load
+    # stopped at the first violation, well before the end of the 27 s of load (5 s of
+    # steady load, now 2 s: no check reads it, the violations come after the kill)
     abort = next(e for e in data["events"] if e["kind"] == "abort")
-    assert abort["t"] < 25 and abort["t"] >= first["t"]
+    assert abort["t"] < 22 and abort["t"] >= first["t"]
     assert max(r["t_issue"] for r in data["requests"]) <= abort["t"] + 0.5
     (fault,) = data["faults"]
     assert fault["restored"]
