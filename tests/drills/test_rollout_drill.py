@@ -17,18 +17,18 @@ from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
 
 DRILL = ROOT / "drills" / "canary-rollback.yaml"
 POLICY = ROOT / "drills" / "rollouts.dp"
-# The shipped drill, shorter where nothing is judged (40 s of load, not 58 s): a steady
+# The shipped drill, shorter where nothing is judged (39 s of load, not 58 s): a steady
 # phase of 3 s (only the steady-state health check reads it, from the status as the
 # rollout starts: the gates compare the two revisions over the same window), an "after" of
-# 2 s (no check reads it), and a rollout of 35 s rather than 45 s. The rollout (34 s from
+# 1 s (no check reads it), and a rollout of 35 s rather than 45 s. The rollout (34 s from
 # its start, a second into the phase) still outlasts what the rolled-back check allows
 # (33 s: two 15 s intervals, the controller's tick and the status poll), so a controller
 # that rolls back late, or never (the 50 % step at 15 s, 100 % at 30 s), still fails it;
 # the interval, gates, rate and slowdown are the drill's own, and all-complete (>= 0.99)
-# judges some 280 requests rather than 360.
+# judges some 270 requests rather than 360.
 SHORTER = (("{name: steady, duration: 8s}", "{name: steady, duration: 3s}"),
            ("{name: rollout, duration: 45s}", "{name: rollout, duration: 35s}"),
-           ("{name: after, duration: 5s}", "{name: after, duration: 2s}"),
+           ("{name: after, duration: 5s}", "{name: after, duration: 1s}"),
            ("    duration: 45s\n    params: {factor: 4}",
             "    duration: 35s\n    params: {factor: 4}"),
            ("    duration: 44s\n", "    duration: 34s\n"))
@@ -47,7 +47,7 @@ def test_a_slow_canary_is_rolled_back_within_two_intervals(tmp_path_factory,
         drill = drill_variant(DRILL, tmp_path / "canary-rollback-short.yaml", SHORTER)
         started = time.monotonic()
         result = system.drill(drill, tmp_path / "reports")
-        assert time.monotonic() - started < 120  # 40 s of load, 10 s of drain, a CLI start
+        assert time.monotonic() - started < 120  # 39 s of load, 10 s of drain, a CLI start
         (path,) = (tmp_path / "reports").glob("*.json")
         data = json.loads(path.read_text())
         checks = {c["name"]: c for c in data["checks"]}

@@ -15,18 +15,18 @@ from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
 
 DRILL = ROOT / "drills" / "stream-stalls.yaml"
 POLICY = ROOT / "drills" / "degrade.dp"
-# The shipped drill with shorter idle phases (40 s of load, not 50 s): a steady phase of 3 s
+# The shipped drill with shorter idle phases (39 s of load, not 50 s): a steady phase of 3 s
 # (only the steady-state health check reads it, from the status as the stalls start) and an
-# "after" of 2 s (no check reads it; a stream stalled late is still resumed within the
+# "after" of 1 s (no check reads it; a stream stalled late is still resumed within the
 # drain). The stalls keep their 35 s: a simulated server stalls the streams its seeded
 # random draw picks (Random(0): its 36th, 46th, 51st... stream in stall mode), and 35 s of
 # eu-west's share of the load give each of its three servers only ~40 streams, so a
 # shorter stall phase sees no stall at all. With the seeded schedule the stall phase holds
-# 136 requests (121 of them eu-west's) against 135 (122): all-complete (>= 0.99) still
+# 136 requests (123 of them eu-west's) against 135 (122): all-complete (>= 0.99) still
 # tolerates one failure and no second, and the balancer has learned each server's silence
 # bound (20 whole streams) before its first stall, as before.
 SHORTER = (("{name: steady, duration: 10s}", "{name: steady, duration: 3s}"),
-           ("{name: after, duration: 5s}", "{name: after, duration: 2s}"))
+           ("{name: after, duration: 5s}", "{name: after, duration: 1s}"))
 RESUMED = re.compile(r'^director_balancer_stream_resumes_total\{outcome="resumed",'
                      r'reason=""\} (\S+)$', re.MULTILINE)
 
