@@ -65,9 +65,14 @@ def summarize(fault: str, reports: list[dict[str, Any]]) -> list[str]:
         p99 = max(r["dns"][i]["p99_ms"] or 0 for r in reports)
         worst = max(r["dns"][i]["max_ms"] or 0 for r in reports)
         name = "resolver" if i == servers - 1 else f"dns-{i + 1}"
+        left_out = sum(r["dns"][i].get("left_out_dead", 0) for r in reports)
+        after = [r["dns"][i]["left_out_after_s"] for r in reports
+                 if r["dns"][i].get("left_out_after_s") is not None]
+        dropped = (f", {left_out} left the dead balancer out (first after "
+                   f"{min(after):.1f}-{max(after):.1f} s)" if after else "")
         lines.append(f"- DNS {name}: {queries} queries, {failed} failed "
-                     f"({100 * failed / max(queries, 1):.2f}%), {changed} changed answers, "
-                     f"worst run p99 {p99:.1f} ms, slowest {worst:.0f} ms")
+                     f"({100 * failed / max(queries, 1):.2f}%), {changed} changed answers"
+                     f"{dropped}, worst run p99 {p99:.1f} ms, slowest {worst:.0f} ms")
     ledger = {k: sum(r["ledger"][k] for r in reports)
               for k in ("writes", "durable", "not_durable", "failed", "lost_not_durable")}
     lost = sum(len(r["ledger"]["lost_durable"]) for r in reports)

@@ -20,6 +20,7 @@ import contextlib
 import time
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -95,8 +96,10 @@ async def run_drill(lab: Lab, fault_name: str, *, fault_s: float = 15.0,
     first_durable = next((e.at for e in ledger.entries if e.at > began and e.durable), None)
     follows_s: dict[str, float | None] = {**follows}
     follows_s["api"] = round(first_durable - began, 2) if first_durable else None
-    dns_reports = [w.summary(b, began) for w, b in zip(dns_watches, baselines, strict=True)]
     killed = injected.killed_endpoint if injected else None
+    dead = urlsplit(killed).hostname if killed else None
+    dns_reports = [w.summary(b, began, dead)
+                   for w, b in zip(dns_watches, baselines, strict=True)]
     infer = inference.summary(began, killed, began if killed else None)
     report: dict[str, Any] = {
         "fault": fault.name, "summary": fault.summary,
@@ -121,6 +124,7 @@ def _goals(report: dict[str, Any], master_moves: bool) -> dict[str, bool]:
     bound = report["down_after_s"] + FOLLOW_SLACK_S
     follows = report["follow_s"]
     goals = {
+        # no answer changed but by leaving out a balancer the fault took down
         "dns_answers_unchanged": all(d["changed"] == 0 for d in report["dns"]),
         "no_durable_write_lost": not report["ledger"]["lost_durable"],
         "no_inference_failed_but_in_flight": report["inference"]["failed_otherwise"] == 0,

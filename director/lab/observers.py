@@ -70,12 +70,20 @@ class DnsWatch:
                                           (time.monotonic() - began) * 1000))
             await pause(stop, self.every_s)
 
-    def summary(self, baseline: frozenset[str], since: float) -> dict[str, Any]:
+    def summary(self, baseline: frozenset[str], since: float,
+                dead: str | None = None) -> dict[str, Any]:
+        """Queries since ``since``: failed, and changed from ``baseline`` otherwise than by
+        leaving out ``dead`` (the address of a balancer the fault took down, which answers
+        should leave out: ``left_out_dead`` counts those, from ``left_out_after_s``)."""
         during = [s for s in self.samples if s.at >= since]
         latencies = sorted(s.latency_ms for s in during if s.ok)
+        without = baseline - {dead} if dead in baseline and len(baseline) > 1 else None
+        left_out = [s for s in during if s.ok and without is not None and s.answer == without]
         return {"server": f"{self.server}:{self.port}", "queries": len(during),
                 "failed": sum(not s.ok for s in during),
-                "changed": sum(s.ok and s.answer != baseline for s in during),
+                "changed": sum(s.ok and s.answer not in (baseline, without) for s in during),
+                "left_out_dead": len(left_out),
+                "left_out_after_s": round(left_out[0].at - since, 2) if left_out else None,
                 "p50_ms": _quantile(latencies, 0.5), "p99_ms": _quantile(latencies, 0.99),
                 "max_ms": latencies[-1] if latencies else None}
 
