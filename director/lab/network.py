@@ -16,11 +16,13 @@ of the same ``n`` first).
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
+LINK_GONE_S = 5.0
 RULE_PRIORITY = 1000  # the lab's blackhole rules, before the main table's (32766)
 ADDRESS_BASE = 10  # host i (from 0) is 10.231.<n>.<10 + i>
 
@@ -137,7 +139,23 @@ class LabNetwork:
         for line in ip("netns", "list", check=False).stdout.splitlines():
             netns = line.split()[0] if line.strip() else ""
             if netns.startswith(self.prefix + "-"):
-                ip("netns", "del", netns, check=False)  # takes its veth pair with it
+                ip("netns", "del", netns, check=False)  # takes its veth pair with it...
+        # ...but the kernel frees it later: a lab started again at once met the old link
+        deadline = time.monotonic() + LINK_GONE_S
+        while (links := self._links()) and time.monotonic() < deadline:
+            for link in links:
+                ip("link", "del", link, check=False)
+            time.sleep(0.05)
+
+    def _links(self) -> list[str]:
+        """This lab's links left on this machine's side (``dlab<n>h<i>``)."""
+        names = []
+        for line in ip("-o", "link", "show", check=False).stdout.splitlines():
+            parts = line.split(":", 2)
+            name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+            if name.startswith(f"{self.prefix}h"):
+                names.append(name)
+        return names
         self.hosts.clear()
         if self._forwarding_was:
             FORWARDING.write_text(self._forwarding_was + "\n")
