@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -24,8 +22,7 @@ import dns.rdatatype
 import pytest
 import redis
 
-from state.ports import free_port
-from tests.free_ports import on_free_ports
+from tests.drills.up_system import UpSystem, director_up
 from tests.up.test_up_end_to_end import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,16 +31,20 @@ FRANCE = "2.2.2.0/24"
 
 
 class HaUp:
-    def __init__(self, process: subprocess.Popen[str], run_dir: Path, dns_port: int,
-                 api_port: int) -> None:
-        self.process, self.run_dir = process, run_dir
-        self.dns_port, self.api_port = dns_port, api_port
+    """A running ``director up --ha`` (``tests.drills.up_system.director_up``)."""
+
+    def __init__(self, system: UpSystem) -> None:
+        self.system, self.run_dir = system, system.run_dir
+        manifest = json.loads((self.run_dir / "up.json").read_text())
+        self.dns_port = int(manifest["dns"].rsplit(":", 1)[1])
+        self.api_port = int(system.api.rsplit(":", 1)[1])
+        self.pids = {p["name"]: p["pid"] for p in manifest["processes"]}
 
     def call(self, api: str, method: str, path: str) -> tuple[int, dict]:
-        token = (self.run_dir / "admin.token").read_text().strip()
         request = urllib.request.Request(f"http://{api}:{self.api_port}/api/v1{path}",
                                          method=method,
-                                         headers={"Authorization": f"Bearer {token}"})
+                                         headers={"Authorization": f"Bearer "
+                                                  f"{self.system.token}"})
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 return response.status, json.loads(response.read())
@@ -57,40 +58,16 @@ class HaUp:
         return sorted(rr.address for rrset in response.answer for rr in rrset)
 
     def pid(self, name: str) -> int:
-        manifest = json.loads((self.run_dir / "up.json").read_text())
-        return next(p["pid"] for p in manifest["processes"] if p["name"] == name)
+        return self.pids[name]
 
     def log(self) -> str:
-        logs = sorted((self.run_dir / "logs").glob("*.log"))
-        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1200:]}" for p in logs)
+        return self.system.log()
 
 
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaUp]:
-    run_dir = tmp_path_factory.mktemp("up-ha")
-    dns_port, api_port = free_port("127.0.0.2"), free_port("127.0.0.2")
-    policy = on_free_ports(POLICY, tmp_path_factory.mktemp("policy"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "director", "up", "--ha", "--simulate", "--policy", str(policy),
-         "--run-dir", str(run_dir), "--dns", f"127.0.0.1:{dns_port}",
-         "--api", f"127.0.0.1:{api_port}", "--dns-metrics", f"127.0.0.1:{free_port()}",
-         "--balancer-port", str(free_port("127.0.1.2")),
-         "--balancer-admin-port", str(free_port("127.0.1.2")), "--no-dns-precompile"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    system = HaUp(process, run_dir, dns_port, api_port)
-    try:
-        ready = wait_for(lambda: (run_dir / "up.json").exists() or process.poll() is not None,
-                         120)
-        assert ready and process.poll() is None, (
-            process.stdout.read() if process.poll() is not None else system.log())
-        yield system
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with director_up(tmp_path_factory.mktemp("up-ha"), POLICY, "--ha") as system:
+        yield HaUp(system)
 
 
 def test_every_replica_runs_and_both_dns_servers_answer_both_balancers(ha: HaUp) -> None:
