@@ -30,11 +30,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from state.errors import RecordError
-from state.records import RawHash, RegionLoad
+from state.records import RawHash, RegionLoad, _text
 
 SPREAD_S = 10.0
 FORGET_S = 300.0
-_LEGACY = "timestamp"  # a field of the one-record layout; never an instance's name
 
 
 @dataclass(frozen=True)
@@ -58,22 +57,11 @@ def pool_digest(gpus: Iterable[str]) -> str:
 def parse_records(raw: RawHash) -> list[SourcedLoad]:
     """Every balancer's record in a region's hash; malformed ones are left out, and a hash
     of nothing but malformed records is a ``RecordError``."""
-    fields = {_str(k): _str(v) for k, v in raw.items()}
-    records: list[SourcedLoad] = []
-    bad: list[str] = []
-    if _LEGACY in fields:
-        legacy = {k: fields.pop(k) for k in RegionLoad.FIELDS if k in fields}
-        try:
-            records.append(SourcedLoad("", RegionLoad.from_fields(legacy)))
-        except RecordError:
-            bad.append("(one-record layout)")
-    for source, text in fields.items():
-        try:
-            records.append(_parse_one(source, text))
-        except RecordError:
-            bad.append(source)
-    if bad and not records:
-        raise RecordError(f"no readable balancer record (malformed: {', '.join(sorted(bad))})")
+    found = _records(raw)
+    records = [record for _, record in found if record is not None]
+    if not records and found:
+        bad = sorted(", ".join(names) for names, _ in found)
+        raise RecordError(f"no readable balancer record (malformed: {'; '.join(bad)})")
     return records
 
 
@@ -114,24 +102,28 @@ def combined_from_hash(raw: RawHash) -> RegionLoad | None:
 
 def stale_sources(raw: RawHash, now: float, forget_s: float = FORGET_S) -> list[str]:
     """Fields of records not renewed for ``forget_s`` (malformed ones too): to remove."""
-    fields = {_str(k): _str(v) for k, v in raw.items()}
-    stale = []
+    return [name for names, record in _records(raw)
+            if record is None or now - record.load.timestamp > forget_s for name in names]
+
+
+def _records(raw: RawHash) -> list[tuple[list[str], SourcedLoad | None]]:
+    """Each record of a region's hash: the fields it takes up, and it read (None when it is
+    malformed). The fields named as ``RegionLoad``'s are one record of the layout before
+    sources (no instance is named so: instance names carry a ``#``)."""
+    fields = _text(raw)
+    legacy = {name: fields.pop(name) for name in RegionLoad.FIELDS if name in fields}
+    found: list[tuple[list[str], SourcedLoad | None]] = []
+    if legacy:
+        try:
+            found.append((list(legacy), SourcedLoad("", RegionLoad.from_fields(legacy))))
+        except RecordError:
+            found.append((list(legacy), None))
     for source, text in fields.items():
-        if source in RegionLoad.FIELDS:
-            continue
         try:
-            if now - _parse_one(source, text).load.timestamp <= forget_s:
-                continue
+            found.append(([source], _parse_one(source, text)))
         except RecordError:
-            pass
-        stale.append(source)
-    if _LEGACY in fields:
-        try:
-            if now - RegionLoad.from_fields(fields).timestamp > forget_s:
-                stale.extend(k for k in RegionLoad.FIELDS if k in fields)
-        except RecordError:
-            stale.extend(k for k in RegionLoad.FIELDS if k in fields)
-    return stale
+            found.append(([source], None))
+    return found
 
 
 def _parse_one(source: str, text: str) -> SourcedLoad:
@@ -153,6 +145,3 @@ def _parse_one(source: str, text: str) -> SourcedLoad:
         values[name] = repr(float(value))
     return SourcedLoad(source, RegionLoad.from_fields(values), pool)
 
-
-def _str(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from policies.model import HealthCheck, Policy, Region
+from state.view import balanced_endpoints
 
 DEFAULT_GPU_CHECK = HealthCheck("gpu", "/health", 200, 2.0, 1.0, "/metrics")
 DEFAULT_BALANCER_CHECK = HealthCheck("balancer", "/healthz", 200, 1.0, 0.5, None)
@@ -78,7 +79,8 @@ class BalancerTarget:
     fall: int
     alternates: tuple[str, ...] = ()  # the region's other balancers
     # the policy's endpoint address of ``url`` and of each alternate, in order, when the
-    # region has several: each is probed and its health kept for DNS (state.view)
+    # region has several (state.view.balanced_endpoints): each is probed and its health
+    # kept for DNS
     endpoints: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,8 +168,7 @@ def probe_targets(
                 rise=rise,
                 fall=fall,
                 alternates=() if overridden else tuple(u for _, u in endpoint_urls[1:]),
-                endpoints=() if overridden or len(endpoint_urls) < 2 else tuple(
-                    a for a, _ in endpoint_urls),
+                endpoints=() if overridden else balanced_endpoints(region),
             )
         )
         parts = urlsplit(url)

@@ -49,6 +49,7 @@ from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import OUR_PAYLOAD, TCP_LIMIT, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
+from director.engine.snapshot import Snapshot
 from policies.model import Service
 
 # Queries answered once from a lane, by a byte of their hash in a slot of a fixed table: no
@@ -190,6 +191,7 @@ class FastPath:
         decision_class: tuple | None = None
         service: Service | None = None
         answered: Answered | None = None
+        snapshot: Snapshot | None = None
         lane: int | None = None
         lane_rtt = False
         lane_spill = None
@@ -218,8 +220,8 @@ class FastPath:
         template = self.cache.templates.get(key)
         response: bytes | None = None
         if template is None:
-            if service is not None and answered is not None:
-                template = self._service_template(parsed, tcp, service, answered)
+            if service is not None and answered is not None and snapshot is not None:
+                template = self._service_template(parsed, tcp, service, answered, snapshot)
             if template is None:
                 reply = self.responder.respond(data, host, tcp)
                 if reply.wire is None or not reply.outcome.cacheable:
@@ -250,13 +252,13 @@ class FastPath:
         return response
 
     def _service_template(self, parsed: ParsedQuery, tcp: bool, service: Service,
-                          answered: Answered) -> Template | None:
+                          answered: Answered, snapshot: Snapshot) -> Template | None:
         """The template of a service's A/AAAA answer written directly
         (``service_answer``), or None when the full path must render it."""
         decision = answered.decision
         made = service_template(
             parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype,
-                                                         self.decisions.current()[0])),
+                                                         snapshot)),
             int(decision.ttl), answered.scope, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
         if made is None:
             return None

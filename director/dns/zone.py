@@ -154,7 +154,7 @@ class ZoneData:
                    for net in self.admin_networks)
 
     def addresses(self, regions: tuple[str, ...], rdtype: int,
-                  snapshot: Snapshot | None = None) -> list[str]:
+                  snapshot: Snapshot) -> list[str]:
         """The balancer addresses of ``regions`` for A or AAAA, in region order, deduplicated;
         a region's endpoints ``snapshot`` knows down are left out unless all of them are
         (then its health, not the DNS, decides: an answer is never emptied here)."""
@@ -162,7 +162,7 @@ class ZoneData:
         seen: dict[str, None] = {}
         for region in regions:
             addresses = table.get(region, ())
-            down = snapshot.region(region).down_endpoints if snapshot is not None else ()
+            down = snapshot.region(region).down_endpoints
             if down:
                 addresses = tuple(a for a in addresses if a not in down) or addresses
             for address in addresses:

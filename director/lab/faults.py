@@ -44,12 +44,12 @@ async def _kill_master(lab: Lab, hold_s: float) -> Injected:
 
 
 async def _partition_master(lab: Lab, hold_s: float) -> Injected:
-    index = _master_index(lab)
-    others = [f"state-{i}" for i in range(1, lab.shape.state_hosts + 1) if i != index]
-    others = list(dict.fromkeys(
-        [*others, *(h for h in lab.shape.sentinel_host_names() if h != f"state-{index}")]))
-    lab.network.partition([f"state-{index}"], others)
-    return Injected(f"state-{index} (the master) cut off from {', '.join(others)} (its "
+    master = f"state-{_master_index(lab)}"
+    hosts = [f"state-{i}" for i in range(1, lab.shape.state_hosts + 1)]
+    others = [h for h in dict.fromkeys([*hosts, *lab.shape.sentinel_host_names()])
+              if h != master]
+    lab.network.partition([master], others)
+    return Injected(f"{master} (the master) cut off from {', '.join(others)} (its "
                     "replicas and the Sentinels); clients still reach it")
 
 

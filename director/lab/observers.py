@@ -159,11 +159,9 @@ class Inference:
     samples: list[InferenceSample] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
-        body = {"model": self.model, "max_tokens": 8,
-                "messages": [{"role": "user", "content": "ping"}]}
-        headers = {"authorization": f"Bearer {self.key}"}
+        body = self._body(max_tokens=8)
         timeout = httpx.Timeout(10.0, connect=1.0)  # an SDK's: a dead host is left quickly
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+        async with httpx.AsyncClient(timeout=timeout, headers=self._headers) as client:
             turn = 0
             tasks: set[asyncio.Task[None]] = set()
             while not stop.is_set():
@@ -181,11 +179,10 @@ class Inference:
         """Wait until every balancer takes the key (a new key reaches them with their next
         read of the key table, not at once): requests refused before would be counted as
         failures of the fault under drill."""
-        body = {"model": self.model, "max_tokens": 1,
-                "messages": [{"role": "user", "content": "ping"}]}
+        body = self._body(max_tokens=1)
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=1.0),
-                                     headers={"authorization": f"Bearer {self.key}"}) as client:
+                                     headers=self._headers) as client:
             waiting = list(self.endpoints)
             while waiting and time.monotonic() < deadline:
                 for endpoint in list(waiting):
@@ -198,6 +195,14 @@ class Inference:
                 if waiting:
                     await asyncio.sleep(0.2)
         return not waiting
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.key}"}
+
+    def _body(self, max_tokens: int) -> dict[str, Any]:
+        return {"model": self.model, "max_tokens": max_tokens,
+                "messages": [{"role": "user", "content": "ping"}]}
 
     async def _one(self, client: httpx.AsyncClient, order: Sequence[str],
                    body: dict[str, Any]) -> None:

@@ -49,11 +49,7 @@ class RedisSet:
     servers: tuple[str, ...]  # addresses; the first starts as the master
     sentinel_password: str
     timings: SentinelTimings
-    sentinels: tuple[str, ...] = ()  # the Sentinels' addresses (default: the servers')
-
-    def __post_init__(self) -> None:
-        if not self.sentinels:
-            object.__setattr__(self, "sentinels", self.servers)
+    sentinels: tuple[str, ...]  # the Sentinels' addresses
 
     @property
     def url(self) -> str:

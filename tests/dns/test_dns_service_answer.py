@@ -120,7 +120,8 @@ def _template_for(app: DnsApp, parsed, tcp: bool,
         limit = TCP_LIMIT if tcp else (
             max(UDP_LIMIT_NO_EDNS, min(parsed.payload, OUR_PAYLOAD)) if parsed.edns
             else UDP_LIMIT_NO_EDNS)
-    packed = packed_addresses(app.fast.zone.addresses(decision.regions, parsed.qtype))
+    packed = packed_addresses(app.fast.zone.addresses(decision.regions, parsed.qtype,
+                                                      app.fast.decisions.current()[0]))
     return service_template(parsed, packed, int(decision.ttl), answered.scope, limit)
 
 

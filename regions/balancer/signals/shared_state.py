@@ -128,6 +128,7 @@ class StateLink:
         # named in the region's load hash by its instance, beside the region's other
         # balancers (state.region_load)
         self.instance = instance or this_process("balancer", config.listen, region)
+        self._pool_digest = pool_digest(b.name for b in pool)  # a relink follows a change
         self._publishes = 0
         self._health_keys = (
             {self.store.keys.gpu_health(region, b.name): b.name for b in pool}
@@ -174,7 +175,7 @@ class StateLink:
         outcomes = self.outcomes
         try:
             await self.store.write_region_load(self.region, load, source=self.instance.name,
-                                               pool=pool_digest(b.name for b in self.pool))
+                                               pool=self._pool_digest)
             if self._publishes % FORGET_EVERY == 0:
                 await self.store.forget_stale_loads(self.region, self.wall_clock())
             self._publishes += 1
