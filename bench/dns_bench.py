@@ -17,6 +17,10 @@ after the run, then the ratios ours / gdnsd. The mixes (``--mixes`` picks some):
   Valkey through the state store once a second (loads under the spillover threshold, as in
   normal operation); ours follows that store (``--redis``), gdnsd has no state.
 
+``--dnssec``: a third server, ours signing online (a CSK made in the work directory),
+is measured in every round beside the other two with the same mixes asked with the DO bit
+set; the table adds its ratio to our unsigned server, per round, median [min, max].
+
 gdnsd and ``--workers 1`` run pinned with taskset to CPU 0 and dnsperf to CPU 1
 ("pinned"); gdnsd and ``--workers 2`` also run unpinned ("shared": the server's processes
 and dnsperf share the two cores), where a second process can help.
@@ -150,6 +154,51 @@ def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: b
                   run["lost"], rss_mb(pids))
 
 
+def with_do(path: Path) -> Path:
+    """A copy of the dnsperf -B query file ``path`` with the DO bit set in every query."""
+    out = path.with_name(path.name + ".do")
+    if out.exists():
+        return out
+    data, patched, i = path.read_bytes(), bytearray(), 0
+    while i < len(data):
+        length = int.from_bytes(data[i:i + 2], "big")
+        message = bytearray(data[i + 2:i + 2 + length])
+        end = 12
+        while message[end]:
+            end += message[end] + 1
+        end += 5  # the root label, type and class
+        if message[10:12] == b"\x00\x01" and message[end + 1:end + 3] == b"\x00\x29":
+            message[end + 7] |= 0x80
+        patched += length.to_bytes(2, "big") + message
+        i += 2 + length
+    out.write_bytes(bytes(patched))
+    return out
+
+
+def signed_mix(mix: dict) -> dict:
+    """``mix`` asked with the DO bit: dnsperf's -D for text files, patched -B files."""
+    def convert(args: list[str]) -> list[str]:
+        if "-B" not in args:
+            return [*args, "-D"]
+        return [str(with_do(Path(a))) if i > 0 and args[i - 1] == "-d" else a
+                for i, a in enumerate(args)]
+
+    original = mix["args"]
+    if callable(original):
+        return {**mix, "args": lambda r: convert(original(r))}
+    return {**mix, "args": convert(original)}
+
+
+def make_keys(workdir: Path) -> Path:
+    keys = workdir / "dnssec-keys"
+    if not keys.exists():
+        subprocess.run([PYTHON, "-m", "director", "dnssec", "keygen", "--policy",
+                        str(ROOT / "policies/examples/global.dp"), "--keys", str(keys)],
+                       cwd=ROOT, check=True, capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return keys
+
+
 def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
     conf = workdir / "gdnsd"
     subprocess.run([PYTHON, ROOT / "bench/dns_gdnsd_conf.py", conf, "--port", str(GDNSD_PORT)],
@@ -161,13 +210,15 @@ def start_gdnsd(workdir: Path, pin: bool) -> subprocess.Popen:
 
 
 def start_ours(workers: int, pin: bool, port: int = OURS_PORT,
-               redis_url: str | None = None) -> subprocess.Popen:
+               redis_url: str | None = None, keys: Path | None = None) -> subprocess.Popen:
     cmd = (["taskset", "-c", "0"] if pin else []) + [
         PYTHON, "-m", "director", "dns", "serve",
         "--policy", str(ROOT / "policies/examples/global.dp"),
         "--listen", f"127.0.0.1:{port}", "--workers", str(workers)]
     if redis_url:
         cmd += ["--redis", redis_url]
+    if keys is not None:
+        cmd += ["--dnssec-keys", str(keys)]
     handle, log = tempfile.mkstemp(prefix="dns-bench-ours-", suffix=".log")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -259,6 +310,8 @@ def main() -> int:
                         help="which of pinned (--workers 1) and shared (--workers 2) to run")
     parser.add_argument("--mixes", default=",".join(MIXES),
                         help=f"comma-separated, of: {', '.join(MIXES)}")
+    parser.add_argument("--dnssec", action="store_true",
+                        help="also measure ours signing online, queries with DO set")
     parser.add_argument("--fresh", type=int, default=1_500_000,
                         help="distinct /24s of the new-subnets mix, split over the rounds")
     args = parser.parse_args()
@@ -306,11 +359,19 @@ def main() -> int:
         ours_name = ours_label(workers)
         servers = [("gdnsd", GDNSD_PORT), (ours_name, OURS_PORT)]
         procs = {"gdnsd": start_gdnsd(workdir, pin), ours_name: start_ours(workers, pin)}
-        state = None
+        keys = make_keys(workdir) if args.dnssec else None
+        if keys is not None:
+            signed_name = signed_label(workers)
+            servers.append((signed_name, SIGNED_PORT))
+            procs[signed_name] = start_ours(workers, pin, SIGNED_PORT, keys=keys)
+        state = signed_state = None
         try:
             if any(mix.get("state") for mix in mixes.values()):
                 state = StatefulOurs(workers, pin)
                 procs[STATEFUL] = state.proc
+                if keys is not None:
+                    signed_state = StatefulOurs(workers, pin, STATEFUL_SIGNED_PORT, keys)
+                    procs[STATEFUL_SIGNED] = signed_state.proc
             for name, port in servers:
                 print(f"# {name} ({placement}): {check_answers(port)}", flush=True)
             for mix_name, mix in mixes.items():
@@ -318,10 +379,13 @@ def main() -> int:
                     # side by side: each round runs both, the first one alternating, so a
                     # drift of the shared machine weighs on both alike
                     for name, port in servers if repeat % 2 == 0 else servers[::-1]:
-                        target, port = ((STATEFUL, STATEFUL_PORT)
-                                        if mix.get("state") and name != "gdnsd" else (name, port))
-                        r = measure(procs[target], port, mix, seconds, pin, warm=repeat == 0,
-                                    round_=repeat)
+                        signed = name.startswith("ours signed")
+                        target, port = (name, port)
+                        if mix.get("state") and name != "gdnsd":
+                            target, port = ((STATEFUL_SIGNED, STATEFUL_SIGNED_PORT) if signed
+                                            else (STATEFUL, STATEFUL_PORT))
+                        r = measure(procs[target], port, signed_mix(mix) if signed else mix,
+                                    seconds, pin, warm=repeat == 0, round_=repeat)
                         runs.setdefault((name, placement, mix_name), []).append(r)
                         print(f"  {name} {mix_name}: {r.qps:,.0f} qps, {r.latency_ms:.3f} ms, "
                               f"{r.cpu_us:.1f} us/q, lost {r.lost:.2f}%, RSS {r.rss_mb:.0f} MB",
@@ -331,15 +395,20 @@ def main() -> int:
                 print(f"  state writer: {state.writer.writes} rounds of writes", flush=True)
                 state.close()
                 procs.pop(STATEFUL, None)
+            if signed_state is not None:
+                signed_state.close()
+                procs.pop(STATEFUL_SIGNED, None)
             for proc in procs.values():
                 stop(proc)
             time.sleep(0.5)
-    print_table(runs, mixes, pairs)
+    print_table(runs, mixes, pairs, signed=args.dnssec)
     shutil.rmtree(workdir / "gdnsd", ignore_errors=True)
     return 0
 
 
 STATEFUL, STATEFUL_PORT = "ours following the state", 5311
+STATEFUL_SIGNED, STATEFUL_SIGNED_PORT = "ours signed following the state", 5313
+SIGNED_PORT = 5312
 MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS new /56s",
          "ECS 30k + state 1/s")
 
@@ -347,14 +416,15 @@ MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS new /56s
 class StatefulOurs:
     """Our server following a real Valkey that a ``LoadWriter`` changes once a second."""
 
-    def __init__(self, workers: int, pin: bool) -> None:
+    def __init__(self, workers: int, pin: bool, port: int = STATEFUL_PORT,
+                 keys: Path | None = None) -> None:
         from state import EmbeddedValkey
 
         self.valkey = EmbeddedValkey()
         self.valkey.start()
         self.writer = LoadWriter(self.valkey.url, ["us-east", "eu-west", "eu-central",
                                                    "ap-south"])
-        self.proc = start_ours(workers, pin, STATEFUL_PORT, self.valkey.url)
+        self.proc = start_ours(workers, pin, port, self.valkey.url, keys)
 
     def close(self) -> None:
         stop(self.proc)
@@ -367,30 +437,44 @@ def ours_label(workers: int) -> str:
     return f"ours --workers {workers}"
 
 
+def signed_label(workers: int) -> str:
+    return f"ours signed --workers {workers}"
+
+
 def median_result(runs: list[Result]) -> Result:
     """Each figure's median over the runs."""
     return Result(*(statistics.median(getattr(r, f) for r in runs)
                     for f in ("qps", "latency_ms", "cpu_us", "lost", "rss_mb")))
 
 
-def print_table(runs: dict, mixes: dict, pairs: list) -> None:
-    """Medians of each figure, and of the per-round ratios ours / gdnsd."""
+def print_table(runs: dict, mixes: dict, pairs: list, signed: bool = False) -> None:
+    """Medians of each figure, and of the per-round ratios ours / gdnsd (and signed /
+    unsigned, median [min, max] over the rounds)."""
     print()
     print("| server | cores | mix | qps | avg latency ms | server CPU us/query | RSS MB | "
-          "qps / gdnsd | CPU / gdnsd |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "qps / gdnsd [min, max] | CPU / gdnsd | qps / ours unsigned [min, max] |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for placement, workers in pairs:
-        for name in ("gdnsd", ours_label(workers)):
+        names = ["gdnsd", ours_label(workers)] + ([signed_label(workers)] if signed else [])
+        for name in names:
             for mix_name in mixes:
                 own = runs[(name, placement, mix_name)]
                 base = runs[("gdnsd", placement, mix_name)]
                 r = median_result(own)
                 rounds = list(zip(own, base, strict=True))
-                qps_ratio = statistics.median(a.qps / b.qps for a, b in rounds)
+                qps_ratios = [a.qps / b.qps for a, b in rounds]
                 cpu_ratio = statistics.median(a.cpu_us / b.cpu_us for a, b in rounds)
+                versus = ""
+                if name == signed_label(workers):
+                    plain = runs[(ours_label(workers), placement, mix_name)]
+                    versus = _spread([a.qps / b.qps for a, b in zip(own, plain, strict=True)])
                 print(f"| {name} | {placement} | {mix_name} | {r.qps:,.0f} | "
                       f"{r.latency_ms:.3f} | {r.cpu_us:.1f} | {r.rss_mb:.0f} | "
-                      f"{qps_ratio:.2f} | {cpu_ratio:.2f} |")
+                      f"{_spread(qps_ratios)} | {cpu_ratio:.2f} | {versus} |")
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "workers": ("director.commands.workers", "workers", False),
     "region": ("director.commands.region", "app", True),
     "dns": ("director.commands.dns", "app", True),
+    "dnssec": ("director.commands.dnssec", "app", True),
     "drill": ("director.commands.drill", "app", True),
     "api": ("director.commands.api", "app", True),
     "up": ("director.commands.up", "up", False),

@@ -55,10 +55,14 @@ def serve(
     udp_reader_threads: Annotated[bool, typer.Option(help="Read UDP on a thread per socket: "
                                                      "faster cache hits, slower on "
                                                      "never-seen client subnets.")] = False,
+    dnssec_keys: Annotated[Path | None, typer.Option(help="Sign answers with the zone's keys "
+                                                     "in this directory (director dnssec "
+                                                     "keygen; docs/dnssec.md).")] = None,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
     from director.dns.cli import redis_snapshots
     from director.dns.cli import serve as serve_dns
+    from director.dnssec.signer import NoKeys
     from director.geo import GeoDatabaseError
     from policies import PolicyError
 
@@ -75,11 +79,12 @@ def serve(
                            tcp_max_connections=tcp_max_connections,
                            tcp_max_per_network=tcp_max_per_network, snapshot_factory=factory,
                            follow_policy=redis_url if follow_policy else None,
-                           precompile=precompile, udp_reader_threads=udp_reader_threads)
+                           precompile=precompile, udp_reader_threads=udp_reader_threads,
+                           dnssec_keys=str(dnssec_keys) if dnssec_keys else None)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None
-    except (GeoDatabaseError, ValueError, OSError) as exc:
+    except (GeoDatabaseError, ValueError, OSError, NoKeys) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     raise typer.Exit(status)

@@ -4,7 +4,8 @@
 default), then the fast path (which falls back to the full path). It never raises: an
 internal error answers SERVFAIL.
 ``set_policy`` swaps in a new policy (a new zone, engine and caches) atomically; queries in
-flight finish on the old one.
+flight finish on the old one. With ``dnssec_keys`` (a key directory, ``director.dnssec``)
+answers to DO queries are signed; a policy whose zone has no usable key there is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Hashable
+from pathlib import Path
 
 from opentelemetry.trace import Tracer
 
@@ -30,6 +32,7 @@ from director.dns.ratelimit import ResponseRateLimiter, RrlMode
 from director.dns.responder import Responder
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.zone import ZoneData
+from director.dnssec.signer import ZoneSigner
 from director.engine import Engine
 from director.engine.location_class import classifier_key, location_classifier
 from director.geo import GeoLocator
@@ -47,8 +50,9 @@ class DnsApp:
                  rrl_mode: RrlMode = RrlMode.LOG_ONLY, rrl_rate: float = 20.0, rrl_slip: int = 2,
                  stats: DnsStats | None = None, rng: random.Random | None = None,
                  merge_budget: int = DEFAULT_BUDGET, precompile: bool = False,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, dnssec_keys: Path | None = None) -> None:
         self.geo = geo
+        self.dnssec_keys = dnssec_keys  # sign with the zone's keys in this directory
         self.tracer = tracer  # fresh decisions sampled into spans (``decision_trace``)
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
@@ -70,6 +74,8 @@ class DnsApp:
         is kept when the new policy classifies locations alike (``classifier_key``), else
         rebuilt in the background (a build for a replaced policy is cancelled)."""
         zone = ZoneData(policy)
+        signer = (ZoneSigner(policy.zone.apex, self.dnssec_keys, zone.ttl)
+                  if self.dnssec_keys is not None else None)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         locator = ClientLocator(geo=self.geo, merged=merged)
         with self._map_lock:  # a build finishing now gives its map to this locator
@@ -86,7 +92,7 @@ class DnsApp:
                               merged.class_of, observe=self.stats.observe_decision)
         if self.tracer is not None:
             decisions.trace = DecisionTrace(self.tracer)
-        handler = Handler(zone, decisions)
+        handler = Handler(zone, decisions, signer)
         responder = Responder(handler)
         self.policy = policy
         self.handler = handler

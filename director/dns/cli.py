@@ -13,6 +13,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import cast
 
 from director import policy_gate
@@ -26,6 +27,7 @@ from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.transports.sockets import parse_listen
 from director.dns.transports.workers import SocketSource, run_workers
+from director.dnssec.signer import ZoneSigner
 from director.geo import GeoLocator
 from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
@@ -48,7 +50,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           tcp_max_per_network: int = 16,
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
-          udp_reader_threads: bool = False) -> int:
+          udp_reader_threads: bool = False, dnssec_keys: str | None = None) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -73,6 +75,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     before costs a binary search. ``udp_reader_threads``: read each UDP socket on a thread
     of its own (``udp_reader``): memo hits faster, never-seen client subnets slower (every
     miss crosses to the event loop), so off by default (``docs/research/dns-transport.md``).
+    ``dnssec_keys``: a key directory (``director dnssec keygen``): answers to DO queries are
+    signed online with the zone's keys, followed through rollovers (docs/dnssec.md).
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     acceptance = policy_gate.accept(policy_path)
@@ -80,6 +84,9 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         raise acceptance.error()
     policy, identity = acceptance.policy, acceptance.identity()
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
+    keys = Path(dnssec_keys) if dnssec_keys else None
+    if keys is not None:  # fail here on a zone without a usable key
+        ZoneSigner(policy.zone.apex, keys, int(policy.zone.ttl))
     addresses = parse_listen(listen)
     mode = RrlMode(rrl_mode) if rrl_mode else default_mode(host for host, _ in addresses)
     if tcp_max_connections < 1 or tcp_max_per_network < 1:
@@ -102,7 +109,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         def make_app(snapshots: SnapshotSource) -> DnsApp:
             return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode,
                           rrl_rate=rrl_rate, rrl_slip=rrl_slip, precompile=precompile,
-                          tracer=tracer)
+                          tracer=tracer, dnssec_keys=keys)
 
         loop = new_event_loop()
         asyncio.set_event_loop(loop)

@@ -26,6 +26,10 @@ part way (``Answered.settled``), the oldest of which are asked again and widen f
    so the first query of each class after a policy swap costs microseconds, not a full
    path; anything it declines is cut from the full path's response.
 
+Signed answers (DO set, a ``ZoneSigner`` in the handler) are cached like the rest, for as
+long as the signer's ``epoch`` (validity window and key set) lasts: a new epoch drops every
+table, templates included. A service's signed A/AAAA template comes from the full path.
+
 Anything else (parse_query says no, ``_explain``, services whose answers are random) goes
 to the full path uncached. Every answer is counted by (service, qtype, rcode, regions,
 reason) in ``DnsStats``.
@@ -88,12 +92,14 @@ class FastPath:
         self._generation = -1  # the decisions' generation the caches were filled under
         self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
         self.cache = AnswerCache()  # the memo (udp, tcp) and the templates
+        self.signer = responder.handler.signer
+        self._sign_epoch = self.signer.epoch() if self.signer is not None else None
         self._lanes: SubnetLanes | None = None
         self._seen = bytearray(1 << SEEN_BITS)
 
     def respond(self, data: bytes, host: str, tcp: bool = False) -> bytes | None:
         """The response to the raw query ``data`` from ``host``, or None to send nothing."""
-        if self.snapshots.current is not self._snapshot:
+        if self._stale():
             self._reset()
         if tcp:
             return self._answer(data, host, True, self.cache.tcp)
@@ -103,7 +109,7 @@ class FastPath:
         """``respond`` for UDP, taking the socket address, without the per-query snapshot
         check: call this once per batch of datagrams handled in one event-loop callback (a
         snapshot swap, made by another task of the same loop, cannot happen inside it)."""
-        if self.snapshots.current is not self._snapshot:
+        if self._stale():
             self._reset()
         answer, memo = self._answer, self.cache.udp
 
@@ -117,7 +123,7 @@ class FastPath:
         slot), or a dict of those by resolver address), the metric counters and the lane
         lookup (``lane_answer``), for a transport that answers memo hits itself; call once
         per batch, like ``udp_responder``."""
-        if self.snapshots.current is not self._snapshot:
+        if self._stale():
             self._reset()
         return self.cache.udp, self._counts, self.lane_answer
 
@@ -160,13 +166,27 @@ class FastPath:
         resets it)."""
         snapshot = self._snapshot
         memo = self.cache.udp
+        signer = self.signer
+        if signer is not None and signer.epoch() is not self._sign_epoch:
+            return None
         return memo if self.snapshots.current is snapshot else None
+
+    def _stale(self) -> bool:
+        """Whether the caches may not answer now: a new snapshot or signing epoch."""
+        signer = self.signer
+        return (self.snapshots.current is not self._snapshot
+                or (signer is not None and signer.epoch() is not self._sign_epoch))
 
     def _reset(self) -> None:
         """A new snapshot: drop the caches if it changed what answers read (the decisions'
         generation), else keep them for it."""
         # The snapshot last: a reader on another thread that sees it sees the new memo too.
         snapshot, generation = self.decisions.current()
+        if self.signer is not None and self.signer.epoch() is not self._sign_epoch:
+            self._sign_epoch = self.signer.epoch()
+            self.stats.invalidated += self.cache.entries
+            self.cache = AnswerCache(self.cache.max_entries, self.cache.max_bytes)
+            self._generation = -1  # and the rest below
         if generation != self._generation:
             self.stats.invalidated += (self.cache.entries - len(self.cache.templates)
                                        + (len(self._lanes) if self._lanes is not None else 0))
@@ -255,6 +275,8 @@ class FastPath:
                           answered: Answered, snapshot: Snapshot) -> Template | None:
         """The template of a service's A/AAAA answer written directly
         (``service_answer``), or None when the full path must render it."""
+        if parsed.do and self.signer is not None:
+            return None  # signed: the full path adds the RRSIGs
         decision = answered.decision
         made = service_template(
             parsed, packed_addresses(self.zone.addresses(decision.regions, parsed.qtype,

@@ -15,6 +15,10 @@ QUERY, BADVERS for EDNS versions above 0, one synthesised HINFO "RFC8482" RRset 
 (RFC 8482), and ``_explain.<service>`` TXT for admin networks (REFUSED to anyone else).
 ECS (RFC 7871) is echoed with the decision's scope, or scope 0 when the answer did not
 depend on the client.
+
+With a ``ZoneSigner`` and the DO bit set, every authoritative answer carries its RRSIGs,
+the apex answers DNSKEY, CDS and CDNSKEY, and denial is compact (RFC 9824): NOERROR with
+one NSEC at the name asked (``director.dnssec.denial``) instead of NXDOMAIN.
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from director.dns.decisions import Answered, Decisions
 from director.dns.explain import explain_rrset
 from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
 from director.dns.zone import Node, NodeKind, ZoneData
+from director.dnssec.denial import compact_nsec, nxname_nsec
+from director.dnssec.signer import ZoneSigner
 from telemetry.correlation import correlation_id
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 _REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
 _FORMERR_TYPES = frozenset({dns.rdatatype.OPT})
 _COPIED_FLAGS = dns.flags.RD | dns.flags.CD
+_KEY_TYPES = (dns.rdatatype.DNSKEY, dns.rdatatype.CDS, dns.rdatatype.CDNSKEY)
 
 
 class MalformedQuery(Exception):
@@ -50,11 +57,14 @@ class MalformedQuery(Exception):
 
 
 class Handler:
-    """Answers queries for one zone; immutable apart from the memo inside ``decisions``."""
+    """Answers queries for one zone; immutable apart from the memo inside ``decisions``
+    (and the signature cache inside ``signer``)."""
 
-    def __init__(self, zone: ZoneData, decisions: Decisions) -> None:
+    def __init__(self, zone: ZoneData, decisions: Decisions,
+                 signer: ZoneSigner | None = None) -> None:
         self.zone = zone
         self.decisions = decisions
+        self.signer = signer
 
     def handle(self, query: dns.message.Message, host: str) -> dns.message.Message:
         """The response to ``query`` asked from the address ``host``."""
@@ -75,8 +85,27 @@ class Handler:
             return error_response(query, dns.rcode.FORMERR, ecs=ecs), Outcome()
         response = _response(query)
         outcome = self._answer(query.question[0], response, ecs, host)
+        if (self.signer is not None and query.ednsflags & dns.flags.DO
+                and response.flags & dns.flags.AA):
+            self._sign(query.question[0], response, self.signer)
         _set_edns(query, response, ecs, outcome[1])
         return response, outcome[0]
+
+    def _sign(self, question: dns.rrset.RRset, response: dns.message.Message,
+              signer: ZoneSigner) -> None:
+        """Compact denial for a negative answer, then the RRSIGs of every RRset."""
+        name, ttl = question.name, self.zone.negative_ttl
+        if response.rcode() == dns.rcode.NXDOMAIN:
+            response.set_rcode(dns.rcode.NOERROR)
+            response.authority.append(nxname_nsec(name, ttl))
+        elif not response.answer and response.rcode() == dns.rcode.NOERROR:
+            node = self.zone.lookup(name)
+            types = self.zone.types_at(node) if node is not None else ()
+            if node is not None and node.kind is NodeKind.APEX:
+                types = (*types, *(rrset.rdtype for rrset in
+                                   (signer.dnskeys, signer.cds, signer.cdnskey) if rrset))
+            response.authority.append(compact_nsec(name, ttl, types, question.rdtype))
+        signer.sign_response(response)
 
     def _answer(self, question: dns.rrset.RRset, response: dns.message.Message,
                 ecs: EcsSubnet | None, host: str) -> tuple[Outcome, int]:
@@ -105,12 +134,24 @@ class Handler:
         elif node.kind is NodeKind.APEX and rdtype == dns.rdatatype.NS:
             response.answer.append(zone.ns)
             response.additional.extend(zone.glue)
+        elif node.kind is NodeKind.APEX and (keys := self._keys(rdtype)) is not None:
+            response.answer.append(keys)
         elif node.kind is NodeKind.GLUE and rdtype in (A, AAAA) and _glue(node, rdtype):
             response.answer.append(dns.rrset.from_text_list(
                 node.name, zone.ttl, "IN", rdtype, list(_glue(node, rdtype))))
         else:
             response.authority.append(zone.negative_soa)
         return _outcome(node), 0
+
+    def _keys(self, rdtype: int) -> dns.rrset.RRset | None:
+        """The apex's DNSKEY, CDS or CDNSKEY RRset when signing (None if empty or another
+        type)."""
+        signer = self.signer
+        if signer is None or rdtype not in _KEY_TYPES:
+            return None
+        rrset = {dns.rdatatype.DNSKEY: signer.dnskeys, dns.rdatatype.CDS: signer.cds,
+                 dns.rdatatype.CDNSKEY: signer.cdnskey}[cast(dns.rdatatype.RdataType, rdtype)]
+        return rrset or None
 
     def _service(self, node: Node, response: dns.message.Message, ecs: EcsSubnet | None,
                  host: str, rdtype: int) -> tuple[Outcome, int]:

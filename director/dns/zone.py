@@ -153,6 +153,20 @@ class ZoneData:
         return any(address.version == net.version and address in net
                    for net in self.admin_networks)
 
+    def types_at(self, node: Node) -> tuple[int, ...]:
+        """The record types ``node``'s name holds (DNSSEC additions aside), for NSEC."""
+        A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
+        if node.kind is NodeKind.APEX:
+            return (dns.rdatatype.NS, dns.rdatatype.SOA)
+        if node.kind is NodeKind.SERVICE:
+            return ((A,) if any(self.region_v4.values()) else ()) + (
+                (AAAA,) if any(self.region_v6.values()) else ())
+        if node.kind is NodeKind.GLUE:
+            return ((A,) if node.v4 else ()) + ((AAAA,) if node.v6 else ())
+        if node.kind is NodeKind.EXPLAIN:
+            return (dns.rdatatype.TXT,)
+        return ()
+
     def addresses(self, regions: tuple[str, ...], rdtype: int,
                   snapshot: Snapshot) -> list[str]:
         """The balancer addresses of ``regions`` for A or AAAA, in region order, deduplicated;

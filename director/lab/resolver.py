@@ -1,6 +1,10 @@
 """A real recursive resolver in front of the lab's NS set: Unbound, with the lab's zone as
 a stub zone served by every DNS host, and no cache (every query reaches an authority), so
-what a client sees when a DNS server dies is Unbound's own retry across the NS set."""
+what a client sees when a DNS server dies is Unbound's own retry across the NS set.
+
+With ``trust_anchors`` (DS records in presentation format) Unbound validates the zone
+(DNSSEC) instead of treating it as insecure: answers it can prove carry AD, and answers it
+cannot are SERVFAIL (bogus). A server given as ``ADDR@PORT`` is asked on that port."""
 
 from __future__ import annotations
 
@@ -20,20 +24,30 @@ from state.ports import free_port
 class Resolver:
     """``unbound`` on 127.0.0.1:``port``; ``start`` then ``stop``."""
 
-    def __init__(self, zone: str, servers: Sequence[str], folder: Path) -> None:
+    def __init__(self, zone: str, servers: Sequence[str], folder: Path,
+                 trust_anchors: Sequence[str] = ()) -> None:
         self.zone = zone
         self.servers = tuple(servers)
         self.folder = folder
+        self.trust_anchors = tuple(trust_anchors)
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, probe_name: str, timeout: float = 15.0) -> Resolver:
+    def start(self, probe_name: str, timeout: float = 15.0, *,
+              require_answer: bool = True) -> Resolver:
+        """Start Unbound and wait until it answers ``probe_name`` (with records, unless
+        ``require_answer`` is false: any reply will do)."""
         binary = shutil.which("unbound") or "/usr/sbin/unbound"
         if not Path(binary).exists():
             raise FileNotFoundError("unbound is needed (apt-get install unbound)")
         self.folder.mkdir(parents=True, exist_ok=True)
         conf = self.folder / "unbound.conf"
         stubs = "\n".join(f"    stub-addr: {address}" for address in self.servers)
+        if self.trust_anchors:
+            security = "\n".join(f'    trust-anchor: "{ds}"' for ds in self.trust_anchors) + \
+                '\n    module-config: "validator iterator"\n    val-log-level: 2'
+        else:
+            security = f'    domain-insecure: "{self.zone}"\n    module-config: "iterator"'
         conf.write_text(f"""server:
     interface: 127.0.0.1
     port: {self.port}
@@ -43,7 +57,7 @@ class Resolver:
     directory: "{self.folder}"
     pidfile: ""
     use-syslog: no
-    logfile: ""
+    logfile: "{self.folder / 'unbound.log'}"
     verbosity: 0
     access-control: 127.0.0.0/8 allow
     do-not-query-localhost: no
@@ -51,8 +65,7 @@ class Resolver:
     cache-max-negative-ttl: 0
     prefetch: no
     qname-minimisation: no
-    domain-insecure: "{self.zone}"
-    module-config: "iterator"
+{security}
 stub-zone:
     name: "{self.zone}"
 {stubs}
@@ -66,13 +79,20 @@ stub-zone:
                                    f"(configuration: {conf})")
             try:
                 query = dns.message.make_query(probe_name, dns.rdatatype.A)
-                if dns.query.udp(query, "127.0.0.1", timeout=1.0, port=self.port).answer:
+                reply = dns.query.udp(query, "127.0.0.1", timeout=1.0, port=self.port)
+                if reply.answer or not require_answer:
                     return self
             except (OSError, dns.exception.DNSException):
                 pass
             time.sleep(0.2)
         self.stop()
         raise TimeoutError("unbound did not answer for the lab's zone")
+
+    def restart(self, trust_anchors: Sequence[str], probe_name: str) -> Resolver:
+        """Start again with other trust anchors (the parent's DS set changed)."""
+        self.stop()
+        self.trust_anchors = tuple(trust_anchors)
+        return self.start(probe_name)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
