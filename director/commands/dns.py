@@ -58,6 +58,10 @@ def serve(
     dnssec_keys: Annotated[Path | None, typer.Option(help="Sign answers with the zone's keys "
                                                      "in this directory (director dnssec "
                                                      "keygen; docs/dnssec.md).")] = None,
+    dnssec_presigned: Annotated[bool, typer.Option(help="Sign answers with the signatures "
+                                                   "`director dnssec presign` publishes in "
+                                                   "--redis: this server holds no key.")]
+    = False,
 ) -> None:
     """Answer the policy's zone: A/AAAA per client by residency, health, load and distance."""
     from director.dns.cli import redis_snapshots
@@ -66,6 +70,9 @@ def serve(
     from director.geo import GeoDatabaseError
     from policies import PolicyError
 
+    if dnssec_presigned and (not redis_url or dnssec_keys):
+        err.print("error: --dnssec-presigned needs --redis and no --dnssec-keys", markup=False)
+        raise typer.Exit(2)
     if follow_policy and not redis_url:
         err.print("error: --follow-policy needs --redis", markup=False)
         raise typer.Exit(2)
@@ -80,7 +87,8 @@ def serve(
                            tcp_max_per_network=tcp_max_per_network, snapshot_factory=factory,
                            follow_policy=redis_url if follow_policy else None,
                            precompile=precompile, udp_reader_threads=udp_reader_threads,
-                           dnssec_keys=str(dnssec_keys) if dnssec_keys else None)
+                           dnssec_keys=str(dnssec_keys) if dnssec_keys else None,
+                           dnssec_presigned=redis_url if dnssec_presigned else None)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

@@ -194,3 +194,52 @@ def _when(moment: float | None) -> str:
     if moment is None:
         return "-"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+@app.command()
+def presign(
+    policy: PolicyOption, keys: KeysOption,
+    redis_url: Annotated[str, typer.Option("--redis", help="The shared state the keyless "
+                                           "DNS servers read (dns serve --dnssec-presigned).")],
+    prefix: Annotated[str, typer.Option(help="The state's key prefix.")] = "director",
+    once: Annotated[bool, typer.Option(help="Publish one round and exit.")] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between checks for a new window, "
+                                        "key step, policy or edge report.")] = 1.0,
+) -> None:
+    """Sign every answer the zone can give and publish the signatures for keyless DNS
+    servers; keep doing so as windows, keys, the policy file and the edges' reports
+    change (the one process that needs the private keys)."""
+    import logging
+
+    import redis
+
+    from director.dnssec.presign import Presigner
+    from director.dnssec.signer import NoKeys, ZoneSigner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    loaded = _policy(policy)
+    try:
+        signer = ZoneSigner(loaded.zone.apex, keys, int(loaded.zone.ttl))
+    except NoKeys as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10.0)
+    presigner = Presigner(client, prefix, signer)
+    stamp = policy.stat().st_mtime_ns
+    while True:
+        try:
+            presigner.round(loaded)
+        except redis.RedisError as exc:
+            err.print(f"warning: the shared state is not reachable: {exc}", markup=False)
+        if once:
+            return
+        time.sleep(poll)
+        if policy.stat().st_mtime_ns != stamp:
+            stamp = policy.stat().st_mtime_ns
+            from director import policy_gate
+
+            acceptance = policy_gate.accept(str(policy))
+            if acceptance.policy is not None:
+                loaded = acceptance.policy
+            else:
+                err.print(acceptance.error().render(), markup=False)

@@ -6,6 +6,8 @@ internal error answers SERVFAIL.
 ``set_policy`` swaps in a new policy (a new zone, engine and caches) atomically; queries in
 flight finish on the old one. With ``dnssec_keys`` (a key directory, ``director.dnssec``)
 answers to DO queries are signed; a policy whose zone has no usable key there is refused.
+With ``dnssec_presigned`` (a Redis URL) the server holds no key: it signs with what
+``director dnssec presign`` published there (``director.dnssec.presigned``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from director.dns.ratelimit import ResponseRateLimiter, RrlMode
 from director.dns.responder import Responder
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
 from director.dns.zone import ZoneData
+from director.dnssec.presigned import PresignedFollower, PresignedSigner
 from director.dnssec.signer import ZoneSigner
 from director.engine import Engine
 from director.engine.location_class import classifier_key, location_classifier
@@ -39,8 +42,11 @@ from director.geo import GeoLocator
 from director.geo_map import NetworkMap
 from director.geo_merge import DEFAULT_BUDGET, CompileCancelled, MergedNetworks
 from policies.model import Policy
+from state.keys import DEFAULT_PREFIX
 
 log = logging.getLogger(__name__)
+
+PRESIGNED_WAIT = 10.0  # seconds a worker waits at start for the pre-signed answers
 
 
 class DnsApp:
@@ -50,9 +56,14 @@ class DnsApp:
                  rrl_mode: RrlMode = RrlMode.LOG_ONLY, rrl_rate: float = 20.0, rrl_slip: int = 2,
                  stats: DnsStats | None = None, rng: random.Random | None = None,
                  merge_budget: int = DEFAULT_BUDGET, precompile: bool = False,
-                 tracer: Tracer | None = None, dnssec_keys: Path | None = None) -> None:
+                 tracer: Tracer | None = None, dnssec_keys: Path | None = None,
+                 dnssec_presigned: str | None = None,
+                 state_prefix: str = DEFAULT_PREFIX) -> None:
         self.geo = geo
         self.dnssec_keys = dnssec_keys  # sign with the zone's keys in this directory
+        self.dnssec_presigned = dnssec_presigned  # or: signatures from this Redis URL
+        self.state_prefix = state_prefix
+        self._follower: PresignedFollower | None = None
         self.tracer = tracer  # fresh decisions sampled into spans (``decision_trace``)
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
@@ -74,8 +85,7 @@ class DnsApp:
         is kept when the new policy classifies locations alike (``classifier_key``), else
         rebuilt in the background (a build for a replaced policy is cancelled)."""
         zone = ZoneData(policy)
-        signer = (ZoneSigner(policy.zone.apex, self.dnssec_keys, zone.ttl)
-                  if self.dnssec_keys is not None else None)
+        signer = self._signer(policy, zone)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
         locator = ClientLocator(geo=self.geo, merged=merged)
         with self._map_lock:  # a build finishing now gives its map to this locator
@@ -98,6 +108,27 @@ class DnsApp:
         self.handler = handler
         self.responder = responder
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
+
+    def close(self) -> None:
+        """Stop the threads this app started (the pre-signed answers' follower)."""
+        if self._follower is not None:
+            self._follower.stop()
+
+    def _signer(self, policy: Policy, zone: ZoneData) -> ZoneSigner | PresignedSigner | None:
+        if self.dnssec_keys is not None:
+            return ZoneSigner(policy.zone.apex, self.dnssec_keys, zone.ttl)
+        if self.dnssec_presigned is None:
+            return None
+        presigned = PresignedSigner(zone)
+        follower = PresignedFollower(presigned, self.dnssec_presigned, self.state_prefix)
+        if not follower.wait_ready(PRESIGNED_WAIT):
+            log.warning("DNSSEC: no pre-signed answers in the shared state yet: signed "
+                        "answers are SERVFAIL until `director dnssec presign` publishes")
+        follower.start()
+        if self._follower is not None:
+            self._follower.stop()
+        self._follower = follower
+        return presigned
 
     def _compile_in_background(self, key: Hashable, merged: MergedNetworks) -> None:
         """Build the IPv4 network map on a low-priority thread; answers use the lazy

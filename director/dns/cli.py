@@ -50,7 +50,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           tcp_max_per_network: int = 16,
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
-          udp_reader_threads: bool = False, dnssec_keys: str | None = None) -> int:
+          udp_reader_threads: bool = False, dnssec_keys: str | None = None,
+          dnssec_presigned: str | None = None) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -77,6 +78,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     miss crosses to the event loop), so off by default (``docs/research/dns-transport.md``).
     ``dnssec_keys``: a key directory (``director dnssec keygen``): answers to DO queries are
     signed online with the zone's keys, followed through rollovers (docs/dnssec.md).
+    ``dnssec_presigned``: a Redis URL: sign with the signatures ``director dnssec presign``
+    publishes there, holding no key (a keyless edge).
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # until the handler is in
     acceptance = policy_gate.accept(policy_path)
@@ -109,7 +112,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         def make_app(snapshots: SnapshotSource) -> DnsApp:
             return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode,
                           rrl_rate=rrl_rate, rrl_slip=rrl_slip, precompile=precompile,
-                          tracer=tracer, dnssec_keys=keys)
+                          tracer=tracer, dnssec_keys=keys, dnssec_presigned=dnssec_presigned)
 
         loop = new_event_loop()
         asyncio.set_event_loop(loop)

@@ -18,7 +18,9 @@ depend on the client.
 
 With a ``ZoneSigner`` and the DO bit set, every authoritative answer carries its RRSIGs,
 the apex answers DNSKEY, CDS and CDNSKEY, and denial is compact (RFC 9824): NOERROR with
-one NSEC at the name asked (``director.dnssec.denial``) instead of NXDOMAIN.
+one NSEC at the name asked (``director.dnssec.denial``) instead of NXDOMAIN. With a
+``PresignedSigner`` (a keyless edge) the signatures come from the control plane, denial is
+a classic NSEC chain, and an answer it has no signature for is SERVFAIL (not cached).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from director.dns.explain import explain_rrset
 from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
 from director.dns.zone import Node, NodeKind, ZoneData
 from director.dnssec.denial import compact_nsec, nxname_nsec
+from director.dnssec.presigned import PresignedSigner, Unsigned
 from director.dnssec.signer import ZoneSigner
+from director.dnssec.variants import nsec_at, nsec_without, nxdomain_proof
 from telemetry.correlation import correlation_id
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
@@ -61,7 +65,7 @@ class Handler:
     (and the signature cache inside ``signer``)."""
 
     def __init__(self, zone: ZoneData, decisions: Decisions,
-                 signer: ZoneSigner | None = None) -> None:
+                 signer: ZoneSigner | PresignedSigner | None = None) -> None:
         self.zone = zone
         self.decisions = decisions
         self.signer = signer
@@ -87,24 +91,36 @@ class Handler:
         outcome = self._answer(query.question[0], response, ecs, host)
         if (self.signer is not None and query.ednsflags & dns.flags.DO
                 and response.flags & dns.flags.AA):
-            self._sign(query.question[0], response, self.signer)
+            try:
+                self._sign(query.question[0], response, self.signer)
+            except Unsigned:  # a keyless edge without this answer's signature
+                failed = error_response(query, dns.rcode.SERVFAIL, ecs=ecs)
+                return failed, Outcome(outcome[0].service, cacheable=False)
         _set_edns(query, response, ecs, outcome[1])
         return response, outcome[0]
 
     def _sign(self, question: dns.rrset.RRset, response: dns.message.Message,
-              signer: ZoneSigner) -> None:
-        """Compact denial for a negative answer, then the RRSIGs of every RRset."""
+              signer: ZoneSigner | PresignedSigner) -> None:
+        """The denial for a negative answer, then the RRSIGs of every RRset (``Unsigned``
+        from an edge without the signature)."""
         name, ttl = question.name, self.zone.negative_ttl
+        node = self.zone.lookup(name)
         if response.rcode() == dns.rcode.NXDOMAIN:
-            response.set_rcode(dns.rcode.NOERROR)
-            response.authority.append(nxname_nsec(name, ttl))
+            if signer.compact:
+                response.set_rcode(dns.rcode.NOERROR)
+                response.authority.append(nxname_nsec(name, ttl))
+            else:
+                response.authority.extend(nxdomain_proof(signer.chain, self.zone, name))
         elif not response.answer and response.rcode() == dns.rcode.NOERROR:
-            node = self.zone.lookup(name)
-            types = self.zone.types_at(node) if node is not None else ()
-            if node is not None and node.kind is NodeKind.APEX:
-                types = (*types, *(rrset.rdtype for rrset in
-                                   (signer.dnskeys, signer.cds, signer.cdnskey) if rrset))
-            response.authority.append(compact_nsec(name, ttl, types, question.rdtype))
+            if not signer.compact and node is not None:
+                response.authority.append(nsec_without(nsec_at(signer.chain, name),
+                                                       question.rdtype))
+            else:
+                types = self.zone.types_at(node) if node is not None else ()
+                if node is not None and node.kind is NodeKind.APEX:
+                    types = (*types, *(rrset.rdtype for rrset in
+                                       (signer.dnskeys, signer.cds, signer.cdnskey) if rrset))
+                response.authority.append(compact_nsec(name, ttl, types, question.rdtype))
         signer.sign_response(response)
 
     def _answer(self, question: dns.rrset.RRset, response: dns.message.Message,

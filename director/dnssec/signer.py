@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
+from typing import ClassVar
 
 import dns.dnssec
 import dns.flags
@@ -51,6 +52,9 @@ class NoKeys(Exception):
 
 class ZoneSigner:
     """Signs the RRsets of one zone with the keys of a directory."""
+
+    compact = True  # denial: compact NSEC made per name (``denial``)
+    chain: ClassVar[list[dns.rrset.RRset]] = []  # a classic NSEC chain: keyless edges
 
     def __init__(self, zone: str, directory: Path, dnskey_ttl: int, *,
                  clock: Callable[[], float] = time.time, window: float = WINDOW,

@@ -45,7 +45,8 @@ class Resolver:
         stubs = "\n".join(f"    stub-addr: {address}" for address in self.servers)
         if self.trust_anchors:
             security = "\n".join(f'    trust-anchor: "{ds}"' for ds in self.trust_anchors) + \
-                '\n    module-config: "validator iterator"\n    val-log-level: 2'
+                '\n    module-config: "validator iterator"\n    val-log-level: 2' \
+                '\n    val-bogus-ttl: 1'
         else:
             security = f'    domain-insecure: "{self.zone}"\n    module-config: "iterator"'
         conf.write_text(f"""server:
