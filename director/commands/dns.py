@@ -58,6 +58,10 @@ def serve(
     dnssec_keys: Annotated[Path | None, typer.Option(help="Sign answers with the zone's keys "
                                                      "in this directory (director dnssec "
                                                      "keygen; docs/dnssec.md).")] = None,
+    map_cache: Annotated[str, typer.Option(help="Folder where built network maps are kept, "
+                                           "so a restart answers at full speed at once "
+                                           "(default: ~/.cache/director/network-maps; "
+                                           "'none': keep none).")] = "",
     dnssec_presigned: Annotated[bool, typer.Option(help="Sign answers with the signatures "
                                                    "`director dnssec presign` publishes in "
                                                    "--redis: this server holds no key.")]
@@ -88,7 +92,8 @@ def serve(
                            follow_policy=redis_url if follow_policy else None,
                            precompile=precompile, udp_reader_threads=udp_reader_threads,
                            dnssec_keys=str(dnssec_keys) if dnssec_keys else None,
-                           dnssec_presigned=redis_url if dnssec_presigned else None)
+                           dnssec_presigned=redis_url if dnssec_presigned else None,
+                           map_cache=None if map_cache == "none" else map_cache)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

@@ -40,6 +40,7 @@ from director.engine import Engine
 from director.engine.location_class import classifier_key, location_classifier
 from director.geo import GeoLocator
 from director.geo_map import NetworkMap
+from director.geo_map_cache import Maps, load_maps, map_digest, save_maps
 from director.geo_merge import DEFAULT_BUDGET, CompileCancelled, MergedNetworks
 from policies.model import Policy
 from state.keys import DEFAULT_PREFIX
@@ -58,7 +59,7 @@ class DnsApp:
                  merge_budget: int = DEFAULT_BUDGET, precompile: bool = False,
                  tracer: Tracer | None = None, dnssec_keys: Path | None = None,
                  dnssec_presigned: str | None = None,
-                 state_prefix: str = DEFAULT_PREFIX) -> None:
+                 state_prefix: str = DEFAULT_PREFIX, map_cache: Path | None = None) -> None:
         self.geo = geo
         self.dnssec_keys = dnssec_keys  # sign with the zone's keys in this directory
         self.dnssec_presigned = dnssec_presigned  # or: signatures from this Redis URL
@@ -70,6 +71,7 @@ class DnsApp:
         self.rng = rng or random.Random()
         self.merge_budget = merge_budget  # work per GeoIP widening (director.geo_merge)
         self.precompile = precompile  # merge the IPv4 space ahead of time (director.geo_map)
+        self.map_cache = map_cache  # where built maps are kept across restarts
         self.map_ready: threading.Event | None = None  # set once the map answers
         self._map_key: Hashable = None  # the location classes the map is (being) built for
         self._network_maps: tuple[NetworkMap | None, NetworkMap | None] = (None, None)
@@ -83,7 +85,8 @@ class DnsApp:
     def set_policy(self, policy: Policy) -> None:
         """Answer from ``policy`` from now on (new zone, engine and caches). The network map
         is kept when the new policy classifies locations alike (``classifier_key``), else
-        rebuilt in the background (a build for a replaced policy is cancelled)."""
+        loaded from ``map_cache`` when stored there (``geo_map_cache``) or rebuilt in the
+        background (a build for a replaced policy is cancelled) and then stored."""
         zone = ZoneData(policy)
         signer = self._signer(policy, zone)
         merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
@@ -94,8 +97,15 @@ class DnsApp:
                 if key == self._map_key:  # None while still being built
                     locator.network_map, locator.network_map6 = self._network_maps
                 else:
-                    self._map_key, self._network_maps = key, (None, None)
-                    self._compile_in_background(key, merged)
+                    stored = self._stored_maps(key)
+                    self._map_key, self._network_maps = key, stored or (None, None)
+                    if stored is not None:
+                        locator.network_map, locator.network_map6 = stored
+                        self._map_cancel.set()  # a build for other classes
+                        self.map_ready = threading.Event()
+                        self.map_ready.set()
+                    else:
+                        self._compile_in_background(key, merged)
             self.locator = locator
         engine = Engine(policy, rng=self.rng, timings=self.stats.plugin_timings)
         decisions = Decisions(engine, locator, self.snapshots,
@@ -130,6 +140,17 @@ class DnsApp:
         self._follower = follower
         return presigned
 
+    def _stored_maps(self, key: Hashable) -> Maps | None:
+        if self.map_cache is None:
+            return None
+        start = time.monotonic()
+        maps = load_maps(self.map_cache, map_digest(self.geo.path, key))
+        if maps is not None:
+            log.info("GeoIP network map: %d IPv4 networks in %d classes, loaded from %s in "
+                     "%.2f s", len(maps[0]), len(maps[0].classes), self.map_cache,
+                     time.monotonic() - start)
+        return maps
+
     def _compile_in_background(self, key: Hashable, merged: MergedNetworks) -> None:
         """Build the IPv4 network map on a low-priority thread; answers use the lazy
         widening until it is there. A build under way for other classes is cancelled."""
@@ -157,6 +178,9 @@ class DnsApp:
                 self.locator.network_map = network_map
                 self.locator.network_map6 = network_map6
             ready.set()
+            if self.map_cache is not None:
+                save_maps(self.map_cache, map_digest(self.geo.path, key),
+                          (network_map, network_map6))
             log.info("GeoIP network map: %d IPv4 networks in %d classes, %d IPv6 networks, "
                      "built in %.1f s", len(network_map), len(network_map.classes),
                      len(network_map6) if network_map6 is not None else 0,

@@ -29,6 +29,7 @@ from director.dns.transports.sockets import parse_listen
 from director.dns.transports.workers import SocketSource, run_workers
 from director.dnssec.signer import ZoneSigner
 from director.geo import GeoLocator
+from director.geo_map_cache import default_folder
 from director.refresh.refresher import SnapshotRefresher
 from policies import PolicyError
 from policies.model import Policy
@@ -51,7 +52,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
           udp_reader_threads: bool = False, dnssec_keys: str | None = None,
-          dnssec_presigned: str | None = None) -> int:
+          dnssec_presigned: str | None = None, map_cache: str | None = "") -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -78,6 +79,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     miss crosses to the event loop), so off by default (``docs/research/dns-transport.md``).
     ``dnssec_keys``: a key directory (``director dnssec keygen``): answers to DO queries are
     signed online with the zone's keys, followed through rollovers (docs/dnssec.md).
+    ``map_cache``: the folder where built network maps are kept across restarts ("": the
+    user's cache folder, ``geo_map_cache.default_folder``; None: keep none).
     ``dnssec_presigned``: a Redis URL: sign with the signatures ``director dnssec presign``
     publishes there, holding no key (a keyless edge).
     """
@@ -88,6 +91,7 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     policy, identity = acceptance.policy, acceptance.identity()
     GeoLocator(geoip).close()  # fail here, not in every worker, on a bad database path
     keys = Path(dnssec_keys) if dnssec_keys else None
+    maps = None if map_cache is None else Path(map_cache) if map_cache else default_folder()
     if keys is not None:  # fail here on a zone without a usable key
         ZoneSigner(policy.zone.apex, keys, int(policy.zone.ttl))
     addresses = parse_listen(listen)
@@ -112,7 +116,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
         def make_app(snapshots: SnapshotSource) -> DnsApp:
             return DnsApp(policy, GeoLocator(geoip), snapshots, rrl_mode=mode,
                           rrl_rate=rrl_rate, rrl_slip=rrl_slip, precompile=precompile,
-                          tracer=tracer, dnssec_keys=keys, dnssec_presigned=dnssec_presigned)
+                          tracer=tracer, dnssec_keys=keys, dnssec_presigned=dnssec_presigned,
+                          map_cache=maps if precompile else None)
 
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
