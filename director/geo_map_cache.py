@@ -6,8 +6,8 @@ modification time), the policy's location classes (``classifier_key``, encoded
 canonically) and this code (``proof_digest.source_fingerprint``). Any change gives another
 name, so a stale map is never read. The files are pickles, trusted as the code is: the
 folder is created 0700, and a file another user owns or others may write is ignored.
-Writes are atomic (temporary file, rename); a file that does not load is ignored and
-rebuilt.
+Writes are atomic (temporary file, rename), and keep the ``KEEP`` newest maps of the
+folder; a file that does not load is ignored and rebuilt.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from director.proof_digest import canonical, source_fingerprint
 log = logging.getLogger(__name__)
 
 Maps = tuple[NetworkMap, NetworkMap | None]
+KEEP = 8  # maps kept per folder, the most recently stored (about 11 MB each)
 
 
 def default_folder() -> Path:
@@ -73,5 +74,8 @@ def save_maps(folder: Path, digest: str, maps: Maps) -> None:
         with os.fdopen(fd, "wb") as out:
             pickle.dump(maps, out, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(temporary, folder / f"{digest}.pickle")
+        stored = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns)
+        for old in stored[:-KEEP]:
+            old.unlink(missing_ok=True)
     except OSError as exc:
         log.warning("network map not stored in %s: %s", folder, exc)

@@ -70,3 +70,12 @@ def test_unsafe_torn_and_foreign_files_are_ignored(example_policy, geolite2_map,
     assert load_maps(tmp_path, "absent") is None
     (tmp_path / "blocked").write_text("a file where the folder should be")
     save_maps(tmp_path / "blocked" / "maps", "any", (geolite2_map, None))  # logged only
+
+
+def test_the_folder_keeps_the_newest_maps(geolite2_map, tmp_path: Path,
+                                          monkeypatch) -> None:
+    monkeypatch.setattr("director.geo_map_cache.KEEP", 2)
+    for name in ("a", "b", "c"):
+        save_maps(tmp_path, name, (geolite2_map, None))
+        time.sleep(0.01)
+    assert sorted(p.stem for p in tmp_path.glob("*.pickle")) == ["b", "c"]
