@@ -36,7 +36,10 @@ A writer refreshes every region's probe result twice a second, as probe workers 
 Each delay runs from just before the write to the first answer showing the change; the
 table gives p50, p99 and max over ``--changes`` of each kind (the issue's bound: 100 ms p99).
 
-    python bench/dns_visibility.py [--changes 100] [--load 150000] [--shared]
+``--dnssec``: the server signs (a key made in the work directory) and the poller sets DO,
+so each delay includes signing the changed answer.
+
+    python bench/dns_visibility.py [--changes 100] [--load 150000] [--shared] [--dnssec]
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ import dns.exception
 import dns.message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dns_bench import OURS_PORT, PYTHON, ROOT, stop, wait_for_maps, wait_udp
+from dns_bench import OURS_PORT, PYTHON, ROOT, make_keys, stop, wait_for_maps, wait_udp
 
 from director import policy_gate
 from policies import read_sources
@@ -71,9 +74,10 @@ CHAT_SPILL = "        at 85%   #"
 CHAT_SHARE = "        max 30%  #"
 
 
-def query() -> bytes:
+def query(do: bool = False) -> bytes:
     message = dns.message.make_query("chat.infer.example.com", "A", use_edns=0,
-                                     options=[dns.edns.ECSOption.from_text("81.2.69.0/24")])
+                                     options=[dns.edns.ECSOption.from_text("81.2.69.0/24")],
+                                     want_dnssec=do)
     return message.to_wire()
 
 
@@ -115,11 +119,12 @@ def wait_change(sock: socket.socket, wire: bytes, changed, started: float,
     raise RuntimeError("the change never showed in the answers")
 
 
-def start_server(url: str) -> subprocess.Popen:
+def start_server(url: str, keys: Path | None = None) -> subprocess.Popen:
     handle, log = tempfile.mkstemp(prefix="dns-visibility-", suffix=".log")
+    signing = ["--dnssec-keys", str(keys)] if keys is not None else []
     proc = subprocess.Popen(
         ["taskset", "-c", "0", PYTHON, "-m", "director", "dns", "serve", "--policy", str(POLICY),
-         "--listen", f"127.0.0.1:{OURS_PORT}", "--redis", url, "--follow-policy"],
+         "--listen", f"127.0.0.1:{OURS_PORT}", "--redis", url, "--follow-policy", *signing],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=handle,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     os.close(handle)
@@ -198,6 +203,8 @@ def main() -> int:
     parser.add_argument("--shared", action="store_true",
                         help="leave the writer, the poller and Valkey free to run on the "
                         "server's CPU too (by default they share CPU 1 with dnsperf)")
+    parser.add_argument("--dnssec", action="store_true",
+                        help="the server signs and the poller asks with DO set")
     args = parser.parse_args()
     if not args.shared:  # the outside world on CPU 1; Valkey inherits it
         os.sched_setaffinity(0, {1})
@@ -209,14 +216,14 @@ def main() -> int:
         store = StateStore.from_url(valkey.url)
         files = dict(sources.files)
         publish(store, sources.text, sources.name, files)
-        proc = start_server(valkey.url)
+        proc = start_server(valkey.url, make_keys(workdir) if args.dnssec else None)
         probes = ProbeWriter(valkey.url)
         load = start_load(args.load, args.changes * 0.4 + args.changes // 4 * 1.2 + 30, workdir)
         rows: dict[str, list[float]] = {}
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.connect(("127.0.0.1", OURS_PORT))
-            wire = query()
+            wire = query(args.dnssec)
             time.sleep(1.0)
             home = answer(sock, wire)
             assert home is not None, "no answer"
@@ -272,8 +279,9 @@ def main() -> int:
             stop(proc)
             probes.stop()
             store.close()
-    print(f"\nOur server following a Valkey, {args.load:,} qps of the 30k mix beside the "
-          f"poller; {args.changes} changes of each kind.\n")
+    signing = " signing" if args.dnssec else ""
+    print(f"\nOur server{signing} following a Valkey, {args.load:,} qps of the 30k mix beside "
+          f"the poller; {args.changes} changes of each kind.\n")
     print("| change | count | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|")
     for label, delays in rows.items():

@@ -19,7 +19,8 @@ worker      read ``{p}:*``; write probe health (``{p}:health:*``), scraped and p
             (``{p}:celery:*`` keys and channels, and the remote control channel
             ``{p}:celery:/{db}.celery.pidbox``, which kombu PSUBSCRIBEs: an ACL checks a
             pattern literally); ``{p}:changes``
-dns         read ``{p}:*``; subscribe ``{p}:changes``
+dns         read ``{p}:*``; subscribe ``{p}:changes``; report the answers a keyless
+            edge had no signature for (``{p}:dnssec:misses``)
 ==========  =========================================================================
 
 Each role also writes its processes' heartbeats (``{p}:instances``: :mod:`state.instances`).
@@ -76,7 +77,7 @@ def role_rules(role: str, prefix: str = "director", db: int = 0) -> str:
                     f"~{p}:instances",
                     f"~{celery}*", changes, f"&{celery}*", f"&{celery}/{db}.celery.pidbox"]
         case "dns":
-            keys = [read_all, f"~{p}:instances", changes]
+            keys = [read_all, f"~{p}:instances", f"~{p}:dnssec:misses", changes]
         case _:
             raise ValueError(f"unknown state role {role!r} (roles: {', '.join(ROLES)})")
     return " ".join(["resetkeys", "resetchannels", *keys, "-@all", _COMMANDS])

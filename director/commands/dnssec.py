@@ -214,6 +214,7 @@ def presign(
     import redis
 
     from director.dnssec.presign import Presigner
+    from director.dnssec.presigned import state_client
     from director.dnssec.signer import NoKeys, ZoneSigner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -223,7 +224,7 @@ def presign(
     except NoKeys as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10.0)
+    client = state_client(redis_url, 10.0)
     presigner = Presigner(client, prefix, signer)
     stamp = policy.stat().st_mtime_ns
     while True:

@@ -25,6 +25,9 @@ def up(
                                      "servers with Sentinels (embedded only), two DNS "
                                      "servers, two admin APIs, two probe workers, a balancer "
                                      "on every endpoint of a region.")] = False,
+    dnssec: Annotated[bool, typer.Option("--dnssec", help="Sign the zone (a CSK made in the "
+                                         "run directory on first use; with --ha the DNS "
+                                         "servers hold no key: docs/dnssec.md).")] = False,
     simulate: Annotated[bool, typer.Option("--simulate", help="Run simulated GPU servers at "
                                            "the policy's GPU addresses.")] = False,
     redis_url: Annotated[str | None, typer.Option("--redis", help="Redis URL (default: an "
@@ -82,7 +85,9 @@ def up(
         api=parse_listen(api, 8080), dns_metrics=parse_listen(dns_metrics, 9153),
         balancer_port=balancer_port, balancer_admin_port=balancer_admin_port,
         time_scale=time_scale, dns_precompile=dns_precompile,
-        geoip=geoip.resolve() if geoip else None, ha=ha)
+        geoip=geoip.resolve() if geoip else None, ha=ha, dnssec=dnssec)
+    if dnssec:
+        _make_keys(acceptance.policy.zone.apex, options.dnssec_keys)
     try:
         status = asyncio.run(run_up(acceptance.policy, acceptance.sources(), options,
                                     plain_console(soft_wrap=False), embedded=redis_url is None,
@@ -91,3 +96,14 @@ def up(
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None
     raise typer.Exit(status)
+
+
+def _make_keys(zone: str, keys: Path) -> None:
+    """The zone's first CSK in ``keys`` unless it holds keys of the zone already."""
+    import time
+
+    from director.dnssec.key_directory import load_keys, save_keys
+    from director.dnssec.keys import Role, generate
+
+    if not load_keys(keys, zone):
+        save_keys(keys, [generate(zone, Role.CSK, time.time())])

@@ -47,7 +47,7 @@ from state.keys import DEFAULT_PREFIX
 
 log = logging.getLogger(__name__)
 
-PRESIGNED_WAIT = 10.0  # seconds a worker waits at start for the pre-signed answers
+PRESIGNED_WAIT = 3.0  # seconds a worker waits at start for the pre-signed answers
 
 
 class DnsApp:

@@ -28,7 +28,9 @@ part way (``Answered.settled``), the oldest of which are asked again and widen f
 
 Signed answers (DO set, a ``ZoneSigner`` in the handler) are cached like the rest, for as
 long as the signer's ``epoch`` (validity window and key set) lasts: a new epoch drops every
-table, templates included. A service's signed A/AAAA template comes from the full path.
+table, templates included. A service's signed A/AAAA template comes from the full path; a
+denial of a name that does not exist, signed or not, is written by hand
+(``denial_answer``): one signature per signed query, and no template per random name.
 
 Anything else (parse_query says no, ``_explain``, services whose answers are random) goes
 to the full path uncached. Every answer is counted by (service, qtype, rcode, regions,
@@ -45,6 +47,7 @@ import dns.rdatatype
 
 from director.dns.answer_cache import AnswerCache
 from director.dns.decisions import RETRY_PER_SNAPSHOT, Answered, Decisions
+from director.dns.denial_answer import DenialAnswer
 from director.dns.lanes import SubnetLanes, lane_layout
 from director.dns.metrics import DnsStats
 from director.dns.responder import Reply, Responder
@@ -53,6 +56,7 @@ from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import OUR_PAYLOAD, TCP_LIMIT, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
+from director.dnssec.presigned import PresignedSigner
 from director.engine.snapshot import Snapshot
 from policies.model import Service
 
@@ -63,6 +67,7 @@ from policies.model import Service
 SEEN_BITS = 20
 SEEN_MASK = (1 << SEEN_BITS) - 1
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
+_NOT_DENIED = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR, dns.rdatatype.OPT})
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
                              "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
                              "IXFR"))
@@ -93,6 +98,8 @@ class FastPath:
         self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
         self.cache = AnswerCache()  # the memo (udp, tcp) and the templates
         self.signer = responder.handler.signer
+        self._denial = (DenialAnswer(zone, self.signer) if not isinstance(
+            self.signer, PresignedSigner) else None)  # a keyless edge: classic NSEC
         self._sign_epoch = self.signer.epoch() if self.signer is not None else None
         self._lanes: SubnetLanes | None = None
         self._seen = bytearray(1 << SEEN_BITS)
@@ -206,6 +213,15 @@ class FastPath:
         if parsed is None:
             return self._uncached(data, host, tcp)
         node = self.zone.wire_nodes.get(parsed.qname)
+        if (node is None and self._denial is not None and parsed.qclass == 1
+                and parsed.qtype not in _NOT_DENIED and self._denial.covers(parsed)):
+            answer = self._denial.answer(
+                data, parsed, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
+            if answer is not None:
+                self.stats.uncached += 1
+                rcode = 0 if parsed.do and self.signer is not None else 3
+                self._counts[self.stats.label_id(labels(Outcome(), parsed.qtype, rcode))] += 1
+                return answer
         by_host = False
         settled = True
         decision_class: tuple | None = None

@@ -164,3 +164,33 @@ def truncated(message: bytes) -> bytes:
     counts = b"\x00\x01" if question else b"\x00\x00"
     return (message[:2] + bytes((0x82 | (message[2] & 0x79), message[3] & 0x10)) + counts
             + b"\x00" * 6 + question)
+
+
+def question_names(data: bytes, question_end: int) -> dict[bytes, int]:
+    """The compression table after the question: each suffix of the question's name but the
+    root (lower-cased wire) -> its offset, as dnspython's renderer records them."""
+    table: dict[bytes, int] = {}
+    i = 12
+    end = question_end - 4
+    while i < end and data[i]:
+        table.setdefault(data[i:end].lower(), i)
+        i += data[i] + 1
+    return table
+
+
+def compressed_name(name: bytes, position: int, table: dict[bytes, int]) -> bytes:
+    """``name`` (wire, uncompressed) written at ``position``, as dnspython writes it: up to
+    the first suffix ``table`` knows, then a pointer; each suffix written in full is added
+    to ``table`` (below offset 0x4000)."""
+    out = bytearray()
+    i = 0
+    while name[i]:
+        suffix = name[i:].lower()
+        known = table.get(suffix)
+        if known is not None:
+            return bytes(out) + (0xC000 | known).to_bytes(2, "big")
+        if position + len(out) <= 0x3FFF:
+            table[suffix] = position + len(out)
+        out += name[i:i + name[i] + 1]
+        i += name[i] + 1
+    return bytes(out) + b"\x00"

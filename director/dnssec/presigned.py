@@ -35,6 +35,15 @@ MAX_MISSES_PER_ROUND = 1000
 _UNSIGNED = frozenset({dns.rdatatype.RRSIG, dns.rdatatype.OPT})
 
 
+def state_client(url: str, timeout: float = 5.0) -> Any:
+    """A text client of the shared state at ``url`` (a Sentinel set too), logged in with
+    the environment's credentials (``state.credentials``)."""
+    from state.credentials import client_options
+    from state.sentinel_url import client_for
+
+    return client_for(url, timeout, decode_responses=True, **client_options(url))
+
+
 def current_key(prefix: str) -> str:
     return f"{prefix}:dnssec:current"
 
@@ -121,11 +130,8 @@ class PresignedFollower:
 
     def __init__(self, signer: PresignedSigner, redis_url: str, prefix: str,
                  poll: float = 1.0) -> None:
-        import redis
-
         self.signer = signer
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True,
-                                           socket_timeout=5.0)
+        self.client = state_client(redis_url)
         self.prefix = prefix
         self.poll = poll
         self._stop = threading.Event()

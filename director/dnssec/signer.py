@@ -2,8 +2,9 @@
 
 ``ZoneSigner.sign(rrset)`` returns the RRSIG RRset covering ``rrset`` by every key that
 signs it now (``timeline.state_at``): the key signers for DNSKEY, CDS and CDNSKEY, the zone
-signers for the rest. Signatures are deterministic ECDSA (RFC 6979) or Ed25519, so every
-server of a zone makes the same bytes, and are kept per RRset until the *epoch* changes.
+signers for the rest. Signatures are deterministic ECDSA (RFC 6979) or Ed25519
+(``rrsig``), so every server of a zone makes the same bytes, and are kept per RRset until
+the *epoch* changes.
 
 The epoch is the validity window (a day by default) together with what the keys do. Each
 window's signatures run from an hour before the window starts (clock skew) to
@@ -33,6 +34,7 @@ import dns.rrset
 
 from director.dnssec.key_directory import directory_version, load_keys
 from director.dnssec.keys import ZoneKey
+from director.dnssec.rrsig import RrsetSigner
 from director.dnssec.timeline import KeyState, next_change, state_at
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class ZoneSigner:
         self._keys: list[ZoneKey] = []
         self._version: tuple = ()
         self._cache: dict[tuple, dns.rrset.RRset] = {}
+        self._signers: dict[int, RrsetSigner] = {}
         self._epoch: tuple = ()
         self._next_check = 0.0
         self.state = KeyState((), (), (), ())
@@ -99,19 +102,33 @@ class ZoneSigner:
                    else self.state.zone_signers)
         if not signers:
             return None
-        start = self._epoch[0] * self.window
         sigs = dns.rrset.RRset(rrset.name, dns.rdataclass.IN, dns.rdatatype.RRSIG,
                                rrset.rdtype)
+        inception, expiration = self.signature_times()
         for signer in signers:
-            sigs.add(dns.dnssec.sign(rrset, signer.private_key, self.apex, signer.dnskey,
-                                     inception=int(start - SKEW),
-                                     expiration=int(start + self.validity)), rrset.ttl)
+            sigs.add(self._signers[signer.tag].sign(rrset, inception, expiration), rrset.ttl)
             self.signed += 1
         if len(self._cache) >= MAX_CACHED:
             for old in list(islice(self._cache, MAX_CACHED // 4)):
                 del self._cache[old]
         self._cache[key] = sigs
         return sigs
+
+    def signature_times(self) -> tuple[int, int]:
+        """(inception, expiration) of this window's signatures."""
+        start = self._epoch[0] * self.window
+        return int(start - SKEW), int(start + self.validity)
+
+    def rrsig_rdatas(self, owner: bytes, labels: int, rdtype: int, ttl: int,
+                     rdatas: list[bytes]) -> list[bytes]:
+        """The wire RDATA of each zone signer's RRSIG over ``rdatas`` (not cached: for
+        answers made once per name, such as a compact denial written by hand)."""
+        inception, expiration = self.signature_times()
+        made = [self._signers[k.tag].rrsig_rdata(owner, labels, rdtype, ttl, rdatas,
+                                                 inception, expiration)
+                for k in self.state.zone_signers]
+        self.signed += len(made)
+        return made
 
     def sign_response(self, response: dns.message.Message) -> None:
         """Add the RRSIGs of every RRset in ``response``'s three sections."""
@@ -143,6 +160,7 @@ class ZoneSigner:
                          self.zone, *epoch[1:])
             self._epoch = epoch
             self.state = state
+            self._signers = {k.tag: RrsetSigner(k, self.apex) for k in state.published}
             self._cache = {}
             self._build_key_rrsets(state)
         later = next_change(self._keys, now)

@@ -53,7 +53,10 @@ def try_commands(policy: Policy, options: UpOptions, read_token: str) -> list[st
             f"+subnet={TRY_SUBNET} | head -1):{options.balancer_port}/v1/chat/completions "
             f"-H 'X-Director-Client-IP: {TRY_CLIENT}' -H 'Content-Type: application/json'"
             f"{header} -d '{body}'")
-    return [dig, *steps, curl, f"open {api}/#token={read_token}   (status page)"]
+    signed = ([f"dig @{dns_host} -p {dns_port} {service.name} A +dnssec   (signed; the "
+               f"DS: director dnssec ds --policy {options.policy_path} --keys "
+               f"{options.dnssec_keys})"] if options.dnssec else [])
+    return [dig, *signed, *steps, curl, f"open {api}/#token={read_token}   (status page)"]
 
 
 def credential_steps(policy: Policy, options: UpOptions, service: str, model: str

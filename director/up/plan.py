@@ -74,6 +74,13 @@ class UpOptions:
     # replicas of every tier: two DNS servers, two admin APIs, two probe workers, and a
     # balancer on every endpoint of a region (the state a Sentinel set: run.py)
     ha: bool = False
+    # sign the zone with the keys in run_dir/dnssec-keys (made on first use); with ha, the
+    # DNS servers hold no key and a presigner publishes their signatures
+    dnssec: bool = False
+
+    @property
+    def dnssec_keys(self) -> Path:
+        return self.run_dir / "dnssec-keys"
 
 
 def director_command(*args: str) -> tuple[str, ...]:
@@ -161,6 +168,16 @@ def edge_args() -> tuple[str, ...]:
     return tuple(arg for network in LOOPBACK_EDGE for arg in ("--trusted-network", network))
 
 
+def dnssec_args(options: UpOptions) -> tuple[str, ...]:
+    """How a DNS server signs: with the keys, or (HA: keyless edges) with what the
+    presigner publishes."""
+    if not options.dnssec:
+        return ()
+    if options.ha:
+        return ("--dnssec-presigned",)
+    return ("--dnssec-keys", str(options.dnssec_keys))
+
+
 def geoip_args(options: UpOptions) -> tuple[str, ...]:
     return ("--geoip", str(options.geoip)) if options.geoip else ()
 
@@ -189,6 +206,12 @@ def plan_children(policy: Policy, options: UpOptions, state: Sequence[ChildSpec]
                              options.redis_url, "--loglevel", "WARNING", "--follow-policy"),
             env={"DIRECTOR_BALANCER_PORT": str(options.balancer_port),
                  **options.logins.env("worker")}))
+    if options.dnssec and options.ha:  # before the DNS servers, which wait for it
+        children.append(ChildSpec(
+            "dnssec/presign", "dnssec",
+            director_command("dnssec", "presign", "--policy", str(policy_path), "--keys",
+                             str(options.dnssec_keys), "--redis", options.redis_url),
+            env=options.logins.env("api")))
     dns_listens = [replica_address(options.dns, i) for i in range(replicas)]
     for index, listen in enumerate(dns_listens, start=1):
         metrics = replica_address(options.dns_metrics, index - 1)
@@ -197,7 +220,7 @@ def plan_children(policy: Policy, options: UpOptions, state: Sequence[ChildSpec]
             director_command("dns", "serve", "--policy", str(policy_path), "--listen",
                              hostport(listen), "--redis", options.redis_url,
                              "--follow-policy", "--metrics", hostport(metrics),
-                             *geoip_args(options),
+                             *geoip_args(options), *dnssec_args(options),
                              *(() if options.dns_precompile else ("--no-precompile",))),
             env=options.logins.env("dns"),
             address=f"udp+tcp {hostport(listen)}", ready_tcp=listen,

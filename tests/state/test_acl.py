@@ -181,6 +181,24 @@ async def test_a_dns_server_reads_and_follows_but_writes_nothing(
         await store.close()
 
 
+def test_a_keyless_dns_edge_reports_misses_and_only_the_api_publishes_signatures(
+        server: EmbeddedValkey) -> None:
+    dns_user = redis.Redis.from_url(server.url_for("dns"), decode_responses=True)
+    api_user = redis.Redis.from_url(server.url_for("api"), decode_responses=True)
+    try:
+        api_user.set(f"{PREFIX}:dnssec:current", "{}")
+        api_user.hset(f"{PREFIX}:dnssec:signed:1", "rrset", "rrsig")
+        assert dns_user.get(f"{PREFIX}:dnssec:current") == "{}"
+        assert dns_user.sadd(f"{PREFIX}:dnssec:misses", "an rrset") == 1
+        for forge in (lambda: dns_user.set(f"{PREFIX}:dnssec:current", "{}"),
+                      lambda: dns_user.hset(f"{PREFIX}:dnssec:signed:1", "rrset", "forged")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                forge()
+    finally:
+        dns_user.close()
+        api_user.close()
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_no_role_may_administer_the_server(server: EmbeddedValkey, role: str) -> None:
     client = redis.Redis.from_url(server.url_for(role))

@@ -107,3 +107,21 @@ def test_balancer_hosts_and_replica_addresses() -> None:
     assert replica_address(("127.0.0.1", 53), 1) == ("127.0.0.2", 53)
     assert replica_address(("::1", 53), 1) == ("::1", 54)
     assert replica_address(("10.0.0.1", 53), 0) == ("10.0.0.1", 53)
+
+
+def test_dnssec_signs_in_the_dns_server_or_with_ha_through_a_presigner(tmp_path: Path) -> None:
+    policy = load_policy(str(EXAMPLE))
+    single = plan_children(policy, UpOptions(EXAMPLE, tmp_path, "redis://x", dnssec=True))
+    (dns_child,) = [c for c in single if c.role == "dns"]
+    assert option_values(dns_child.argv, "--dnssec-keys") == [str(tmp_path / "dnssec-keys")]
+    assert not [c for c in single if c.role == "dnssec"]
+    ha = EXAMPLE.with_name("ha.dp")
+    replicated = plan_children(load_policy(str(ha)), UpOptions(
+        ha, tmp_path, "redis+sentinel://127.0.8.1:26379/m", ha=True, dnssec=True))
+    for child in (c for c in replicated if c.role == "dns"):
+        assert "--dnssec-presigned" in child.argv and "--dnssec-keys" not in child.argv
+    (presigner,) = [c for c in replicated if c.role == "dnssec"]
+    assert option_values(presigner.argv, "--keys") == [str(tmp_path / "dnssec-keys")]
+    assert "--dnssec-keys" not in " ".join(
+        str(a) for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, "redis://x"))
+        for a in c.argv)

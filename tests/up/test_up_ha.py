@@ -1,8 +1,8 @@
-"""``director up --ha --simulate``: every tier replicated on loopback, the state on a real
-Sentinel set. Every instance is on the status page, both DNS servers answer both of a
-region's balancers and leave out one that hangs, and when the state's master hangs the
-APIs' writes reach the new master, acknowledged by a replica, with what was written before
-still there."""
+"""``director up --ha --dnssec --simulate``: every tier replicated on loopback, the state on
+a real Sentinel set. Every instance is on the status page, both DNS servers answer both of
+a region's balancers and leave out one that hangs, both sign without holding a key, and
+when the state's master hangs the APIs' writes reach the new master, acknowledged by a
+replica, with what was written before still there."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import dns.dnssec
 import dns.edns
 import dns.message
 import dns.query
+import dns.rcode
 import dns.rdatatype
 import pytest
 import redis
@@ -66,8 +68,31 @@ class HaUp:
 
 @pytest.fixture(scope="module")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaUp]:
-    with director_up(tmp_path_factory.mktemp("up-ha"), POLICY, "--ha") as system:
+    with director_up(tmp_path_factory.mktemp("up-ha"), POLICY, "--ha", "--dnssec") as system:
         yield HaUp(system)
+
+
+def test_both_dns_servers_sign_with_what_the_presigner_publishes_holding_no_key(
+        ha: HaUp) -> None:
+    def signed(server: str) -> dns.message.Message | None:
+        query = dns.message.make_query("chat.infer.example.com", dns.rdatatype.A,
+                                       want_dnssec=True)
+        reply = dns.query.udp(query, server, port=ha.dns_port, timeout=1)
+        return reply if reply.rcode() == dns.rcode.NOERROR else None
+
+    for server in ("127.0.0.1", "127.0.0.2"):
+        assert wait_for(lambda server=server: signed(server) is not None, 30), ha.log()
+        reply = signed(server)
+        assert reply is not None
+        keys = dns.query.udp(dns.message.make_query("infer.example.com", "DNSKEY",
+                                                    want_dnssec=True),
+                             server, port=ha.dns_port, timeout=1).answer[0]
+        answer, sigs = reply.answer
+        dns.dnssec.validate(answer, sigs, {keys.name: keys})
+    for name in ("dns/1", "dns/2"):
+        argv = Path(f"/proc/{ha.pid(name)}/cmdline").read_bytes().split(b"\0")
+        assert b"--dnssec-presigned" in argv and b"--dnssec-keys" not in argv
+    assert "dnssec/presign" in ha.pids
 
 
 def test_every_replica_runs_and_both_dns_servers_answer_both_balancers(ha: HaUp) -> None:
