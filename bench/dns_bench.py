@@ -13,6 +13,8 @@ after the run, then the ratios ours / gdnsd. The mixes (``--mixes`` picks some):
   space, none repeated: each round asks its own third, never seen before, without warm-up
   (what an authoritative sees from public resolvers that forward ECS); ``ECS new /56s``:
   the same with IPv6 /56s from 2000::/3 (the ahead-of-time map covers IPv4 only);
+- ``random names``: 500,000 names that do not exist under the zone, none repeated (a
+  random-subdomain flood; EDNS, no ECS): NXDOMAIN, or signed compact denials;
 - ``ECS 30k + state 1/s``: the 30k mix while a writer changes every region's load in a real
   Valkey through the state store once a second (loads under the spillover threshold, as in
   normal operation); ours follows that store (``--redis``), gdnsd has no state.
@@ -152,6 +154,22 @@ def measure(proc: subprocess.Popen, port: int, mix: dict, seconds: float, pin: b
     used = (cpu_ticks(pids) - before) / CLK_TCK
     return Result(run["qps"], run["latency"], used / max(1.0, run["completed"]) * 1e6,
                   run["lost"], rss_mb(pids))
+
+
+def write_random_names(path: Path, count: int) -> None:
+    """``count`` A queries (EDNS, RD clear) for distinct names under the zone that do not
+    exist, in dnsperf's -B format."""
+    base = dns.message.make_query("x" * 12 + ".infer.example.com", "A", use_edns=0,
+                                  payload=1232)
+    base.flags = 0
+    wire = base.to_wire()
+    label = wire.index(b"x" * 12)
+    out = bytearray()
+    for n in range(count):
+        name = f"{n:012x}".encode()
+        message = wire[:label] + name + wire[label + 12:]
+        out += len(message).to_bytes(2, "big") + message
+    path.write_bytes(bytes(out))
 
 
 def with_do(path: Path) -> Path:
@@ -330,6 +348,9 @@ def main() -> int:
         if name in chosen_mixes and not Path(f"{path}.0").exists():
             subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", path, "--fresh",
                             str(args.fresh), "--parts", str(args.repeats), *extra], check=True)
+    random_names = workdir / "random-names.bin"
+    if "random names" in chosen_mixes and not random_names.exists():
+        write_random_names(random_names, 500_000)
     # 30,000 distinct subnets: passes at a bounded rate fill every cache (of every
     # worker) first, so the run measures the steady state; the passes are printed.
     warm_30k = {"args": ["-B", "-d", str(mix_file)], "warmup": 10, "warmup_rate": 4000,
@@ -340,6 +361,7 @@ def main() -> int:
         "ECS 30k /24s": warm_30k,
         "ECS new /24s": {"args": lambda r: ["-B", "-d", f"{fresh}.{r}"], "warmup": 0},
         "ECS new /56s": {"args": lambda r: ["-B", "-d", f"{fresh6}.{r}"], "warmup": 0},
+        "random names": {"args": ["-B", "-d", str(random_names)], "warmup": 0},
         "ECS 30k + state 1/s": {**warm_30k, "state": True},
     }
     unknown = set(chosen_mixes) - set(every)
@@ -410,7 +432,7 @@ STATEFUL, STATEFUL_PORT = "ours following the state", 5311
 STATEFUL_SIGNED, STATEFUL_SIGNED_PORT = "ours signed following the state", 5313
 SIGNED_PORT = 5312
 MIXES = ("plain A", "ECS one /24", "ECS 30k /24s", "ECS new /24s", "ECS new /56s",
-         "ECS 30k + state 1/s")
+         "random names", "ECS 30k + state 1/s")
 
 
 class StatefulOurs:

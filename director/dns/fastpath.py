@@ -60,10 +60,10 @@ from director.dnssec.presigned import PresignedSigner
 from director.engine.snapshot import Snapshot
 from policies.model import Service
 
-# Queries answered once from a lane, by a byte of their hash in a slot of a fixed table: no
-# Python objects to churn (a set of hashes left the allocator 20 MB higher after a stream
-# of one-off subnets). Slots are overwritten, so a repeat may need a third sighting, and
-# one query in 256 of a slot's others enters the memo early: both harmless.
+# Queries answered once from a lane or as a denial, by a byte of their hash in a slot of a
+# fixed table: no Python objects to churn (a set of hashes left the allocator 20 MB higher
+# after a stream of one-off subnets). Slots are overwritten, so a repeat may need a third
+# sighting, and one query in 256 of a slot's others enters the memo early: both harmless.
 SEEN_BITS = 20
 SEEN_MASK = (1 << SEEN_BITS) - 1
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
@@ -143,14 +143,19 @@ class FastPath:
         if lanes is None:
             return None
         entry = lanes.answer(query)
-        if entry is not None:
-            digest = hash(query)  # cached in the bytes object by the memo lookup
-            slot, tag = digest & SEEN_MASK, (digest >> SEEN_BITS) & 0xFF or 1
-            if self._seen[slot] == tag:
-                self.cache.put(self.cache.udp, query, entry)
-            else:
-                self._seen[slot] = tag
+        if entry is not None and self._seen_before(query):
+            self.cache.put(self.cache.udp, query, entry)
         return entry
+
+    def _seen_before(self, query: bytes) -> bool:
+        """Whether ``query`` (less its ID) was answered once already, by a byte of its hash
+        kept in a slot of ``_seen`` (``SEEN_BITS``); marks it seen."""
+        digest = hash(query)  # cached in the bytes object by the memo lookup
+        slot, tag = digest & SEEN_MASK, (digest >> SEEN_BITS) & 0xFF or 1
+        if self._seen[slot] == tag:
+            return True
+        self._seen[slot] = tag
+        return False
 
     def _answer(self, data: bytes, host: str, tcp: bool, memo: dict) -> bytes | None:
         entry = memo.get(data[2:])
@@ -218,9 +223,12 @@ class FastPath:
             answer = self._denial.answer(
                 data, parsed, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
             if answer is not None:
-                self.stats.uncached += 1
+                self.stats.cache_misses += 1
                 rcode = 0 if parsed.do and self.signer is not None else 3
-                self._counts[self.stats.label_id(labels(Outcome(), parsed.qtype, rcode))] += 1
+                slot = self.stats.label_id(labels(Outcome(), parsed.qtype, rcode))
+                self._counts[slot] += 1
+                if self._seen_before(data[2:]):  # a repeated name: from the memo next time
+                    self.cache.put(memo, data[2:], (answer[2:], slot))
                 return answer
         by_host = False
         settled = True

@@ -81,8 +81,8 @@ def test_what_is_not_a_compact_denial_goes_the_full_way(signed: DnsApp) -> None:
 
 
 @pytest.mark.parametrize("edns,ecs", [(False, None), (True, None), (True, "81.2.69.0/24")])
-def test_the_unsigned_denial_is_the_full_paths_byte_for_byte(signed: DnsApp, example_policy, geolite2,
-                                                  edns: bool, ecs: str | None) -> None:
+def test_the_unsigned_denial_is_the_full_paths_byte_for_byte(
+        signed: DnsApp, example_policy, geolite2, edns: bool, ecs: str | None) -> None:
     unsigned = DnsApp(example_policy, geolite2, StaticSnapshotSource())
     for app in (signed, unsigned):  # no DO, or no keys: NXDOMAIN, unsigned
         for name in ("No.Such.infer.example.com", "x.ns1.infer.example.com",
