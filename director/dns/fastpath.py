@@ -56,6 +56,7 @@ from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import OUR_PAYLOAD, TCP_LIMIT, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
+from director.dnssec.denial import NXNAME
 from director.dnssec.presigned import PresignedSigner
 from director.engine.snapshot import Snapshot
 from policies.model import Service
@@ -67,7 +68,7 @@ from policies.model import Service
 SEEN_BITS = 20
 SEEN_MASK = (1 << SEEN_BITS) - 1
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
-_NOT_DENIED = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR, dns.rdatatype.OPT})
+_NOT_DENIED = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR, dns.rdatatype.OPT, NXNAME})
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
                              "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
                              "IXFR"))

@@ -10,7 +10,7 @@ Cases: AA answers for A/AAAA of services (every endpoint of the decided regions)
 NS at the apex (NS with glue in the additional section), glue names' A/AAAA, NODATA with SOA
 for other types at existing names, NXDOMAIN with SOA under the apex, REFUSED outside the
 zone (and for non-IN classes and zone transfers), FORMERR for malformed queries (several
-questions, a malformed or duplicated ECS option, qtype OPT), NOTIMP for opcodes other than
+questions, a malformed or duplicated ECS option, qtype OPT or NXNAME), NOTIMP for opcodes other than
 QUERY, BADVERS for EDNS versions above 0, one synthesised HINFO "RFC8482" RRset for ANY
 (RFC 8482), and ``_explain.<service>`` TXT for admin networks (REFUSED to anyone else).
 ECS (RFC 7871) is echoed with the decision's scope, or scope 0 when the answer did not
@@ -43,7 +43,7 @@ from director.dns.decisions import Answered, Decisions
 from director.dns.explain import explain_rrset
 from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
 from director.dns.zone import Node, NodeKind, ZoneData
-from director.dnssec.denial import compact_nsec, nxname_nsec
+from director.dnssec.denial import NXNAME, compact_nsec, nxname_nsec
 from director.dnssec.presigned import PresignedSigner, Unsigned
 from director.dnssec.signer import ZoneSigner
 from director.dnssec.variants import nsec_at, nsec_without, nxdomain_proof
@@ -51,7 +51,8 @@ from telemetry.correlation import correlation_id
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
 _REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
-_FORMERR_TYPES = frozenset({dns.rdatatype.OPT})
+# OPT is no question; NXNAME only marks compact denials (RFC 9824 section 3.5)
+_FORMERR_TYPES = frozenset({dns.rdatatype.OPT, NXNAME})
 _COPIED_FLAGS = dns.flags.RD | dns.flags.CD
 _KEY_TYPES = (dns.rdatatype.DNSKEY, dns.rdatatype.CDS, dns.rdatatype.CDNSKEY)
 

@@ -74,6 +74,9 @@ def test_what_is_not_a_compact_denial_goes_the_full_way(signed: DnsApp) -> None:
     query.question[0] = dns.rrset.RRset(fake, dns.rdataclass.IN, dns.rdatatype.A)
     reply = dns.message.from_wire(signed.respond(query.to_wire(), "127.0.0.1"))
     assert reply.rcode() == dns.rcode.REFUSED
+    nxname = make_query("nope.infer.example.com", "TYPE128", want_dnssec=True)
+    assert dns.message.from_wire(signed.respond(nxname.to_wire(), "127.0.0.1")).rcode() == \
+        dns.rcode.FORMERR  # RFC 9824 section 3.5
     axfr = make_query("nope.infer.example.com", "AXFR", want_dnssec=True)
     assert dns.message.from_wire(signed.respond(axfr.to_wire(), "127.0.0.1")).rcode() == \
         dns.rcode.REFUSED
