@@ -65,6 +65,7 @@ class DnsApp:
         self.dnssec_presigned = dnssec_presigned  # or: signatures from this Redis URL
         self.state_prefix = state_prefix
         self._follower: PresignedFollower | None = None
+        self._dnssec_carry: dict[str, float] = {}  # counts of signers replaced by a swap
         self.tracer = tracer  # fresh decisions sampled into spans (``decision_trace``)
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
@@ -113,11 +114,29 @@ class DnsApp:
         if self.tracer is not None:
             decisions.trace = DecisionTrace(self.tracer)
         handler = Handler(zone, decisions, signer)
+        self._track_signer(signer)
         responder = Responder(handler)
         self.policy = policy
         self.handler = handler
         self.responder = responder
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
+
+    def _track_signer(self, signer: ZoneSigner | PresignedSigner | None) -> None:
+        """Export ``signer``'s metrics; counts of the signer it replaces are carried on."""
+        old = getattr(self, "_signer_now", None)
+        if old is not None:
+            for key, value in old.metrics().items():
+                if key in ("signatures", "presigned_misses"):
+                    self._dnssec_carry[key] = self._dnssec_carry.get(key, 0) + value
+        self._signer_now = signer
+        if signer is None:
+            return
+
+        def values() -> dict[str, float]:
+            now = signer.metrics()
+            return {k: v + self._dnssec_carry.get(k, 0) for k, v in now.items()}
+
+        self.stats.dnssec = values
 
     def close(self) -> None:
         """Stop the threads this app started (the pre-signed answers' follower)."""

@@ -18,6 +18,9 @@ time in one decision in ``ENGINE_TIMINGS_EVERY``, recorded by the engine's profi
 state, the state refresher's families (``director_state_reachable``,
 ``director_state_snapshot_version``, ``director_state_region_stale{region}``, ...) are
 exported too, labelled by ``worker``.
+When signing: ``director_dnssec_signatures_total``, ``director_dnssec_presigned_misses_total``
+(keyless edges), ``director_dnssec_signatures_expire_timestamp_seconds`` and
+``director_dnssec_presigned_generation_timestamp_seconds`` (the earliest over the workers).
 ``director_policy_info{component="dns",version,digest,epoch}`` counts the workers serving
 each policy (``state.policy_metrics``); ``/healthz`` on the same listener names it.
 """
@@ -33,7 +36,12 @@ from collections.abc import Callable, Iterable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -81,6 +89,9 @@ class DnsStats:
         self.readers: list[ReaderCounters] = []  # bumped by UDP reader threads, one each
         self.policy_served: Callable[[], PolicyIdentity | None] = lambda: None
         self.policy_refused: Callable[[], int] = lambda: 0
+        # DNSSEC: signatures made, keyless misses, when signatures expire, when the
+        # pre-signed answers were published (director.dnssec; empty when not signing)
+        self.dnssec: Callable[[], dict[str, float]] = lambda: {}
 
     def new_reader(self) -> ReaderCounters:
         """Counters for one UDP reader thread to bump alone
@@ -123,7 +134,8 @@ class DnsStats:
                 "state": {"0": generate_latest(self.state_registry).decode()}
                 if self.state_registry is not None else {},
                 "policy": [served.as_dict()] if (served := self.policy_served()) else [],
-                "policy_refused": self.policy_refused()}
+                "policy_refused": self.policy_refused(),
+                "dnssec": self.dnssec()}
 
 
 def merge(snapshots: Iterable[dict]) -> dict:
@@ -138,6 +150,7 @@ def merge(snapshots: Iterable[dict]) -> dict:
             for key, value in snap.get(counts, {}).items():
                 total[counts][key] = total[counts].get(key, 0) + value
         total["policy"] += snap.get("policy", [])
+        total["dnssec"] = _merge_dnssec(total["dnssec"], snap.get("dnssec", {}))
         for name in ("cache_misses", "uncached", "invalidated", "dropped", "decision_sum",
                      "policy_refused"):
             total[name] += snap.get(name, 0)
@@ -153,6 +166,17 @@ def merge(snapshots: Iterable[dict]) -> dict:
                 plugins[key] = ([(bound, a + b) for (bound, a), (_, b)
                                  in zip(had, buckets, strict=True)], had_seconds + seconds)
     return total
+
+
+def _merge_dnssec(total: dict[str, float], one: dict[str, float]) -> dict[str, float]:
+    """Counters added up; timestamps: the earliest (the worker closest to trouble)."""
+    merged = dict(total)
+    for key, value in one.items():
+        if key in ("signatures", "presigned_misses"):
+            merged[key] = merged.get(key, 0) + value
+        else:
+            merged[key] = min(merged.get(key, value), value)
+    return merged
 
 
 # (stage, plugin) -> (cumulative buckets [(upper bound, count)], sum of seconds)
@@ -232,9 +256,30 @@ class DnsCollector(Collector):
             plugins.add_metric([stage, plugin], buckets, seconds)
         yield plugins
         yield from _state_families(snap.get("state", {}))
+        yield from _dnssec_families(snap.get("dnssec", {}))
         yield from policy_families("dns", [PolicyIdentity(**served)
                                            for served in snap.get("policy", [])],
                                    snap.get("policy_refused", 0))
+
+
+def _dnssec_families(values: dict[str, float]) -> Iterator[Metric]:
+    """The DNSSEC families, when the server signs."""
+    if "signatures" in values:
+        yield CounterMetricFamily("director_dnssec_signatures",
+                                  "RRSIGs made by this server (each cached for its window)",
+                                  value=values["signatures"])
+    if "presigned_misses" in values:
+        yield CounterMetricFamily("director_dnssec_presigned_misses",
+                                  "answers a keyless edge had no signature for (SERVFAIL, "
+                                  "reported to the presigner)", value=values["presigned_misses"])
+    if "presigned_generation" in values:
+        yield GaugeMetricFamily("director_dnssec_presigned_generation_timestamp_seconds",
+                                "when the pre-signed answers a keyless edge serves were "
+                                "published", value=values["presigned_generation"])
+    if "expiration" in values:
+        yield GaugeMetricFamily("director_dnssec_signatures_expire_timestamp_seconds",
+                                "when the signatures answers carry now expire",
+                                value=values["expiration"])
 
 
 def _state_families(texts: dict[str, str]) -> Iterator[Metric]:

@@ -73,6 +73,7 @@ class PresignedSigner:
         self.generation = ""
         self.missed: set[str] = set()  # RRsets to report (their text)
         self.misses = 0  # a metric
+        self.expiration = 0  # the earliest expiration of the loaded signatures
         self._epoch: tuple = ("", )
         empty = (self.apex, dns.rdataclass.IN)
         self.dnskeys = dns.rrset.RRset(*empty, dns.rdatatype.DNSKEY)
@@ -82,6 +83,15 @@ class PresignedSigner:
     @property
     def ready(self) -> bool:
         return bool(self.generation)
+
+    def metrics(self) -> dict[str, float]:
+        """``DnsStats.dnssec``'s values for this edge."""
+        values: dict[str, float] = {"presigned_misses": self.misses}
+        if self.generation.isdigit():  # published as milliseconds since the epoch
+            values["presigned_generation"] = int(self.generation) / 1000
+        if self.expiration:
+            values["expiration"] = self.expiration
+        return values
 
     def epoch(self) -> tuple:
         return self._epoch
@@ -96,7 +106,9 @@ class PresignedSigner:
         keys = {kind: dns.rrset.from_text_list(self.apex, int(meta["ttl"]), "IN", kind,
                                                meta[kind.lower()])
                 for kind in ("DNSKEY", "CDS", "CDNSKEY")}
+        expirations = [rd.expiration for sigs in parsed.values() for rd in sigs]
         # the epoch last: a reader that sees it sees the rest
+        self.expiration = min(expirations, default=0)
         self.signatures = parsed
         self.dnskeys, self.cds, self.cdnskey = keys["DNSKEY"], keys["CDS"], keys["CDNSKEY"]
         self.generation = str(meta["generation"])

@@ -114,6 +114,10 @@ class ZoneSigner:
         self._cache[key] = sigs
         return sigs
 
+    def metrics(self) -> dict[str, float]:
+        """``DnsStats.dnssec``'s values for this signer."""
+        return {"signatures": self.signed, "expiration": self.signature_times()[1]}
+
     def signature_times(self) -> tuple[int, int]:
         """(inception, expiration) of this window's signatures."""
         start = self._epoch[0] * self.window

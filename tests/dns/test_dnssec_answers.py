@@ -163,3 +163,23 @@ def test_a_zone_without_keys_is_refused_and_bad_key_files_are_skipped(
     (keys / f"K{ZONE}+013+00001.json").write_text("{not json")
     app = DnsApp(example_policy, geolite2, StaticSnapshotSource(), dnssec_keys=keys)
     assert _validate_all(app, _reply(app, "chat.infer.example.com")) == 1
+
+
+def test_signing_is_exported_as_metrics(signed: DnsApp, example_policy) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from director.dns.metrics import DnsCollector
+
+    _reply(signed, "chat.infer.example.com")
+    before = signed.stats.snapshot()["dnssec"]["signatures"]
+    assert before >= 1
+    signed.set_policy(example_policy)  # a new signer: the count carries on
+    _reply(signed, "chat.infer.example.com")
+    registry = CollectorRegistry()
+    registry.register(DnsCollector(signed.stats.snapshot))
+    samples = {s.name: s.value for family in text_string_to_metric_families(
+        generate_latest(registry).decode()) for s in family.samples}
+    assert samples["director_dnssec_signatures_total"] > before
+    expires = samples["director_dnssec_signatures_expire_timestamp_seconds"]
+    assert time.time() + 13 * 86400 < expires < time.time() + 15 * 86400

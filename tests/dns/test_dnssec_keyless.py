@@ -69,6 +69,9 @@ def test_a_keyless_edge_validates_through_a_failover_and_learns_what_it_missed(
                             trust_anchors=anchors).start("chat.infer.example.com")
         try:
             assert _all_validate(resolver.port) == []
+            metrics = app.stats.snapshot()["dnssec"]
+            assert abs(metrics["presigned_generation"] - time.time()) < 60
+            assert metrics["expiration"] > time.time() + 13 * 86400
             missing = _ask(port, "nothing-here.infer.example.com", "A")
             assert missing.rcode() == dns.rcode.NXDOMAIN  # a classic NSEC proof
             snapshots.update(regions={r: RegionState(healthy=False)
@@ -88,6 +91,7 @@ def test_a_keyless_edge_validates_through_a_failover_and_learns_what_it_missed(
                 time.sleep(0.05)
             failed = _ask(resolver.port, "chat.infer.example.com", "A")
             assert failed.rcode() == dns.rcode.SERVFAIL
+            assert app.stats.snapshot()["dnssec"]["presigned_misses"] >= 1
             time.sleep(0.2)  # the edge reports its miss
             presigner.published = ()
             assert presigner.round(example_policy)
