@@ -44,8 +44,8 @@ from director.dns.explain import explain_rrset
 from director.dns.types import OUR_PAYLOAD, EcsSubnet, Outcome
 from director.dns.zone import Node, NodeKind, ZoneData
 from director.dnssec.denial import NXNAME, compact_nsec, nxname_nsec
-from director.dnssec.presigned import PresignedSigner, Unsigned
-from director.dnssec.signer import ZoneSigner
+from director.dnssec.presigned import PresignedSigner
+from director.dnssec.signer import Unsigned, ZoneSigner
 from director.dnssec.variants import nsec_at, nsec_without, nxdomain_proof
 from telemetry.correlation import correlation_id
 
@@ -94,7 +94,7 @@ class Handler:
                 and response.flags & dns.flags.AA):
             try:
                 self._sign(query.question[0], response, self.signer)
-            except Unsigned:  # a keyless edge without this answer's signature
+            except Unsigned:  # a keyless edge without this answer's signature, or no key
                 failed = error_response(query, dns.rcode.SERVFAIL, ecs=ecs)
                 return failed, Outcome(outcome[0].service, cacheable=False)
         _set_edns(query, response, ecs, outcome[1])

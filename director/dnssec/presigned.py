@@ -27,12 +27,12 @@ import dns.rdatatype
 import dns.rrset
 
 from director.dns.zone import ZoneData
+from director.dnssec.signer import add_rrsigs
 from director.dnssec.variants import nsec_chain, rrset_id
 
 log = logging.getLogger(__name__)
 
 MAX_MISSES_PER_ROUND = 1000
-_UNSIGNED = frozenset({dns.rdatatype.RRSIG, dns.rdatatype.OPT})
 
 
 def state_client(url: str, timeout: float = 5.0) -> Any:
@@ -54,10 +54,6 @@ def signed_key(prefix: str, generation: str) -> str:
 
 def misses_key(prefix: str) -> str:
     return f"{prefix}:dnssec:misses"
-
-
-class Unsigned(Exception):
-    """An RRset of the answer has no signature ahead of time."""
 
 
 class PresignedSigner:
@@ -124,16 +120,7 @@ class PresignedSigner:
 
     def sign_response(self, response: dns.message.Message) -> None:
         """Add the RRSIGs of every RRset; ``Unsigned`` when one has none."""
-        for section in (response.answer, response.authority, response.additional):
-            signed: list[dns.rrset.RRset] = []
-            for rrset in section:
-                signed.append(rrset)
-                if rrset.rdtype not in _UNSIGNED:
-                    sigs = self.sign(rrset)
-                    if sigs is None:
-                        raise Unsigned(rrset.to_text())
-                    signed.append(sigs)
-            section[:] = signed
+        add_rrsigs(response, self.sign)
 
 
 class PresignedFollower:

@@ -52,6 +52,27 @@ class NoKeys(Exception):
     """The key directory holds no usable key for the zone."""
 
 
+class Unsigned(Exception):
+    """An RRset of the answer has no signature (a keyless edge without it, or no key that
+    signs now): the answer is SERVFAIL, never sent unsigned."""
+
+
+def add_rrsigs(response: dns.message.Message,
+               sign: Callable[[dns.rrset.RRset], dns.rrset.RRset | None]) -> None:
+    """Put after each RRset of ``response``'s three sections the RRSIGs ``sign`` gives it
+    (``Unsigned`` when it gives none)."""
+    for section in (response.answer, response.authority, response.additional):
+        signed: list[dns.rrset.RRset] = []
+        for rrset in section:
+            signed.append(rrset)
+            if rrset.rdtype not in _UNSIGNED:
+                sigs = sign(rrset)
+                if sigs is None:
+                    raise Unsigned(rrset.to_text())
+                signed.append(sigs)
+        section[:] = signed
+
+
 class ZoneSigner:
     """Signs the RRsets of one zone with the keys of a directory."""
 
@@ -136,15 +157,7 @@ class ZoneSigner:
 
     def sign_response(self, response: dns.message.Message) -> None:
         """Add the RRSIGs of every RRset in ``response``'s three sections."""
-        for section in (response.answer, response.authority, response.additional):
-            signed: list[dns.rrset.RRset] = []
-            for rrset in section:
-                signed.append(rrset)
-                if rrset.rdtype not in _UNSIGNED:
-                    sigs = self.sign(rrset)
-                    if sigs is not None:
-                        signed.append(sigs)
-            section[:] = signed
+        add_rrsigs(response, self.sign)
 
     def _refresh(self, now: float) -> None:
         version = directory_version(self.directory, self.zone)

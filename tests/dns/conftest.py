@@ -4,7 +4,9 @@ port 0 (UDP and TCP, IPv4 and IPv6) in a background thread."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,14 @@ def server(app: DnsApp) -> Iterator[ServerThread]:
 @pytest.fixture
 def address(server: ServerThread) -> tuple[str, int]:
     return server.addresses[0]
+
+
+@pytest.fixture
+def keys(tmp_path) -> Path:
+    """A DNSSEC key directory with one CSK of the example zone, active a minute ago."""
+    from director.dnssec.key_directory import save_keys
+    from director.dnssec.keys import Role, generate
+
+    directory = tmp_path / "keys"
+    save_keys(directory, [generate("infer.example.com", Role.CSK, time.time() - 60)])
+    return directory

@@ -21,19 +21,10 @@ from test_dns_state_changes import STATES, corpus
 from director.dns.app import DnsApp
 from director.dns.snapshot_source import StaticSnapshotSource
 from director.dnssec.denial import NXNAME
-from director.dnssec.key_directory import save_keys
-from director.dnssec.keys import Role, generate
 from director.dnssec.signer import NoKeys
 
 ZONE = "infer.example.com"
 APEX = dns.name.from_text(ZONE)
-
-
-@pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    directory = tmp_path / "keys"
-    save_keys(directory, [generate(ZONE, Role.CSK, time.time() - 60)])
-    return directory
 
 
 @pytest.fixture

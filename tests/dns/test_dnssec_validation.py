@@ -38,13 +38,6 @@ QUICK = Ttls(dnskey=0, largest=0.5, propagation=0.0, parent_ds=0.0)
 
 
 @pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    directory = tmp_path / "keys"
-    save_keys(directory, [generate(ZONE, Role.CSK, time.time() - 60)])
-    return directory
-
-
-@pytest.fixture
 def signed(example_policy, geolite2, keys: Path,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ServerThread,
                                                               StaticSnapshotSource]]:
