@@ -60,8 +60,9 @@ def publish_policy(redis_url: str, sources: PolicySources, proofs: tuple[str, ..
 
 def start_groups(specs: list[ChildSpec]) -> list[list[str]]:
     """Names grouped by start order: Valkey (or the servers and Sentinels of a replicated
-    set), GPUs, balancers, workers, DNS and API."""
-    order = ("valkey", "redis", "sentinel", "gpu", "balancer", "workers", "dns", "api")
+    set), GPUs, balancers, workers, the DNSSEC presigner, DNS and API."""
+    order = ("valkey", "redis", "sentinel", "gpu", "balancer", "workers", "dnssec", "dns",
+             "api")
     groups = [[s.name for s in specs if s.role == role] for role in order]
     return [group for group in groups if group]
 

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from director.up.plan import UpOptions, balancer_hosts, plan_children, replica_address
+from director.up.run import start_groups
 from policies import load_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "examples" / "global.dp"
@@ -122,6 +123,9 @@ def test_dnssec_signs_in_the_dns_server_or_with_ha_through_a_presigner(tmp_path:
         assert "--dnssec-presigned" in child.argv and "--dnssec-keys" not in child.argv
     (presigner,) = [c for c in replicated if c.role == "dnssec"]
     assert option_values(presigner.argv, "--keys") == [str(tmp_path / "dnssec-keys")]
+    started = [name for group in start_groups(replicated) for name in group]
+    assert sorted(started) == sorted(c.name for c in replicated)  # every child starts
+    assert started.index("dnssec/presign") < started.index("dns/1")
     assert "--dnssec-keys" not in " ".join(
         str(a) for c in plan_children(policy, UpOptions(EXAMPLE, tmp_path, "redis://x"))
         for a in c.argv)
