@@ -101,6 +101,7 @@ class FastPath:
         self.signer = responder.handler.signer
         self._denial = (DenialAnswer(zone, self.signer) if not isinstance(
             self.signer, PresignedSigner) else None)  # a keyless edge: classic NSEC
+        self._denial_slots: dict[tuple[int, int], int] = {}  # (qtype, rcode) -> metric slot
         self._sign_epoch = self.signer.epoch() if self.signer is not None else None
         self._lanes: SubnetLanes | None = None
         self._seen = bytearray(1 << SEEN_BITS)
@@ -226,7 +227,10 @@ class FastPath:
             if answer is not None:
                 self.stats.cache_misses += 1
                 rcode = 0 if parsed.do and self.signer is not None else 3
-                slot = self.stats.label_id(labels(Outcome(), parsed.qtype, rcode))
+                slot = self._denial_slots.get((parsed.qtype, rcode))
+                if slot is None:
+                    slot = self._denial_slots[parsed.qtype, rcode] = self.stats.label_id(
+                        labels(Outcome(), parsed.qtype, rcode))
                 self._counts[slot] += 1
                 if self._seen_before(data[2:]):  # a repeated name: from the memo next time
                     self.cache.put(memo, data[2:], (answer[2:], slot))
