@@ -58,6 +58,10 @@ def serve(
     dnssec_keys: Annotated[Path | None, typer.Option(help="Sign answers with the zone's keys "
                                                      "in this directory (director dnssec "
                                                      "keygen; docs/dnssec.md).")] = None,
+    answer_before_map: Annotated[bool, typer.Option(help="With --precompile, answer while "
+                                                    "the network map is built (slowly for "
+                                                    "never-seen subnets) instead of only "
+                                                    "once it is there.")] = False,
     map_cache: Annotated[str, typer.Option(help="Folder where built network maps are kept, "
                                            "so a restart answers at full speed at once "
                                            "(default: ~/.cache/director/network-maps; "
@@ -93,7 +97,8 @@ def serve(
                            precompile=precompile, udp_reader_threads=udp_reader_threads,
                            dnssec_keys=str(dnssec_keys) if dnssec_keys else None,
                            dnssec_presigned=redis_url if dnssec_presigned else None,
-                           map_cache=None if map_cache == "none" else map_cache)
+                           map_cache=None if map_cache == "none" else map_cache,
+                           answer_before_map=answer_before_map)
     except PolicyError as exc:
         err.print(exc.render(), markup=False)
         raise typer.Exit(1) from None

@@ -196,14 +196,14 @@ class DnsApp:
                 self._network_maps = (network_map, network_map6)
                 self.locator.network_map = network_map
                 self.locator.network_map6 = network_map6
-            ready.set()
-            if self.map_cache is not None:
-                save_maps(self.map_cache, map_digest(self.geo.path, key),
-                          (network_map, network_map6))
             log.info("GeoIP network map: %d IPv4 networks in %d classes, %d IPv6 networks, "
                      "built in %.1f s", len(network_map), len(network_map.classes),
                      len(network_map6) if network_map6 is not None else 0,
                      time.monotonic() - start)
+            ready.set()  # after the log line: a server waiting for it starts after both
+            if self.map_cache is not None:
+                save_maps(self.map_cache, map_digest(self.geo.path, key),
+                          (network_map, network_map6))
 
         threading.Thread(target=build, name="geoip-map", daemon=True).start()
 

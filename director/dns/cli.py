@@ -42,6 +42,7 @@ from telemetry.otel import tracing_from_env
 log = logging.getLogger(__name__)
 
 SnapshotFactory = Callable[[Policy], SnapshotSource]
+MAP_WAIT = 120.0  # seconds a worker waits for its network map before answering anyway
 
 
 def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = None,
@@ -52,7 +53,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
           snapshot_factory: SnapshotFactory | None = None,
           follow_policy: str | None = None, precompile: bool = True,
           udp_reader_threads: bool = False, dnssec_keys: str | None = None,
-          dnssec_presigned: str | None = None, map_cache: str | None = "") -> int:
+          dnssec_presigned: str | None = None, map_cache: str | None = "",
+          answer_before_map: bool = False) -> int:
     """Serve ``policy_path``'s zone on ``listen`` ('ADDR:PORT[,ADDR:PORT...]', IPv6 as
     '[::1]:53', port 0 = any) until SIGINT/SIGTERM; returns the exit status.
 
@@ -79,6 +81,10 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
     miss crosses to the event loop), so off by default (``docs/research/dns-transport.md``).
     ``dnssec_keys``: a key directory (``director dnssec keygen``): answers to DO queries are
     signed online with the zone's keys, followed through rollovers (docs/dnssec.md).
+    ``answer_before_map``: with ``precompile``, answer while the map is built (every
+    never-seen subnet then takes the slow path, and under load the build takes far longer);
+    by default a worker answers nothing until its map is there, as gdnsd compiles before it
+    answers (a stored map makes that instant).
     ``map_cache``: the folder where built network maps are kept across restarts ("": the
     user's cache folder, ``geo_map_cache.default_folder``; None: keep none).
     ``dnssec_presigned``: a Redis URL: sign with the signatures ``director dnssec presign``
@@ -125,7 +131,8 @@ def serve(policy_path: str, listen: str = "127.0.0.1:5353", geoip: str | None = 
             return loop.run_until_complete(
                 _run(make_app, factory(policy), config, sockets, report,
                      metrics_listen if sockets is None else None, follow_policy,
-                     lambda: policy_gate.load(policy_path), identity))
+                     lambda: policy_gate.load(policy_path), identity,
+                     wait_for_map=not answer_before_map))
         finally:
             loop.close()
             if tracing is not None:
@@ -141,7 +148,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
                report: Callable[[DnsStats], Awaitable[None]] | None,
                metrics_listen: str | None, follow_policy: str | None = None,
                reload_policy: Callable[[], Policy] | None = None,
-               identity: PolicyIdentity | None = None) -> int:
+               identity: PolicyIdentity | None = None, wait_for_map: bool = False) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -170,6 +177,11 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        if wait_for_map and app.map_ready is not None and not app.map_ready.is_set():
+            log.info("answering once the GeoIP network map is built (--answer-before-map: "
+                     "at once, on the slow path)")
+            if not await loop.run_in_executor(None, app.map_ready.wait, MAP_WAIT):
+                log.warning("no network map after %.0f s: answering without it", MAP_WAIT)
         server = DnsServer(app, config, sockets() if sockets is not None else None)
         await server.start()
         settle_when_ready(app.map_ready)

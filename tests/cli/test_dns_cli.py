@@ -26,7 +26,7 @@ def start_dns(*args: str) -> tuple[subprocess.Popen, int]:
     the process and the port it announced."""
     process = subprocess.Popen(
         [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
-         "--listen", "127.0.0.1:0", *args],
+         "--listen", "127.0.0.1:0", "--answer-before-map", *args],  # these ask known subnets
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     for line in process.stdout:
@@ -165,3 +165,34 @@ def test_a_taken_port_is_a_clear_error_naming_the_address_and_protocol():
              "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert f"cannot bind DNS TCP 127.0.0.1:{port}: Address already in use" in result.stderr
+
+
+def test_a_server_answers_only_once_its_network_map_is_there(maxmind_test_city: Path,
+                                                            tmp_path: Path) -> None:
+    """The map is built before the server listens (so that no query takes the slow path),
+    then kept: a second start loads it and listens at once."""
+    def start(*extra: str) -> list[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
+             "--listen", "127.0.0.1:0", "--geoip", str(maxmind_test_city), "--map-cache",
+             str(tmp_path / "maps"), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:  # one stream: the order the process wrote them in
+            lines.append(line)
+            if line.startswith("listening "):
+                break
+        process.terminate()
+        process.wait(10)
+        return lines
+
+    def first(lines: list[str], text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    built = start()
+    assert first(built, "answering once the GeoIP network map is built") < first(
+        built, "built in") < first(built, "listening ")
+    loaded = start()  # ready at once: nothing to wait for
+    assert first(loaded, "loaded from") < first(loaded, "listening ")
+    assert not any("answering once" in line for line in loaded)
