@@ -15,7 +15,7 @@ printed relative to the start of the process. The arms:
 - ``ours signed, stored map``: the same, signing (DO set in every query).
 
 Per arm and repeat: the first second with answers, the first second at >= 80% of the last
-ten seconds' median ("full speed"), the answers of the first ten seconds, and that median.
+four seconds' median ("full speed"), the answers of the first ten seconds, and that median.
 
     python bench/dns_ramp.py [--seconds 20] [--repeats 3] [--workdir DIR]
 """
@@ -91,9 +91,9 @@ def ramp(start: Callable[[], subprocess.Popen], port: int, queries: Path,
 def summary(points: list[tuple[float, float]]) -> tuple[float, float, float, float]:
     """(first second with answers, first second at full speed, answers in the first ten
     seconds, steady qps)."""
-    steady = statistics.median(q for _, q in points[-10:])
+    steady = statistics.median(q for _, q in points[-4:])  # every arm is there by then
     first = next((t for t, q in points if q > 0), float("nan"))
-    full = next((t for t, q in points if q >= 0.8 * steady), float("nan"))
+    full = next((t for t, q in points if q > 0 and q >= 0.8 * steady), float("nan"))
     early = sum(q for t, q in points if t <= 10.5)
     return first, full, early, steady
 
