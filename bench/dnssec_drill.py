@@ -18,8 +18,9 @@ and a type a service does not have. The phases:
    propagation at 0 and the zone's largest TTL waited out), the old key retired and
    removed.
 
-For each phase: queries, validated answers (AD), bogus (SERVFAIL from a running resolver)
-and unanswered (no reply while Unbound restarted).
+For each phase: queries, validated answers (AD), bogus (SERVFAIL from a running resolver),
+unanswered (no reply while Unbound restarted), and the addresses the service's A answers
+named (the failover shows there).
 
     python bench/dnssec_drill.py [--interval 0.02] [--phase 4]
 """
@@ -68,6 +69,7 @@ class Client:
         self.interval = interval
         self.phase = "start"
         self.counts: dict[str, Counter[str]] = {}
+        self.answers: dict[str, set[str]] = {}  # chat A addresses seen per phase
         self.bogus: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -91,6 +93,9 @@ class Client:
                 self.bogus.append(f"{self.phase}: {name} {rdtype}")
             elif reply.flags & dns.flags.AD:
                 counts["validated"] += 1
+                if (name, rdtype) == NAMES[0] and reply.answer:
+                    self.answers.setdefault(self.phase, set()).update(
+                        rr.address for rr in reply.answer[0])
             else:
                 counts["insecure"] += 1
 
@@ -151,17 +156,18 @@ def main() -> int:
             stop(server)
             probes.stop()
             log.close()
-    print("\n| phase | queries | validated (AD) | bogus | unanswered | insecure |")
-    print("|---|---|---|---|---|---|")
+    print("\n| phase | queries | validated (AD) | bogus | unanswered | insecure | chat A |")
+    print("|---|---|---|---|---|---|---|")
     total: Counter[str] = Counter()
     for name, counts in client.counts.items():
         if name == "start":
             continue
         total.update(counts)
         print(f"| {name} | {counts['queries']} | {counts['validated']} | {counts['bogus']} "
-              f"| {counts['unanswered']} | {counts['insecure']} |")
+              f"| {counts['unanswered']} | {counts['insecure']} "
+              f"| {', '.join(sorted(client.answers.get(name, ())))} |")
     print(f"| all | {total['queries']} | {total['validated']} | {total['bogus']} "
-          f"| {total['unanswered']} | {total['insecure']} |")
+          f"| {total['unanswered']} | {total['insecure']} | |")
     for line in client.bogus[:20]:
         print("bogus:", line)
     return 1 if total["bogus"] or total["insecure"] else 0
