@@ -58,6 +58,7 @@ from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
 from director.dnssec.denial import NXNAME
 from director.dnssec.presigned import PresignedSigner
+from director.dnssec.signer import ZoneSigner
 from director.engine.snapshot import Snapshot
 from policies.model import Service
 
@@ -99,8 +100,10 @@ class FastPath:
         self._unsettled: list[tuple[dict, bytes]] = []  # (memo, query) of unsettled answers
         self.cache = AnswerCache()  # the memo (udp, tcp) and the templates
         self.signer = responder.handler.signer
-        self._denial = (DenialAnswer(zone, self.signer) if not isinstance(
-            self.signer, PresignedSigner) else None)  # a keyless edge: classic NSEC
+        # a keyless edge denies DO queries with its pre-signed NSEC chain (the full path)
+        signer = self.signer
+        self._keyless = isinstance(signer, PresignedSigner)
+        self._denial = DenialAnswer(zone, signer if isinstance(signer, ZoneSigner) else None)
         self._denial_slots: dict[tuple[int, int], int] = {}  # (qtype, rcode) -> metric slot
         self._sign_epoch = self.signer.epoch() if self.signer is not None else None
         self._lanes: SubnetLanes | None = None
@@ -220,13 +223,13 @@ class FastPath:
         if parsed is None:
             return self._uncached(data, host, tcp)
         node = self.zone.wire_nodes.get(parsed.qname)
-        if (node is None and self._denial is not None and parsed.qclass == 1
-                and parsed.qtype not in _NOT_DENIED and self._denial.covers(parsed)):
+        if (node is None and parsed.qclass == 1 and parsed.qtype not in _NOT_DENIED
+                and not (parsed.do and self._keyless) and self._denial.covers(parsed)):
             answer = self._denial.answer(
                 data, parsed, TCP_LIMIT if tcp else _payload_bucket(parsed, tcp))
             if answer is not None:
                 self.stats.cache_misses += 1
-                rcode = 0 if parsed.do and self.signer is not None else 3
+                rcode = 0 if parsed.do and self._denial.signer is not None else 3
                 slot = self._denial_slots.get((parsed.qtype, rcode))
                 if slot is None:
                     slot = self._denial_slots[parsed.qtype, rcode] = self.stats.label_id(

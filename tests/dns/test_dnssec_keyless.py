@@ -14,6 +14,7 @@ import dns.flags
 import dns.message
 import dns.query
 import dns.rcode
+import dns.rdatatype
 import pytest
 import redis
 from test_dnssec_validation import NAMES, ZONE, _all_validate, _ask
@@ -134,3 +135,19 @@ def test_the_signer_signs_only_answers_the_zone_could_give(example_policy) -> No
                    "chat.infer.example.com. 5 IN TXT hello",
                    "evil.example.net. 30 IN A 127.0.1.1", "", "garbage"]:
         assert acceptable(zone, forged) is None, forged
+
+
+def test_a_keyless_edge_denies_with_its_chain_and_plain_queries_by_hand(
+        example_policy, geolite2, valkey, prefix: str, presigner: Presigner) -> None:
+    presigner.round(example_policy)
+    app = _edge(example_policy, geolite2, valkey, prefix, StaticSnapshotSource())
+    try:
+        signed = dns.message.make_query("no.such.infer.example.com", "A", want_dnssec=True)
+        reply = dns.message.from_wire(app.respond(signed.to_wire(), "127.0.0.1"))
+        assert reply.rcode() == dns.rcode.NXDOMAIN  # classic NSEC, pre-signed
+        assert {r.rdtype for r in reply.authority} >= {dns.rdatatype.NSEC,
+                                                       dns.rdatatype.RRSIG}
+        plain = dns.message.make_query("no.such.infer.example.com", "A").to_wire()
+        assert app.respond(plain, "127.0.0.1") == app.respond_full(plain, "127.0.0.1")
+    finally:
+        app.close()
