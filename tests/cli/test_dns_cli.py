@@ -26,7 +26,7 @@ def start_dns(*args: str) -> tuple[subprocess.Popen, int]:
     the process and the port it announced."""
     process = subprocess.Popen(
         [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
-         "--listen", "127.0.0.1:0", "--answer-before-map", *args],  # these ask known subnets
+         "--listen", "127.0.0.1:0", "--no-precompile", *args],  # these ask known subnets
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     for line in process.stdout:
@@ -126,7 +126,7 @@ def test_healthz_and_metrics_name_the_policy_served():
         process = subprocess.Popen(
             [sys.executable, "-m", "director", "dns", "serve", "--policy", str(POLICY),
              "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--redis", valkey.url,
-             "--follow-policy", "--answer-before-map"],  # no subnet is asked
+             "--follow-policy", "--no-precompile"],  # no subnet is asked
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert process.stdout is not None
