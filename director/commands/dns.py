@@ -49,9 +49,10 @@ def serve(
                                                 "by `director up` or PUT /api/v1/policy) "
                                                 "instead of only the file.")] = False,
     precompile: Annotated[bool, typer.Option(help="Merge the GeoIP database's IPv4 space "
-                                             "ahead of time (on a low-priority thread of "
-                                             "each worker, at start), so never-seen "
-                                             "client subnets cost a binary search.")] = True,
+                                             "ahead of time (each worker, at start, before "
+                                             "it answers; kept in --map-cache), so "
+                                             "never-seen client subnets cost a binary "
+                                             "search.")] = True,
     udp_reader_threads: Annotated[bool, typer.Option(help="Read UDP on a thread per socket: "
                                                      "faster cache hits, slower on "
                                                      "never-seen client subnets.")] = False,
