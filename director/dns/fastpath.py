@@ -48,6 +48,7 @@ import dns.rdatatype
 from director.dns.answer_cache import AnswerCache
 from director.dns.decisions import RETRY_PER_SNAPSHOT, Answered, Decisions
 from director.dns.denial_answer import DenialAnswer
+from director.dns.handler import FORMERR_TYPES, REFUSED_TYPES
 from director.dns.lanes import SubnetLanes, lane_layout
 from director.dns.metrics import DnsStats
 from director.dns.responder import Reply, Responder
@@ -56,7 +57,6 @@ from director.dns.snapshot_source import SnapshotSource
 from director.dns.types import OUR_PAYLOAD, TCP_LIMIT, UDP_LIMIT_NO_EDNS, Outcome
 from director.dns.wire import ParsedQuery, parse_query
 from director.dns.zone import NodeKind, ZoneData
-from director.dnssec.denial import NXNAME
 from director.dnssec.presigned import PresignedSigner
 from director.dnssec.signer import ZoneSigner
 from director.engine.snapshot import Snapshot
@@ -69,7 +69,7 @@ from policies.model import Service
 SEEN_BITS = 20
 SEEN_MASK = (1 << SEEN_BITS) - 1
 _ADDRESS_TYPES = (dns.rdatatype.A, dns.rdatatype.AAAA)
-_NOT_DENIED = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR, dns.rdatatype.OPT, NXNAME})
+_NOT_DENIED = REFUSED_TYPES | FORMERR_TYPES  # the handler's answer to these is no denial
 _LABELLED_TYPES = frozenset(("A", "AAAA", "SOA", "NS", "TXT", "ANY", "MX", "CNAME", "PTR",
                              "SRV", "HTTPS", "SVCB", "DS", "DNSKEY", "CAA", "HINFO", "AXFR",
                              "IXFR"))

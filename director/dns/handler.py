@@ -50,9 +50,9 @@ from director.dnssec.variants import nsec_at, nsec_without, nxdomain_proof
 from telemetry.correlation import correlation_id
 
 A, AAAA = dns.rdatatype.A, dns.rdatatype.AAAA
-_REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
+REFUSED_TYPES = frozenset({dns.rdatatype.AXFR, dns.rdatatype.IXFR})
 # OPT is no question; NXNAME only marks compact denials (RFC 9824 section 3.5)
-_FORMERR_TYPES = frozenset({dns.rdatatype.OPT, NXNAME})
+FORMERR_TYPES = frozenset({dns.rdatatype.OPT, NXNAME})
 _COPIED_FLAGS = dns.flags.RD | dns.flags.CD
 _KEY_TYPES = (dns.rdatatype.DNSKEY, dns.rdatatype.CDS, dns.rdatatype.CDNSKEY)
 
@@ -86,7 +86,7 @@ class Handler:
             ecs = query_ecs(query)
         except MalformedQuery:
             return error_response(query, dns.rcode.FORMERR), Outcome()
-        if len(query.question) != 1 or query.question[0].rdtype in _FORMERR_TYPES:
+        if len(query.question) != 1 or query.question[0].rdtype in FORMERR_TYPES:
             return error_response(query, dns.rcode.FORMERR, ecs=ecs), Outcome()
         response = _response(query)
         outcome = self._answer(query.question[0], response, ecs, host)
@@ -130,7 +130,7 @@ class Handler:
         name, rdtype = question.name, question.rdtype
         zone = self.zone
         if (question.rdclass != dns.rdataclass.IN or not zone.in_zone(name)
-                or rdtype in _REFUSED_TYPES):
+                or rdtype in REFUSED_TYPES):
             response.set_rcode(dns.rcode.REFUSED)
             return Outcome(), 0
         node = zone.lookup(name)
