@@ -175,3 +175,4 @@ class PresignedFollower:
                 self.load_once()
             except Exception:
                 log.exception("DNSSEC: reading pre-signed answers failed; keeping the last")
+        self.client.close()  # a follower replaced by a policy swap leaves no connection
