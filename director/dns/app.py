@@ -66,6 +66,7 @@ class DnsApp:
         self.state_prefix = state_prefix
         self._follower: PresignedFollower | None = None
         self._dnssec_carry: dict[str, float] = {}  # counts of signers replaced by a swap
+        self._signer_now: ZoneSigner | PresignedSigner | None = None
         self.tracer = tracer  # fresh decisions sampled into spans (``decision_trace``)
         self.snapshots = snapshots
         self.stats = stats or DnsStats()
@@ -123,7 +124,7 @@ class DnsApp:
 
     def _track_signer(self, signer: ZoneSigner | PresignedSigner | None) -> None:
         """Export ``signer``'s metrics; counts of the signer it replaces are carried on."""
-        old = getattr(self, "_signer_now", None)
+        old = self._signer_now
         if old is not None:
             for key, value in old.metrics().items():
                 if key in ("signatures", "presigned_misses"):
