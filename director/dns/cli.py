@@ -25,7 +25,7 @@ from director.dns.policy_thread import policy_follower_thread
 from director.dns.ratelimit import RrlMode, default_mode
 from director.dns.server import DnsServer, ServerConfig, new_event_loop
 from director.dns.snapshot_source import SnapshotSource, StaticSnapshotSource
-from director.dns.transports.sockets import parse_listen
+from director.dns.transports.sockets import bind_sockets, parse_listen
 from director.dns.transports.workers import SocketSource, run_workers
 from director.dnssec.signer import ZoneSigner
 from director.geo import GeoLocator
@@ -177,12 +177,17 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
 
             loop.add_signal_handler(signal.SIGHUP, on_hangup)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        # one process: its port is taken or not before a wait for the map (a clear error
+        # at once); a worker's own SO_REUSEPORT socket binds only once it answers, or the
+        # kernel would hand it queries meanwhile
+        bound = [bind_sockets(host, port, config.reuse_port)
+                 for host, port in config.listen] if sockets is None else None
         if wait_for_map and app.map_ready is not None and not app.map_ready.is_set():
             log.info("answering once the GeoIP network map is built (--answer-before-map: "
                      "at once, on the slow path)")
             if not await loop.run_in_executor(None, app.map_ready.wait, MAP_WAIT):
                 log.warning("no network map after %.0f s: answering without it", MAP_WAIT)
-        server = DnsServer(app, config, sockets() if sockets is not None else None)
+        server = DnsServer(app, config, sockets() if sockets is not None else bound)
         await server.start()
         settle_when_ready(app.map_ready)
         stack.push_async_callback(server.stop)
