@@ -92,6 +92,13 @@ def maxmind_test_locator(maxmind_test_city):
     return GeoLocator(str(maxmind_test_city))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` first, each file's tests kept together and in order: under
+    xdist's ``--dist loadfile`` (``./run test``) they then run beside the short ones rather
+    than last and alone."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """In CI (``DIRECTOR_REQUIRE_SERVERS=1``, set by .ci/run) a skipped test is a failure:

@@ -20,6 +20,8 @@ import pytest
 
 from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
 
+pytestmark = pytest.mark.long
+
 FILES = Path(__file__).resolve().parent / "files"
 
 

@@ -15,6 +15,8 @@ import pytest
 from tests.drills.leaky import leaky_text, write_policy
 from tests.drills.up_system import UpSystem, director_up
 
+pytestmark = pytest.mark.long
+
 FILES = Path(__file__).resolve().parent / "files"
 
 

@@ -13,7 +13,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
+
+pytestmark = pytest.mark.long
 
 DRILL = ROOT / "drills" / "canary-rollback.yaml"
 POLICY = ROOT / "drills" / "rollouts.dp"

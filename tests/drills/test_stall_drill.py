@@ -11,7 +11,11 @@ import re
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
+
+pytestmark = pytest.mark.long
 
 DRILL = ROOT / "drills" / "stream-stalls.yaml"
 POLICY = ROOT / "drills" / "degrade.dp"

@@ -19,6 +19,8 @@ import pytest
 
 from tests.drills.up_system import ROOT, UpSystem, director_up, drill_variant
 
+pytestmark = pytest.mark.long
+
 DRILL = ROOT / "drills" / "tenant-flood.yaml"
 POLICY = ROOT / "drills" / "tenant-flood.dp"
 OTHERS = ("others-ttft", "others-complete", "others-goodput")

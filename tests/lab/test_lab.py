@@ -19,8 +19,8 @@ from director.lab.run import Lab
 from director.lab.shape import LabShape
 from director.up.redis_set import SentinelTimings
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get(
-    "DIRECTOR_REQUIRE_SERVERS"), reason="network namespaces need root")
+pytestmark = [pytest.mark.long, pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get(
+    "DIRECTOR_REQUIRE_SERVERS"), reason="network namespaces need root")]
 
 
 def test_the_lab_survives_a_master_kill_and_a_master_partition(tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ from state.credentials import embed
 from state.ports import free_port
 from tests.free_ports import on_free_ports
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "examples" / "global.dp"
 EU = {"127.0.2.1", "127.0.3.1"}

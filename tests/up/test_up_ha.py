@@ -27,6 +27,8 @@ import redis
 from tests.drills.up_system import UpSystem, director_up
 from tests.up.test_up_end_to_end import wait_for
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "examples" / "ha.dp"
 FRANCE = "2.2.2.0/24"
