@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The routing matrix in virtual time: every cell of ``benchkit/matrix.py``, three trace slices
-each, ours against HAProxy's ``leastconn`` (``benchkit/des.py``), ratios per slice and their
-median, and the floor and goals of the robust-balancer issue checked per cell.
+"""The routing matrix in virtual time: every cell of ``benchkit/matrix.py``, trace slices at
+fresh offsets (``--first-seed``; seeds 1-3 are the ones earlier decisions were tuned on),
+ours against HAProxy's ``leastconn`` (``benchkit/des.py``), per-cell medians of per-slice
+ratios with bootstrap intervals, pooled geometric means with cluster-bootstrap intervals, and
+the floor checked on the interval: met, missed, or undecided where it straddles. With
+``--budget N`` a cell whose floor is undecided gets another slice, up to N in all.
 
 Each cell's load is a share of its fleet's capacity on its trace, measured the way
 ``benchkit/capacity.py`` measures a server (each distinct server saturated alone in
@@ -12,6 +15,7 @@ are not counted; p99s are over the next ``MEASURE_S``.
 ::
 
     python bench/routing_matrix.py --cells "slots=16,256;speeds=mixed;load=0.9"
+    python bench/routing_matrix.py --cells "speeds=mixed" --budget 9   # sequential slices
     python bench/routing_matrix.py --cells "trace=azure-conv" --setups "ours;ours:NAME=..."
     python bench/routing_matrix.py --out bench/results/DATE-matrix-des.md   # the whole matrix
     python bench/routing_matrix.py --recheck bench/results/DATE-matrix-des.jsonl \
@@ -37,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchkit.matrix import parse_cells
 from benchkit.routing_matrix import (
+    FIRST_SEED,
     MEASURE_S,
     SLICES,
     line,
@@ -52,6 +57,14 @@ def main() -> int:
     parser.add_argument("--cells", default="", help="sub-matrix, e.g. 'slots=16;load=0.9'")
     parser.add_argument("--setups", default="ours", help="';'-separated setups of ours")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=FIRST_SEED,
+                        help="seed of the first slice's offset (default %(default)s: slices "
+                        "nobody tuned on; 1 repeats the earlier runs' slices)")
+    parser.add_argument("--slices", type=int, default=SLICES,
+                        help="slices per cell to start with (default %(default)s)")
+    parser.add_argument("--budget", type=int, default=0,
+                        help="add slices to a cell while its floor is undecided, up to this "
+                        "many in all (default: none added)")
     parser.add_argument("--measure", type=float, default=MEASURE_S,
                         help="model seconds counted per slice (default %(default)g); the "
                         "p99s of the default window move by 10-100%% from slice to slice")
@@ -64,21 +77,24 @@ def main() -> int:
                         "raw results missed the floor, e.g. again with a longer --measure")
     args = parser.parse_args()
     if args.summarise:
-        done = [json.loads(row) for row in args.summarise.read_text().splitlines() if row]
-        first = done[0]["slices"][0] if done else {}
+        earlier = [json.loads(row) for row in args.summarise.read_text().splitlines() if row]
+        first = earlier[0]["slices"][0] if earlier else {}
         names = [k for k, v in first.items() if isinstance(v, dict) and k != "leastconn"]
-        print(summarise(done, names))
+        print(summarise(earlier, names))
         return 0
     cells = parse_cells(args.cells)
     if args.recheck:
         cells = [c for c in cells if c.label in missed_floor(args.recheck)]
     setups = [s for s in args.setups.split(";") if s]
-    print(f"{len(cells)} cells x {SLICES} slices x {len(setups) + 1} setups "
-          f"(default scorers {DEFAULT_SCORERS})", flush=True)
+    seeds = list(range(args.first_seed, args.first_seed + args.slices))
+    print(f"{len(cells)} cells x {args.slices} slices (seeds {seeds[0]}-{seeds[-1]}"
+          f"{f', up to {args.budget} while undecided' if args.budget else ''}) x "
+          f"{len(setups) + 1} setups (default scorers {DEFAULT_SCORERS})", flush=True)
     done: list[dict] = []
     raw = args.out.with_suffix(".jsonl") if args.out else None
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_cell, cell, setups, args.measure) for cell in cells]
+        futures = [pool.submit(run_cell, cell, setups, args.measure, seeds, args.budget)
+                   for cell in cells]
         for future in concurrent.futures.as_completed(futures):
             cell = future.result()
             done.append(cell)
@@ -93,7 +109,8 @@ def main() -> int:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         lines = [f"# Routing matrix in virtual time, {stamp}", "",
                  f"Command: `python bench/routing_matrix.py --cells '{args.cells}' --setups "
-                 f"'{args.setups}' --measure {args.measure:g}"
+                 f"'{args.setups}' --measure {args.measure:g} --first-seed {args.first_seed} "
+                 f"--slices {args.slices} --budget {args.budget}"
                  f"{f' --recheck {args.recheck}' if args.recheck else ''}`", "", "```",
                  *(line(c, s) for c in done for s in setups),
                  "```", "", "```", summary, "```", ""]

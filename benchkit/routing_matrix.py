@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The routing matrix in virtual time, cell by cell: every cell of ``benchkit.matrix``, three
-trace slices each, ours against HAProxy's ``leastconn`` (``benchkit.des``), ratios per slice
-and their median, and the floor and goals of the robust-balancer issue checked per cell.
+"""The routing matrix in virtual time, cell by cell: every cell of ``benchkit.matrix``, trace
+slices at fresh offsets (seeds from ``FIRST_SEED``, not the 1-3 earlier decisions were tuned
+on), ours against HAProxy's ``leastconn`` (``benchkit.des``), ratios per slice, their median
+with a bootstrap interval (``benchkit.intervals``), and the floor and goals checked per cell
+on the interval: met, missed, or undecided where it straddles them. With a ``budget`` a cell
+gets more slices while any of its floor intervals straddles (a sequential design). Beside
+each p99 the mean of the worst 1 % (``tail``), which moves less from slice to slice.
 
 Each cell's load is a share of its fleet's capacity on its trace, measured the way
 ``benchkit.capacity`` measures a server (each distinct server saturated alone in virtual
@@ -16,11 +20,11 @@ import asyncio
 import dataclasses
 import json
 import random
-import statistics
 from pathlib import Path
 
 from benchkit import des
 from benchkit.capacity import measure_virtual
+from benchkit.intervals import Interval, Side, geomean_interval, median_interval, worst_share_mean
 from benchkit.matrix import CONTEXT, Cell
 from benchkit.routing_trace import arrivals_at_load, load_named
 from regions.balancer import BalancerConfig
@@ -30,8 +34,10 @@ WARMUP_S = 20.0
 MEASURE_S = 120.0
 TAIL_S = 60.0
 SLICES = 3
+FIRST_SEED = 101  # slices 1-3 are the ones the defaults were chosen on
 CACHE = Path(__file__).resolve().parents[1] / "bench" / ".cache" / "capacity.json"
 FLOOR = {"ttft": 1.05, "e2e": 1.05, "throughput": 0.99}
+HIGHER_IS_BETTER = ("throughput",)
 
 
 def server_capacity(trace: str, config: EngineConfig) -> float:
@@ -70,11 +76,15 @@ def stats(results: list[des.Result], speeds: dict[str, float],
     for r in ok:
         key = f"{speeds[r.backend]:g}"
         by_speed[key] = by_speed.get(key, 0) + 1
+    ttfts = [r.ttft for r in ok if r.ttft is not None]
+    e2es = [r.e2e for r in ok if r.e2e is not None]
     return {
-        "ttft_p50": pct([r.ttft for r in ok if r.ttft is not None], 50),
-        "ttft_p99": pct([r.ttft for r in ok if r.ttft is not None], 99),
-        "e2e_p50": pct([r.e2e for r in ok if r.e2e is not None], 50),
-        "e2e_p99": pct([r.e2e for r in ok if r.e2e is not None], 99),
+        "ttft_p50": pct(ttfts, 50),
+        "ttft_p99": pct(ttfts, 99),
+        "ttft_worst1": worst_share_mean(ttfts),
+        "e2e_p50": pct(e2es, 50),
+        "e2e_p99": pct(e2es, 99),
+        "e2e_worst1": worst_share_mean(e2es),
         "completed_per_s": len(ok) / measure_s,
         "shed": sum(r.status == 429 for r in counted),
         "errors": sum(r.status not in (200, 429) for r in counted),
@@ -126,59 +136,93 @@ def scrape_of(setup: str) -> bool:
     return "capacity=off" not in setup
 
 
-def run_cell(cell: Cell, setups: list[str], measure_s: float = MEASURE_S) -> dict[str, object]:
-    """Every slice of ``cell`` through every setup and ``leastconn``."""
+def run_cell(cell: Cell, setups: list[str], measure_s: float = MEASURE_S,
+             seeds: list[int] | None = None, budget: int = 0) -> dict[str, object]:
+    """Every slice of ``cell`` (one per seed) through every setup and ``leastconn``; then,
+    up to ``budget`` slices in all, one more while the first setup's floor is undecided."""
+    seeds = list(seeds) if seeds is not None else list(range(FIRST_SEED, FIRST_SEED + SLICES))
     trace = load_named(cell.trace, CONTEXT[cell.trace])
     capacity = fleet_capacity(cell)
+    result: dict[str, object] = {"cell": cell.to_json(), "label": cell.label,
+                                 "capacity": capacity, "slices": []}
+    slices: list[dict[str, object]] = []
+    result["slices"] = slices
+    next_seed = max(seeds) + 1
+    while seeds:
+        slices.append(run_slice(cell, trace, capacity, seeds.pop(0), setups, measure_s))
+        if not seeds and len(slices) < budget and undecided(result, setups[0]):
+            seeds.append(next_seed)
+            next_seed += 1
+    return result
+
+
+def run_slice(cell: Cell, trace: list, capacity: float, seed: int, setups: list[str],
+              measure_s: float) -> dict[str, object]:
+    """One trace slice (its offset drawn from ``seed``) through every setup and leastconn."""
     servers = cell.servers()
     speeds = {s.name: s.speed for s in servers}
-    slices = []
-    for seed in range(1, SLICES + 1):
-        offset = random.Random(seed).randrange(len(trace))
-        piece = arrivals_at_load(trace, offset, cell.load, capacity, until=WARMUP_S + measure_s,
-                                 span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
-        row: dict[str, object] = {"seed": seed, "offset": offset, "rate": piece.rate,
-                                  "work": piece.demand}
-        for setup in ["leastconn", *setups]:
-            results = des.run("ours" if setup.startswith("ours") else setup, servers,
-                              piece.arrivals, cell.max_tokens, WARMUP_S + measure_s,
-                              config_of(setup) if setup.startswith("ours") else None,
-                              scrape=scrape_of(setup))
-            row[setup] = stats(results, speeds, measure_s)
-        slices.append(row)
-    return {"cell": cell.to_json(), "label": cell.label, "capacity": capacity,
-            "slices": slices}
+    offset = random.Random(seed).randrange(len(trace))
+    piece = arrivals_at_load(trace, offset, cell.load, capacity, until=WARMUP_S + measure_s,
+                             span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
+    row: dict[str, object] = {"seed": seed, "offset": offset, "rate": piece.rate,
+                              "work": piece.demand}
+    for setup in ["leastconn", *setups]:
+        results = des.run("ours" if setup.startswith("ours") else setup, servers,
+                          piece.arrivals, cell.max_tokens, WARMUP_S + measure_s,
+                          config_of(setup) if setup.startswith("ours") else None,
+                          scrape=scrape_of(setup))
+        row[setup] = stats(results, speeds, measure_s)
+    return row
 
 
 def ratios(cell: dict, setup: str, peer: str = "leastconn") -> dict[str, list[float]]:
+    """Per-slice ratios of ``setup`` to ``peer``: p99 TTFT and E2E, throughput, and where
+    the results carry them, the worst-1 % means (``ttft_tail``, ``e2e_tail``)."""
     out: dict[str, list[float]] = {"ttft": [], "e2e": [], "throughput": []}
     for s in cell["slices"]:
         ours, ref = s[setup], s[peer]
         out["ttft"].append(ours["ttft_p99"] / ref["ttft_p99"])
         out["e2e"].append(ours["e2e_p99"] / ref["e2e_p99"])
         out["throughput"].append(ours["completed_per_s"] / max(1e-9, ref["completed_per_s"]))
+        for metric in ("ttft", "e2e"):
+            if f"{metric}_worst1" in ours:
+                out.setdefault(f"{metric}_tail", []).append(
+                    ours[f"{metric}_worst1"] / ref[f"{metric}_worst1"])
     return out
 
 
+def intervals(cell: dict, setup: str) -> dict[str, Interval]:
+    """Each ratio's median over the cell's slices with its bootstrap interval."""
+    return {metric: median_interval(values) for metric, values in ratios(cell, setup).items()}
+
+
+def floor_sides(cell: dict, setup: str) -> dict[str, Side]:
+    """Per floor metric: met, missed or undecided (its interval straddles the floor)."""
+    found = intervals(cell, setup)
+    return {metric: found[metric].side(limit, lower_is_better=metric not in HIGHER_IS_BETTER)
+            for metric, limit in FLOOR.items()}
+
+
+def undecided(cell: dict, setup: str) -> bool:
+    return "undecided" in floor_sides(cell, setup).values()
+
+
 def verdict(cell: dict, setup: str) -> tuple[dict[str, float], list[str]]:
-    """Medians of the per-slice ratios, and which floor conditions fail."""
-    r = ratios(cell, setup)
-    med = {k: statistics.median(v) for k, v in r.items()}
-    failed = []
-    if med["ttft"] > FLOOR["ttft"]:
-        failed.append("ttft")
-    if med["e2e"] > FLOOR["e2e"]:
-        failed.append("e2e")
-    if med["throughput"] < FLOOR["throughput"]:
-        failed.append("req/s")
+    """Medians of the per-slice ratios, and which floor conditions are not met (missed, or
+    undecided: an interval that straddles the floor is not a pass)."""
+    med = {k: v.point for k, v in intervals(cell, setup).items()}
+    names = {"ttft": "ttft", "e2e": "e2e", "throughput": "req/s"}
+    failed = [names[m] + ("?" if side == "undecided" else "")
+              for m, side in floor_sides(cell, setup).items() if side != "met"]
     if any(s[setup]["shed"] or s[setup]["errors"] for s in cell["slices"]):
         failed.append("errors")
     return med, failed
 
 
-def goal_met(cell: dict, med: dict[str, float]) -> bool | None:
+def goal_side(cell: dict, found: dict[str, Interval]) -> Side | None:
     """The gain goal of a mixed-speed cell (p99 TTFT and E2E ratios at once): 90% load,
-    hidden lengths 0.9x / 0.8x, declared 0.8x / 0.7x; 70% load 0.8x / 0.8x. None elsewhere."""
+    hidden lengths 0.9x / 0.8x, declared 0.8x / 0.7x; 70% load 0.8x / 0.8x; judged on the
+    intervals (met only when both are wholly under). None for other cells."""
     c = cell["cell"]
     if c["speeds"] != "mixed":
         return None
@@ -186,16 +230,19 @@ def goal_met(cell: dict, med: dict[str, float]) -> bool | None:
         ttft, e2e = (0.9, 0.8) if c["lengths"] == "hidden" else (0.8, 0.7)
     else:
         ttft, e2e = 0.8, 0.8
-    return med["ttft"] <= ttft and med["e2e"] <= e2e
+    sides = {found["ttft"].side(ttft), found["e2e"].side(e2e)}
+    return "missed" if "missed" in sides else "undecided" if "undecided" in sides else "met"
 
 
 def line(cell: dict, setup: str) -> str:
-    med, failed = verdict(cell, setup)
-    r = ratios(cell, setup)
-    per = " ".join(f"{t:.2f}/{e:.2f}" for t, e in zip(r["ttft"], r["e2e"], strict=True))
+    found = intervals(cell, setup)
+    _, failed = verdict(cell, setup)
     flag = "FLOOR " + ",".join(failed) if failed else "ok"
-    return (f"{cell['label']:<88} {setup:<28} TTFT {med['ttft']:.2f}x E2E {med['e2e']:.2f}x "
-            f"req/s {med['throughput']:.3f}x  [{per}]  {flag}")
+    tail = "".join(f" {name} {found[key].text()}x" for key, name in
+                   (("ttft_tail", "TTFT-tail"), ("e2e_tail", "E2E-tail")) if key in found)
+    return (f"{cell['label']:<88} {setup:<28} n={len(cell['slices'])} TTFT "
+            f"{found['ttft'].text()}x E2E {found['e2e'].text()}x req/s "
+            f"{found['throughput'].text(3)}x{tail}  {flag}")
 
 
 def missed_floor(raw: Path) -> set[str]:
@@ -213,20 +260,33 @@ def missed_floor(raw: Path) -> set[str]:
 
 
 def summarise(cells: list[dict], setups: list[str]) -> str:
-    """Per setup: cells passing the floor, the worst and median cell ratios."""
+    """Per setup: cells whose floor is met, missed or undecided; each ratio pooled over the
+    cells (geometric mean, cluster-bootstrap interval); the worst and best cell."""
     out = []
     for setup in setups:
-        verdicts = [(verdict(c, setup), c) for c in cells]
-        passed = sum(not failed for (_, failed), _ in verdicts)
-        worst_ttft = max(verdicts, key=lambda v: v[0][0]["ttft"])
-        worst_e2e = max(verdicts, key=lambda v: v[0][0]["e2e"])
-        med_ttft = statistics.median(v[0][0]["ttft"] for v in verdicts)
-        med_e2e = statistics.median(v[0][0]["e2e"] for v in verdicts)
-        judged = [(goal_met(c, med), c) for (med, _), c in verdicts]
-        goals = [(met, c) for met, c in judged if met is not None]
-        out.append(f"{setup}: floor held in {passed}/{len(cells)} cells; median cell TTFT "
-                   f"{med_ttft:.2f}x E2E {med_e2e:.2f}x\n  worst TTFT "
-                   f"{worst_ttft[0][0]['ttft']:.2f}x ({worst_ttft[1]['label']})\n  worst E2E "
-                   f"{worst_e2e[0][0]['e2e']:.2f}x ({worst_e2e[1]['label']})\n  mixed-speed "
-                   f"gain goals met in {sum(met for met, _ in goals)}/{len(goals)} cells")
+        sides = [floor_sides(c, setup) for c in cells]
+        errors = sum(any(s[setup]["shed"] or s[setup]["errors"] for s in c["slices"])
+                     for c in cells)
+        met = sum(all(v == "met" for v in s.values()) for s in sides)
+        missed = sum(any(v == "missed" for v in s.values()) for s in sides)
+        out.append(f"{setup}: floor met in {met}/{len(cells)} cells, missed in {missed}, "
+                   f"undecided in {len(cells) - met - missed}; {errors} with shed or errors; "
+                   f"{sum(len(c['slices']) for c in cells)} slices")
+        per_cell = [ratios(c, setup) for c in cells]
+        for metric in ("ttft", "e2e", "throughput", "ttft_tail", "e2e_tail"):
+            clusters = [r[metric] for r in per_cell if metric in r]
+            if not clusters:
+                continue
+            pooled = geomean_interval(clusters)
+            medians = [(median_interval(r[metric]).point, c["label"])
+                        for r, c in zip(per_cell, cells, strict=True) if metric in r]
+            worst = min(medians) if metric in HIGHER_IS_BETTER else max(medians)
+            best = max(medians) if metric in HIGHER_IS_BETTER else min(medians)
+            out.append(f"  {metric:<10} pooled {pooled.text(3)}x; worst cell {worst[0]:.2f}x "
+                       f"({worst[1]}); best {best[0]:.2f}x ({best[1]})")
+        goals = [side for side in (goal_side(c, intervals(c, setup)) for c in cells)
+                 if side is not None]
+        if goals:
+            out.append(f"  mixed-speed gain goals met in {goals.count('met')}/{len(goals)} "
+                       f"cells, missed in {goals.count('missed')}")
     return "\n".join(out)
