@@ -9,7 +9,10 @@
 - ``worst_share_mean``: the mean of the worst 1 % of a latency sample, a tail figure that
   moves less from slice to slice than the 99th percentile's one order statistic;
 - ``Interval.side``: ``met``, ``missed`` or ``undecided`` (the interval straddles the
-  threshold: not a win and not a loss; the sequential matrix adds slices to such cells).
+  threshold: not a win and not a loss; the sequential matrix adds slices to such cells);
+- ``sign_test_p`` and ``holm``: whether a cell's median ratio is above a bound, tested
+  exactly (a sign test needs no shape of the slices' spread) and corrected for the number
+  of cells tested at once (Holm), so that one cell in 192 is not a loss by chance.
 
 Resampling is seeded, so a result file summarises the same way every time.
 """
@@ -90,6 +93,29 @@ def worst_share_mean(values: Sequence[float], share: float = 0.01) -> float:
         return float("nan")
     count = max(1, math.ceil(share * len(values)))
     return statistics.fmean(sorted(values)[-count:])
+
+
+def sign_test_p(values: Sequence[float], bound: float) -> float:
+    """One-sided exact sign test of "the median is at most ``bound``": the chance of as many
+    values above ``bound`` as seen if each were above it with probability one half (values
+    equal to the bound are dropped)."""
+    above = sum(v > bound for v in values)
+    n = above + sum(v < bound for v in values)
+    if n == 0:
+        return 1.0
+    return math.fsum(math.comb(n, k) for k in range(above, n + 1)) / 2 ** n
+
+
+def holm(p_values: Sequence[float], alpha: float = 1 - LEVEL) -> list[bool]:
+    """Holm's step-down correction: which of ``p_values`` are rejected at family-wise error
+    ``alpha``."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
 
 
 def _mean_of_all(groups: Sequence[Sequence[float]]) -> float:

@@ -12,7 +12,7 @@ import pytest
 
 from benchkit import des
 from benchkit.matrix import DIMENSIONS, parse_cells
-from benchkit.routing_matrix import floor_sides, verdict
+from benchkit.routing_matrix import floor_goals, floor_sides, verdict
 from benchkit.routing_trace import Arrival
 from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
@@ -159,3 +159,32 @@ def test_the_floor_is_judged_on_the_interval_of_per_slice_ratios() -> None:
     assert verdict(worse, "ours")[1] == ["ttft"]
     steady["slices"][0]["ours"]["shed"] = 1
     assert verdict(steady, "ours")[1] == ["errors"]
+
+
+def _cell(label: str, ttfts: list[float], load: float = 0.9, counted: int = 1200) -> dict:
+    slices = []
+    for t in ttfts:
+        ours = _slice(t, 10.0, 5.0) | {"counted": counted}
+        slices.append({"leastconn": _slice(1.0, 10.0, 5.0) | {"counted": counted},
+                       "ours": ours})
+    return {"label": label, "cell": {"load": load, "speeds": "uniform"}, "slices": slices}
+
+
+def test_the_issues_floor_is_judged_pooled_per_cell_and_on_enough_data() -> None:
+    level = [_cell(f"level-{i}", [0.98, 1.0, 1.02, 0.99, 1.01]) for i in range(20)]
+    lines = floor_goals(level, "ours")
+    assert lines[0].startswith("held ttft") and lines[1].startswith("held e2e")
+    assert all(line.startswith("held") for line in lines), lines
+    # one cell worse in every slice: its median (1.3) and every slice (> 1.1) fail it,
+    # though a sign test over 21 cells cannot convict it (Holm)
+    worse = [*level, _cell("worse", [1.3, 1.25, 1.4, 1.3, 1.35])]
+    ttft = floor_goals(worse, "ours")[0]
+    assert ttft.startswith("NOT held ttft") and "0 cells above 1.05 (Holm)" in ttft
+    assert "1 medians above 1.2; 1 cells with every slice above 1.1" in ttft
+    assert ttft.endswith("\n      worse")
+    # three slices, or 800 requests a slice, are not enough to judge
+    few = [_cell("few", [1.0, 1.0, 1.0], counted=800)]
+    assert floor_goals(few, "ours")[-1].startswith("NOT held enough to judge: >= 800")
+    shed = [_cell("shed", [1.0] * 5)]
+    shed[0]["slices"][2]["ours"]["shed"] = 3
+    assert floor_goals(shed, "ours")[3] == "NOT held no 429 or error below capacity: 1 cells"

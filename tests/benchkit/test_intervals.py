@@ -14,7 +14,9 @@ import pytest
 from benchkit.intervals import (
     Interval,
     geomean_interval,
+    holm,
     median_interval,
+    sign_test_p,
     worst_share_mean,
 )
 
@@ -87,3 +89,17 @@ def test_the_worst_share_mean_averages_the_tail() -> None:
     assert math.isnan(worst_share_mean([]))
     with pytest.raises(ValueError):
         median_interval([])
+
+
+def test_the_sign_test_is_exact_and_holm_corrects_for_many_cells() -> None:
+    assert sign_test_p([1.2] * 5, 1.05) == pytest.approx(1 / 32)
+    assert sign_test_p([1.2, 1.2, 1.2, 1.0, 1.2], 1.05) == pytest.approx(6 / 32)
+    assert sign_test_p([1.0, 0.9], 1.05) == 1.0
+    assert sign_test_p([1.05, 1.05], 1.05) == 1.0  # ties tell nothing
+    # one p-value of 0.001 among 10: rejected (0.001 <= 0.05 / 10); 0.01 next is not
+    # (> 0.05 / 9), and so nothing after it is
+    assert holm([0.3, 0.001, 0.01, 0.5, 0.2, 0.9, 0.7, 0.6, 0.8, 0.4]) == \
+        [False, True, False, False, False, False, False, False, False, False]
+    assert holm([0.001, 0.002]) == [True, True]
+    # five slices all above the bound cannot convict one cell of 192 (1/32 > 0.05 / 192)
+    assert holm([sign_test_p([1.3] * 5, 1.05)] + [1.0] * 191) == [False] * 192
