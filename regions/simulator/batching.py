@@ -10,7 +10,8 @@ Modelled on vLLM's first-come-first-served scheduler without chunked prefill:
   (up to ``max_prefill_tokens``): it takes ``tokens / prefill_tokens_per_s`` and yields each
   one's first token. Running sequences do not decode meanwhile (prefill is prioritised).
 - Otherwise it is a *decode* step over every running sequence: one token each, taking
-  ``decode_base_ms * (1 + alpha * (batch - 1))``.
+  ``decode_base_ms * (1 + alpha * (batch - 1))`` plus attention over the batch's context
+  tokens (``EngineConfig.decode_step_seconds``): long contexts decode slower.
 - Before a decode step, if the budget cannot hold one more token per running sequence, the
   most recently admitted sequences are preempted (recompute): their KV is freed and they go
   back to the queue's head; re-admission prefills prompt + generated tokens again.
@@ -260,7 +261,8 @@ class Scheduler:
         return Step(
             StepKind.DECODE,
             tuple(self.running),
-            self.config.decode_step_seconds(len(self.running), self.slow_factor),
+            self.config.decode_step_seconds(len(self.running), self.slow_factor,
+                                            sum(s.kv_tokens for s in self.running)),
         )
 
     def complete(self, step: Step, now: float) -> list[Sequence]:
@@ -322,7 +324,8 @@ class Scheduler:
             return None
         prefill = sum(chunks)
         kind = StepKind.MIXED if prefill else StepKind.DECODE
-        duration = self.config.mixed_step_seconds(len(decodes), prefill, self.slow_factor)
+        duration = self.config.mixed_step_seconds(len(decodes), prefill, self.slow_factor,
+                                                  sum(s.kv_tokens for s in decodes))
         loaded = self._take_loading()
         duration += len(loaded) * self.config.lora_load_s
         return Step(kind, tuple(seqs), duration, tuple(chunks), loaded)

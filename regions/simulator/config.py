@@ -8,8 +8,13 @@ from dataclasses import dataclass, fields
 
 from regions.simulator.errors import SimConfigError
 
-_MAY_BE_ZERO = frozenset({"decode_alpha", "kv_watermark", "max_catchup_s", "max_loras",
+_MAY_BE_ZERO = frozenset({"decode_alpha", "decode_context_ms_per_ktoken", "kv_watermark", "max_catchup_s", "max_loras",
                           "max_cpu_loras", "lora_load_s"})
+
+
+# a sequence's context when a caller does not say: about the Azure conversation trace's mean
+# (1,155 prompt + 129 output tokens, half of them generated on average)
+CONTEXT_TOKENS = 1200
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,15 @@ class EngineConfig:
       running sequence and spends what is left of ``max_prefill_tokens`` on prompt chunks,
       oldest first; see ``batching``.
     - ``prefill_tokens_per_s``: prefill throughput at speed 1.0.
-    - ``decode_base_ms``, ``decode_alpha``: one decode step of a batch of ``b`` sequences
-      takes ``decode_base_ms * (1 + decode_alpha * (b - 1)) / speed`` milliseconds.
+    - ``decode_base_ms``, ``decode_alpha``, ``decode_context_ms_per_ktoken``: one decode step
+      of a batch of ``b`` sequences holding ``t`` context tokens in all takes
+      ``(decode_base_ms * (1 + decode_alpha * (b - 1)) + decode_context_ms_per_ktoken *
+      t / 1000) / speed`` milliseconds. The context term is attention reading every
+      sequence's KV once a step: 128 KiB a token (above) at an H100 SXM's 3.35 TB/s of HBM3
+      is 0.039 ms per 1,000 tokens at full bandwidth, 0.05 at the ~78 % decode-attention
+      kernels reach. ``decode_alpha`` (0.035) is the per-sequence rest: with the Azure
+      conversation trace's mean context (about 1,200 tokens) a sequence adds what 0.04
+      alone added before context counted, so a 12k-token context costs twice a 1k one.
     - ``kv_watermark``: share of the KV budget kept free when admitting new sequences, so
       running ones can grow before anything must be preempted (vLLM's default is 1%).
     - ``prefix_caching``: vLLM's automatic prefix caching (on by default in vLLM v1): a
@@ -61,7 +73,8 @@ class EngineConfig:
     max_prefill_tokens: int = 16_384
     prefill_tokens_per_s: float = 16_000.0
     decode_base_ms: float = 12.0
-    decode_alpha: float = 0.04
+    decode_alpha: float = 0.035
+    decode_context_ms_per_ktoken: float = 0.05
     kv_watermark: float = 0.01
     max_catchup_s: float = 0.5
     chunked_prefill: bool = False
@@ -110,17 +123,24 @@ class EngineConfig:
         """Model seconds to prefill ``tokens`` prompt tokens."""
         return tokens / self.prefill_tokens_per_s / self.speed * slow_factor
 
-    def decode_step_seconds(self, batch: int, slow_factor: float = 1.0) -> float:
-        """Model seconds of one decode step over ``batch`` running sequences."""
-        base = self.decode_base_ms / 1000.0
-        return base * (1 + self.decode_alpha * (batch - 1)) / self.speed * slow_factor
+    def decode_step_seconds(self, batch: int, slow_factor: float = 1.0,
+                            context_tokens: int | None = None) -> float:
+        """Model seconds of one decode step over ``batch`` running sequences holding
+        ``context_tokens`` KV tokens in all (None: ``CONTEXT_TOKENS`` each)."""
+        if context_tokens is None:
+            context_tokens = batch * CONTEXT_TOKENS
+        ms = (self.decode_base_ms * (1 + self.decode_alpha * (batch - 1))
+              + self.decode_context_ms_per_ktoken * context_tokens / 1000)
+        return ms / 1000.0 / self.speed * slow_factor
 
     def mixed_step_seconds(
-        self, decodes: int, prefill_tokens: int, slow_factor: float = 1.0
+        self, decodes: int, prefill_tokens: int, slow_factor: float = 1.0,
+        context_tokens: int | None = None,
     ) -> float:
         """Model seconds of one chunked-prefill iteration: ``decodes`` running sequences
-        decode beside ``prefill_tokens`` prompt tokens. Decoding is bound by memory reads and
-        prefill by compute, so the two overlap (Sarathi-Serve's piggybacked decodes): the
-        step takes the longer of the two."""
-        decode = self.decode_step_seconds(decodes, slow_factor) if decodes else 0.0
+        (``context_tokens`` KV tokens in all) decode beside ``prefill_tokens`` prompt
+        tokens. Decoding is bound by memory reads and prefill by compute, so the two overlap
+        (Sarathi-Serve's piggybacked decodes): the step takes the longer of the two."""
+        decode = (self.decode_step_seconds(decodes, slow_factor, context_tokens)
+                  if decodes else 0.0)
         return max(decode, self.prefill_seconds(prefill_tokens, slow_factor))

@@ -14,14 +14,16 @@ A mid-size (8B) model on an H100-class GPU with vLLM's default batch limits
 
 - prefill 16,000 tokens/s: a median conversation prompt (1,020 tokens) takes 64 ms,
   the trace mean (1,155) 72 ms, a 4,000-token prompt 250 ms;
-- decode step ``12 ms * (1 + 0.04 * (batch - 1))``: 12 ms alone (83 tokens/s for one
-  stream), 19.2 ms for a batch of 16 (833 tokens/s), 134 ms for 256 (1,905 tokens/s);
+- decode step ``12 ms * (1 + 0.035 * (batch - 1))`` plus 0.05 ms per 1,000 context tokens
+  in the batch (attention reading the KV): with conversation-sized contexts (1,200 tokens)
+  12.06 ms alone (83 tokens/s for one stream), 19.3 ms for a batch of 16 (831 tokens/s),
+  134 ms for 256 (1,904 tokens/s); sixteen 12k-token contexts take 27.9 ms;
 - 256 sequence slots and a KV budget of 432,000 tokens; ``max_model_len`` 16,384.
 
 Capacity on the Azure conversation trace (``bench/routing_matrix.py``'s measure: the engine
 alone on a virtual clock, a closed loop of twice as many clients as slots keeping it
-saturated, requests drawn from the trace; 300 model seconds after a 60 s warm-up): 5.27 req/s
-(1,121 output tokens/s) at speed 1.0, 3.19 at 0.6, 2.19 at 0.4. Unloaded, the median request
+saturated, requests drawn from the trace; 300 model seconds after a 60 s warm-up): 5.26 req/s
+at speed 1.0, 3.19 at 0.6, 2.19 at 0.4. Unloaded, the median request
 (1,020 prompt / 129 output tokens) takes 0.064 s to its first token and 1.60 s in all at
 speed 1.0. The routing matrix (``benchkit/matrix.py``) also runs 16 and 64 slots, chunked
 prefill and other traces; it measures each cell's capacity the same way. Figures measured

@@ -39,7 +39,8 @@ def test_virtual_time_jumps_and_keeps_order() -> None:
 
 def test_an_engine_on_the_loop_clock_keeps_the_model_times() -> None:
     """Alone, a 1,000-token prompt prefills in 1000 / 16000 s and each decode step takes
-    12 ms (``EngineConfig``), in virtual seconds."""
+    12 ms plus 0.05 ms per 1,000 context tokens (``EngineConfig``), in virtual seconds: the
+    ten steps after the first token hold 1,001 to 1,010 tokens."""
     loop = des.VirtualTimeLoop()
 
     async def main() -> tuple[float, float]:
@@ -58,7 +59,7 @@ def test_an_engine_on_the_loop_clock_keeps_the_model_times() -> None:
     finally:
         loop.close()
     assert abs(first - 1000 / 16000) < 1e-6
-    assert abs(decode - 10 * 0.012) < 1e-6
+    assert abs(decode - (10 * 0.012 + 0.05e-3 * (10_000 + 55) / 1000)) < 1e-9
 
 
 @pytest.mark.parametrize("cell", ["slots=16;speeds=mixed;engine=whole",

@@ -9,8 +9,10 @@ from regions.simulator.batching import Scheduler, SeqState, StepKind
 from regions.simulator.config import EngineConfig
 from regions.simulator.errors import ContextLengthError, SimConfigError
 
-# Round numbers: prefill 1,000 tokens/s, decode step 10 ms * (1 + 0.5 * (batch - 1)).
-ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0, "decode_alpha": 0.5}
+# Round numbers: prefill 1,000 tokens/s, decode step 10 ms * (1 + 0.5 * (batch - 1)), and
+# no context cost: these examples are about batching.
+ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0,
+         "decode_context_ms_per_ktoken": 0.0, "decode_alpha": 0.5}
 
 
 def make(**overrides: object) -> Scheduler:
@@ -246,3 +248,41 @@ def test_chunked_serves_a_queue_in_order_to_the_end() -> None:
     firsts = [q.first_token_at for q in seqs]
     assert firsts == sorted(firsts)  # oldest first
     assert s.counters.prompt_tokens == sum(100 * (i + 1) for i in range(8))
+
+
+def test_a_long_context_decodes_slower_than_a_short_one() -> None:
+    """Attention reads each sequence's KV every step: 1 ms per 1,000 context tokens here.
+    Two sequences of 1,000 prompt tokens after their first token hold 2,002 tokens: a step
+    of 10 * (1 + 0.5) + 1 * 2.002 = 17.002 ms; two of 12,000 hold 24,002: 39.002 ms."""
+    for prompt, step_ms in ((1000, 17.002), (12_000, 39.002)):
+        s = make(decode_context_ms_per_ktoken=1.0, max_prefill_tokens=32_768,
+                 max_model_len=16_384)
+        for _ in range(2):
+            s.submit(prompt, 5, 0.0)
+        prefill = s.plan()
+        assert prefill is not None and prefill.kind is StepKind.PREFILL
+        s.complete(prefill, prefill.duration)
+        decode = s.plan()
+        assert decode is not None and decode.kind is StepKind.DECODE
+        assert decode.duration == pytest.approx(step_ms / 1000)
+
+
+def test_chunked_decodes_beside_a_prompt_chunk_pay_for_their_context() -> None:
+    """Chunked prefill: a sequence of 3,000 tokens (after its first) decodes beside a
+    100-token chunk of another's prompt. Decode 10 ms + 2 ms per 1,000 tokens * 3.001 =
+    16.002 ms; the chunk 100 / 1000 tokens/s = 100 ms: the longer, 100 ms. With 50,000
+    tokens of context (decode 110 ms) the decode is the longer."""
+    for prompt, step_ms in ((3000, 100.0), (50_000, 10 + 2 * 50.001)):
+        s = Scheduler(EngineConfig(**{**ROUND, "kv_watermark": 0.0,
+                                      "decode_context_ms_per_ktoken": 2.0,
+                                      "max_model_len": 65_536, "kv_cache_tokens": 200_000}
+                                   ).chunked(prompt + 101))
+        first = s.submit(prompt, 5, 0.0)
+        step = s.plan()
+        assert step is not None
+        s.complete(step, step.duration)
+        assert first.generated == 1
+        s.submit(100, 5, 0.0)
+        mixed = s.plan()
+        assert mixed is not None and mixed.kind is StepKind.MIXED
+        assert mixed.duration == pytest.approx(step_ms / 1000)

@@ -13,7 +13,9 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SequenceAborted
 
-ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0, "decode_alpha": 0.5}
+# round figures, and no context cost: these examples are about batching
+ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0,
+         "decode_context_ms_per_ktoken": 0.0, "decode_alpha": 0.5}
 
 
 async def started(**overrides: object) -> Engine:

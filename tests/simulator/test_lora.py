@@ -14,7 +14,9 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.errors import SimConfigError
 from tests.simulator.helpers import MODEL, completion, running_server
 
-ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0, "decode_alpha": 0.0,
+# round figures, and no context cost: these examples are about batching
+ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0,
+         "decode_context_ms_per_ktoken": 0.0, "decode_alpha": 0.0,
          "kv_watermark": 0.0, "prefix_caching": False}
 
 

@@ -15,7 +15,9 @@ from regions.simulator.config import EngineConfig
 from regions.simulator.prefix_cache import PrefixCache
 from regions.simulator.prompt_blocks import chat_stream, prompt_blocks
 
-ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0, "decode_alpha": 0.5,
+# round figures, and no context cost: these examples are about batching
+ROUND = {"prefill_tokens_per_s": 1000.0, "decode_base_ms": 10.0,
+         "decode_context_ms_per_ktoken": 0.0, "decode_alpha": 0.5,
          "kv_watermark": 0.0}
 BLOCK_CHARS = 16 * 4
 
