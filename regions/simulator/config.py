@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields
 
 from regions.simulator.errors import SimConfigError
 
-_MAY_BE_ZERO = frozenset({"decode_alpha", "decode_context_ms_per_ktoken", "kv_watermark", "max_catchup_s", "max_loras",
-                          "max_cpu_loras", "lora_load_s"})
+_MAY_BE_ZERO = frozenset({"decode_alpha", "decode_context_ms_per_ktoken", "kv_watermark",
+                          "max_catchup_s", "max_loras", "max_cpu_loras", "lora_load_s"})
 
 
 # a sequence's context when a caller does not say: about the Azure conversation trace's mean
