@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import selectors
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from regions.balancer.app import Balancer
 from regions.balancer.errors import ShedError
 from regions.balancer.http.request_info import parse_request
 from regions.balancer.scheduling.backend import ScrapedLoad
+from regions.balancer.scheduling.speed import MIN_SAMPLE_TOKENS
 from regions.balancer.types import Endpoint
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SequenceAborted
@@ -84,7 +86,8 @@ class Result:
     backend: str
 
 
-Done = Callable[[float, float, int], None]  # (TTFT from the send, decode rate, tokens)
+# (TTFT from the send, decode rate, tokens, median time per token between tokens or None)
+Done = Callable[[float, float, int, float | None], None]
 
 
 class LeastConn:
@@ -119,21 +122,24 @@ def _nothing() -> None:
     pass
 
 
-def _learn_nothing(ttft: float, rate: float, tokens: int) -> None:
+def _learn_nothing(ttft: float, rate: float, tokens: int, step: float | None) -> None:
     pass
 
 
 class Ours:
     """Our balancer's objects, fed as the proxy feeds them, scraped as ``engine_scrape``
-    scrapes (``scrape``: False to leave capacities unknown)."""
+    scrapes (``scrape``: False to leave capacities unknown; ``told``: the servers' true
+    speeds given to the pool's ``FleetSpeed`` rather than learned)."""
 
     def __init__(self, servers: list[Server], engines: dict[str, Engine],
-                 config: BalancerConfig, scrape: bool = True) -> None:
+                 config: BalancerConfig, scrape: bool = True, told: bool = False) -> None:
         loop = asyncio.get_running_loop()
         specs = [BackendSpec(s.name, f"http://127.0.0.1:1/{s.name}", (MODEL,),
                              config.max_concurrency) for s in servers]
         self.balancer = Balancer("des", specs, config, clock=loop.time)
         self.pool = self.balancer.pool
+        if told:  # the told-speeds arm: the true speeds, only the fleet's shape learned
+            self.pool.speeds.tell({s.name: s.speed for s in servers})
         self.engines = engines
         self.scrape = scrape
         self._task: asyncio.Task[None] | None = None
@@ -174,11 +180,11 @@ class Ours:
         lease = await self.balancer.dispatcher.acquire(info)
         backend = lease.backend
 
-        def learn(ttft: float, rate: float, tokens: int) -> None:
+        def learn(ttft: float, rate: float, tokens: int, step: float | None) -> None:
             self.pool.record_ttft(backend, ttft, lease.occupancy)
             self.pool.record_success(backend)
             if rate > 0:
-                self.pool.record_stream(lease, rate)
+                self.pool.record_stream(lease, rate, step)
             proxy.output_lengths.observe(info.model, info.prompt_tokens, info.max_tokens, tokens)
 
         return backend.name, lease.release, lease.started, learn
@@ -210,18 +216,21 @@ async def _one(router: Ours | LeastConn, engines: dict[str, Engine], a: Arrival,
     first, last = seq.first_token_at, seq.finished_at
     assert first is not None and last is not None
     rate = (seq.generated - 1) / (last - first) if seq.generated > 3 and last > first else 0.0
-    learn(first - sent, rate, seq.generated)
+    # what the proxy's StreamMeter measures from the chunks' times
+    step = statistics.median(seq.gaps) if len(seq.gaps) >= MIN_SAMPLE_TOKENS else None
+    learn(first - sent, rate, seq.generated, step or None)
     out.append(Result(a.at, 200, first - start, last - start, seq.generated, name))
 
 
 async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
                  max_tokens: int | None, counted_until: float,
                  config: BalancerConfig | None = None, cut_after: float = 600.0,
-                 scrape: bool = True) -> list[Result]:
+                 scrape: bool = True, told: bool = False,
+                 inspect: Callable[[Ours], None] | None = None) -> list[Result]:
     """Every arrival through ``setup`` (``ours``, ``leastconn`` or ``leastconn-shifted``);
     returns once the counted ones (arriving before ``counted_until``) have ended, or
     ``cut_after`` model seconds after the last of them arrived (those still running are
-    errors, status 0)."""
+    errors, status 0). ``inspect`` is called with ours (what it learned) before it stops."""
     engines = {s.name: Engine(s.engine, LoopClock()) for s in servers}
     for engine in engines.values():
         await engine.start()
@@ -231,7 +240,7 @@ async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
     elif setup == "leastconn-shifted":
         router = LeastConn(servers, first_turn=1)
     else:
-        router = Ours(servers, engines, config or BalancerConfig(), scrape)
+        router = Ours(servers, engines, config or BalancerConfig(), scrape, told)
     await router.start()
     out: list[Result] = []
     tasks = [asyncio.create_task(_one(router, engines, a, max_tokens, out)) for a in arrivals]
@@ -242,6 +251,8 @@ async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if inspect is not None and isinstance(router, Ours):
+        inspect(router)
     await router.stop()
     for engine in engines.values():
         await engine.stop()
@@ -250,11 +261,12 @@ async def replay(setup: str, servers: list[Server], arrivals: list[Arrival],
 
 def run(setup: str, servers: list[Server], arrivals: list[Arrival], max_tokens: int | None,
         counted_until: float, config: BalancerConfig | None = None,
-        scrape: bool = True) -> list[Result]:
+        scrape: bool = True, told: bool = False) -> list[Result]:
     """``replay`` on a fresh virtual-time loop."""
     loop = VirtualTimeLoop()
     try:
         return loop.run_until_complete(
-            replay(setup, servers, arrivals, max_tokens, counted_until, config, scrape=scrape))
+            replay(setup, servers, arrivals, max_tokens, counted_until, config, scrape=scrape,
+                   told=told))
     finally:
         loop.close()

@@ -111,7 +111,8 @@ def stats(results: list[des.Result], speeds: dict[str, float],
 def config_of(setup: str) -> BalancerConfig:
     """``ours`` or ``ours:KEY=VALUE+...``: ``scorers=NAME~W/NAME~W``, ``filters=A/B``,
     ``picker=NAME``, ``capacity=off``
-    (capacities never learned: nothing held), ``capacity.FIELD=VALUE`` (``CapacityConfig``),
+    (capacities never learned: nothing held), ``speeds=told`` (the servers' true speeds given,
+    not learned: what learning them costs), ``capacity.FIELD=VALUE`` (``CapacityConfig``),
     ``outliers.FIELD=VALUE`` (``OutlierConfig``),
     ``NAME.PARAM=VALUE`` for a scorer."""
     name, _, params = setup.partition(":")
@@ -129,8 +130,8 @@ def config_of(setup: str) -> BalancerConfig:
                 (n, float(w)) for n, _, w in pairs))
         elif key == "picker":
             config = dataclasses.replace(config, picker=value)
-        elif key == "capacity":
-            continue  # read by scrape_of
+        elif key == "capacity" or (key, value) == ("speeds", "told"):
+            continue  # read by scrape_of, told_of
         elif key.partition(".")[0] in ("capacity", "outliers"):
             part, _, field = key.partition(".")
             current = getattr(config, part)
@@ -149,6 +150,10 @@ def config_of(setup: str) -> BalancerConfig:
 
 def scrape_of(setup: str) -> bool:
     return "capacity=off" not in setup
+
+
+def told_of(setup: str) -> bool:
+    return "speeds=told" in setup
 
 
 def run_cell(cell: Cell, setups: list[str], measure_s: float = MEASURE_S,
@@ -190,7 +195,7 @@ def run_slice(cell: Cell, trace: list, capacity: float, seed: int, setups: list[
         results = des.run("ours" if setup.startswith("ours") else setup, servers,
                           piece.arrivals, cell.max_tokens, WARMUP_S + measure_s,
                           config_of(setup) if setup.startswith("ours") else None,
-                          scrape=scrape_of(setup))
+                          scrape=scrape_of(setup), told=told_of(setup))
         row[setup] = stats(results, speeds, measure_s)
     return row
 

@@ -63,6 +63,9 @@ class SeqState(enum.Enum):
     ABORTED = "aborted"
 
 
+GAPS_KEPT = 256  # a sequence's first gaps between tokens (what a proxy's meter keeps)
+
+
 @dataclass(eq=False)
 class Sequence:
     """One request inside the engine. Times are model seconds."""
@@ -83,6 +86,8 @@ class Sequence:
     held: int = 0  # leading prompt blocks it references in the prefix cache
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at its first admission
     adapter: str | None = None  # its LoRA adapter (None: the base model)
+    token_at: float | None = None  # when its latest token came
+    gaps: list[float] = field(default_factory=list)  # between its tokens, GAPS_KEPT at most
 
     @property
     def hashes(self) -> tuple[int, ...]:
@@ -290,6 +295,9 @@ class Scheduler:
                 self.counters.generation_tokens += 1
                 if seq.first_token_at is None:
                     seq.first_token_at = now
+                elif len(seq.gaps) < GAPS_KEPT and seq.token_at is not None:
+                    seq.gaps.append(now - seq.token_at)
+                seq.token_at = now
             if seq.generated >= seq.output_tokens:
                 seq.state = SeqState.FINISHED
                 seq.finished_at = now

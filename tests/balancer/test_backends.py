@@ -228,6 +228,24 @@ def test_stream_meter_counts_tokens_after_the_first() -> None:
     assert meter.rate() == pytest.approx(3 / 1.0)
 
 
+def test_stream_meter_takes_the_median_gap_so_iterations_that_prefilled_stay_out() -> None:
+    """Tokens every 20 ms, two chunks of two tokens 40 ms apart (20 ms a token), and one
+    gap of 300 ms where the engine prefilled others' prompts: the median is 20 ms a token,
+    the mean rate is pulled down by the stall."""
+    meter = StreamMeter()
+    at = 1.0
+    meter.observe(b'data: {"choices":[{"text":"a"}]}\n\n', at)
+    for gap, tokens in ((0.02, 1), (0.02, 1), (0.3, 1), (0.04, 2), (0.02, 1), (0.04, 2)):
+        at += gap
+        meter.observe(b'data: {"choices":[{"text":"x"}]}\n\n' * tokens, at)
+    assert meter.step_seconds() == pytest.approx(0.02)
+    assert meter.rate() == pytest.approx(8 / 0.44)
+    short = StreamMeter()
+    short.observe(b'data: {"choices":[{"text":"a"}]}\n\n', 1.0)
+    short.observe(b'data: {"choices":[{"text":"b"}]}\n\n', 1.1)
+    assert short.step_seconds() is None  # too few gaps to say
+
+
 def test_ewma() -> None:
     e = Ewma(alpha=0.5)
     assert e.update(10.0) == 10.0

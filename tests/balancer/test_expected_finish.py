@@ -1,42 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Speeds learned per concurrency (``speed.BatchRate``), and the ``expected-finish`` scorer
-that reads them: table tests with ids."""
+"""The ``expected-finish`` scorer, reading each backend's time per token at a concurrency
+(``fleet_speed.FleetSpeed``'s lines): table tests with ids."""
 
 from __future__ import annotations
 
 import pytest
 
 from regions.balancer.scheduling.scorers.expected_finish import ExpectedFinishScorer, finish_s
-from regions.balancer.scheduling.speed import BatchRate
 from tests.balancer.helpers import req, snap
-
-
-def test_the_model_recovers_a_linear_slowdown() -> None:
-    rate = BatchRate(forget=1.0)
-    for b in (1, 4, 8, 16, 32, 8, 2):
-        rate.observe(b, 1.0 / (0.012 + 0.0005 * b))
-    base, slope = rate.model()
-    assert base == pytest.approx(0.012, rel=1e-6) and slope == pytest.approx(0.0005, rel=1e-6)
-
-
-def test_no_spread_no_slope_and_nothing_before_enough_samples() -> None:
-    rate = BatchRate()
-    rate.observe(10, 50.0)
-    assert rate.model() is None
-    rate.observe(10, 40.0)
-    rate.observe(10.5, 45.0)
-    base, slope = rate.model()
-    assert slope == 0.0 and base == pytest.approx((1 / 50 + 1 / 40 + 1 / 45) / 3, rel=0.05)
-
-
-def test_recent_samples_weigh_more() -> None:
-    rate = BatchRate(forget=0.5)
-    for _ in range(20):
-        rate.observe(4, 100.0)
-    for _ in range(20):
-        rate.observe(4, 50.0)  # it slowed down
-    assert rate.model()[0] == pytest.approx(0.02, rel=0.01)
-
 
 FAST = dict(tokens_per_s=80.0, spt_base=0.0125, spt_slope=0.0005, cap=64)
 

@@ -545,7 +545,7 @@ class Proxy:
     def _learn(self, lease: Lease, info: RequestInfo, meter: StreamMeter) -> None:
         rate = meter.rate()
         if rate is not None:
-            self.pool.record_stream(lease, rate)
+            self.pool.record_stream(lease, rate, meter.step_seconds())
         if meter.events:
             self.output_lengths.observe(
                 info.model, info.prompt_tokens, info.max_tokens, meter.events

@@ -13,7 +13,7 @@ from regions.balancer.errors import BalancerConfigError
 from regions.balancer.scheduling.capacity import Capacity, CapacityEstimator
 from regions.balancer.scheduling.error_rate import ErrorRate
 from regions.balancer.scheduling.latency import ttft_ewma
-from regions.balancer.scheduling.speed import BatchRate, Ewma
+from regions.balancer.scheduling.speed import Ewma
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,7 @@ class Backend:
     models: frozenset[str] = field(init=False)
     capacity: CapacityEstimator = field(init=False)
     cap_now: Capacity = field(init=False)  # capacity.current() as of the last change
-    batch_rate: BatchRate = field(default_factory=BatchRate)
-    spt: tuple[float, float] | None = None  # batch_rate.model() as of its last sample
+    spt: tuple[float, float] | None = None  # its FleetSpeed.line as of the last fit
     busy_integral: float = 0.0  # in_flight integrated over time (request-seconds)
     busy_at: float = 0.0  # when busy_integral was last brought up to date
     # models the version probe refuses it for, with why (workers.probes.versions): they

@@ -34,6 +34,7 @@ from regions.balancer.scheduling.capacity import (
     CapacityConfig,
     CapacityEstimator,
 )
+from regions.balancer.scheduling.fleet_speed import FleetSpeed
 from regions.balancer.scheduling.latency import RegionTtft
 from regions.balancer.scheduling.pool_capacity import PoolCapacity
 from regions.balancer.scheduling.pool_health import PoolHealth
@@ -85,6 +86,7 @@ class BackendPool(PoolHealth, PoolCapacity):
         self._valid_until = math.inf
         self._version = 0
         self._region_ttft = RegionTtft()
+        self.speeds = FleetSpeed()  # every backend's time per token on one fleet shape
 
     def __iter__(self) -> Iterator[Backend]:
         return iter(self.backends)
@@ -274,9 +276,12 @@ class BackendPool(PoolHealth, PoolCapacity):
     def in_flight(self) -> int:
         return sum(b.in_flight for b in self.backends)
 
-    def record_stream(self, lease: Lease, tokens_per_s: float) -> None:
-        """A stream's decode rate, with the mean concurrency on its backend while it
-        decoded (from its first byte until now): both feed the backend's learned speed."""
+    def record_stream(self, lease: Lease, tokens_per_s: float,
+                      step_seconds: float | None = None) -> None:
+        """A stream's decode rate and median time per token (``StreamMeter``), with the
+        mean concurrency on its backend while it decoded (from its first byte until now):
+        the median (else the rate's inverse) and the concurrency feed the fleet's speeds
+        (``FleetSpeed``, refitted at most once a second), the rate the backend's own."""
         b = lease.backend
         now = self.clock()
         _account(b, now)
@@ -285,8 +290,13 @@ class BackendPool(PoolHealth, PoolCapacity):
             integral, since = lease.decode_from
             if now > since:
                 concurrency = max(1.0, (b.busy_integral - integral) / (now - since))
-        b.batch_rate.observe(concurrency, tokens_per_s)
-        b.spt = b.batch_rate.model()
+        slots = b.cap_now.slots  # the engine decodes that many at most; the rest wait
+        batch = min(concurrency, slots) if slots else concurrency
+        self.speeds.observe(b.name, batch, step_seconds or 1.0 / tokens_per_s)
+        if self.speeds.refit(now):  # every backend's line moves with the shape
+            for other in self.backends:
+                other.spt = self.speeds.line(other.name)
+            self.invalidate()
         self.record_rate(b, tokens_per_s)
 
     def record_rate(self, backend: Backend, tokens_per_s: float) -> None:

@@ -7,7 +7,9 @@ normally it yields a decode-rate sample::
 
     tokens_per_s = tokens after the first / (time of last chunk - time of first chunk)
 
-which excludes queueing and prefill (they precede the first token). ``Ewma`` folds
+which excludes queueing and prefill (they precede the first token), and the median time
+per token between chunks (``step_seconds``: one engine iteration, the iterations that also
+prefilled other requests' prompts mostly left out, as fewer than half are). ``Ewma`` folds
 samples into the backend's learned rate: ``r <- r + alpha * (sample - r)``, the first
 sample taken as is. Speeds are never configured; the prior until the first sample is the
 fleet's mean learned rate (or ``BalancerConfig.default_tokens_per_s``).
@@ -15,9 +17,11 @@ fleet's mean learned rate (or ``BalancerConfig.default_tokens_per_s``).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 MIN_SAMPLE_TOKENS = 3
+GAP_SAMPLES = 256  # per-token gaps kept for the median (a stream's first ones)
 MIN_SAMPLE_SECONDS = 1e-3
 
 
@@ -38,64 +42,13 @@ class Ewma:
         return self.value
 
 
-@dataclass
-class BatchRate:
-    """A backend's decode speed as a function of how many streams it runs at once.
-
-    A continuous-batching server decodes every running sequence in each step, and a step
-    takes longer the more sequences it holds, so one stream's time per token grows with the
-    batch. Fitted online by weighted least squares, each sample weighing ``forget`` times
-    the one before (so a backend that slows down or speeds up is followed)::
-
-        seconds_per_token(b) = base + slope * b      (slope >= 0)
-
-    from (mean concurrency over a stream's decode, 1 / its tokens per second). Until the
-    samples span at least ``min_spread`` streams of concurrency the slope is 0 and ``base``
-    their mean; ``None`` before ``min_samples`` samples."""
-
-    forget: float = 0.98
-    min_samples: int = 3
-    min_spread: float = 2.0
-    _w: float = 0.0
-    _sx: float = 0.0
-    _sxx: float = 0.0
-    _sy: float = 0.0
-    _sxy: float = 0.0
-    samples: int = 0
-
-    def observe(self, concurrency: float, tokens_per_s: float) -> None:
-        if tokens_per_s <= 0 or concurrency <= 0:
-            return
-        y = 1.0 / tokens_per_s
-        k = self.forget
-        self._w = k * self._w + 1.0
-        self._sx = k * self._sx + concurrency
-        self._sxx = k * self._sxx + concurrency * concurrency
-        self._sy = k * self._sy + y
-        self._sxy = k * self._sxy + concurrency * y
-        self.samples += 1
-
-    def model(self) -> tuple[float, float] | None:
-        """``(base, slope)``, or None before enough samples."""
-        if self.samples < self.min_samples or self._w <= 0:
-            return None
-        w = self._w
-        mean_x, mean_y = self._sx / w, self._sy / w
-        var_x = self._sxx / w - mean_x * mean_x
-        if var_x < (self.min_spread / 2) ** 2:
-            return mean_y, 0.0
-        slope = max(0.0, (self._sxy / w - mean_x * mean_y) / var_x)
-        base = max(mean_y - slope * mean_x, 0.1 * mean_y)
-        return base, slope
-
-
 FINISH_REASON = b'"finish_reason":'
 
 
 class StreamMeter:
     """Counts streamed token events and their timing for one response."""
 
-    __slots__ = ("events", "finish", "first_at", "last_at", "tokens_after_first")
+    __slots__ = ("events", "finish", "first_at", "gaps", "last_at", "tokens_after_first")
 
     def __init__(self) -> None:
         self.events = 0
@@ -103,6 +56,7 @@ class StreamMeter:
         self.tokens_after_first = 0
         self.first_at: float | None = None
         self.last_at: float | None = None
+        self.gaps: list[float] = []  # seconds per token between chunks, GAP_SAMPLES at most
 
     def observe(self, chunk: bytes, now: float) -> None:
         tokens = chunk.count(b"data:") - chunk.count(b"[DONE]") - chunk.count(b'"choices":[]')
@@ -122,6 +76,8 @@ class StreamMeter:
             self.first_at = now
         else:
             self.tokens_after_first += tokens
+            if len(self.gaps) < GAP_SAMPLES and self.last_at is not None:
+                self.gaps.append((now - self.last_at) / tokens)
         self.last_at = now
 
     def body(self, chunk: bytes) -> None:
@@ -130,6 +86,13 @@ class StreamMeter:
     def output_tokens(self) -> int:
         """The answer's output tokens as far as this meter can tell: its token events."""
         return self.events
+
+    def step_seconds(self) -> float | None:
+        """The median time per token between chunks, if measurable."""
+        if len(self.gaps) < MIN_SAMPLE_TOKENS:
+            return None
+        median = statistics.median(self.gaps)
+        return median if median >= MIN_SAMPLE_SECONDS / MIN_SAMPLE_TOKENS else None
 
     def rate(self) -> float | None:
         """Tokens per second between the first and the last token chunk, if measurable."""

@@ -4,8 +4,10 @@ each backend's speed learned as a function of how many streams it runs.
 
 A continuous-batching server decodes all its running sequences in each step, and a step
 takes longer the more it holds, so one more stream slows every stream there. Each backend's
-time per token is learned online (``speed.BatchRate``: ``base + slope * concurrency``, from
-every stream's decode rate and the mean concurrency it saw). For each candidate ``b``,
+time per token is learned online (``fleet_speed.FleetSpeed``: ``(base + slope *
+concurrency) / speed``, one shape for the fleet from every stream's decode rate and the mean
+concurrency it saw, and a speed per backend that differs from the fleet's only where its
+interval says so). For each candidate ``b``,
 ``n = in_flight_b + 1``::
 
     wait_b    = 0 if n <= cap_b, else (n - cap_b) * mean_job_s_b / cap_b     (no free slot)
