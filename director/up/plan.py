@@ -116,6 +116,8 @@ def simulator_child(region: str, gpu: GpuServer, time_scale: float) -> ChildSpec
         argv += ["--model", model]
     if gpu.max_seqs:  # as vLLM's --max-num-seqs: the batch the policy says it runs
         argv += ["--max-num-seqs", str(gpu.max_seqs)]
+    if gpu.priority_scheduling:  # the balancer sends it priorities, as to such a vLLM
+        argv += ["--scheduling-policy", "priority"]
     for model, fingerprint in gpu.fingerprints:  # it serves what the policy declares
         argv += ["--root", f"{model}={fingerprint}"]
     if gpu.standby:  # asleep until its balancer wakes it, in the wall time the policy says

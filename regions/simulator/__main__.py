@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--kv-events-config endpoint (e.g. tcp://127.0.0.1:5557)")
     p.add_argument("--kv-events-replay", default=None, metavar="ENDPOINT",
                    help="serve replays of missed KV-event batches on this address")
+    p.add_argument("--scheduling-policy", default="fcfs", choices=("fcfs", "priority"),
+                   help="vLLM's --scheduling-policy: priority orders the waiting queue by "
+                        "the requests' priority field (lower first) and preempts the lowest")
     p.add_argument("--max-loras", type=int, default=0,
                    help="LoRA adapters one batch may use (vLLM's --max-loras; 0: no LoRA)")
     p.add_argument("--max-cpu-loras", type=int, default=0,
@@ -115,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_loras=args.max_loras,
             max_cpu_loras=args.max_cpu_loras,
             lora_load_s=args.lora_load_s,
+            scheduling_policy=args.scheduling_policy,
         )
         if args.chunked_prefill:
             engine = engine.chunked(args.chunked_prefill)

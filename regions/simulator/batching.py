@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Continuous-batching scheduler: pure state, no I/O, no clock, no asyncio.
 
-Modelled on vLLM's first-come-first-served scheduler without chunked prefill:
+Modelled on vLLM's first-come-first-served scheduler without chunked prefill (with
+``scheduling_policy`` ``priority``, vLLM's priority scheduler: the queue is ordered by
+priority, then arrival, and a KV shortage preempts the lowest priority first):
 
 - Requests wait in a FIFO queue. The head is admitted when a slot is free
   (``running < max_num_seqs``) and its KV footprint (prompt + tokens generated so far) fits in
@@ -51,7 +53,7 @@ from dataclasses import dataclass, field
 
 from regions.simulator.adapter_cache import AdapterCache
 from regions.simulator.config import EngineConfig
-from regions.simulator.errors import ContextLengthError
+from regions.simulator.errors import ContextLengthError, PriorityError
 from regions.simulator.prefix_cache import PrefixCache
 from regions.simulator.prompt_blocks import PromptBlocks
 
@@ -86,6 +88,7 @@ class Sequence:
     held: int = 0  # leading prompt blocks it references in the prefix cache
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at its first admission
     adapter: str | None = None  # its LoRA adapter (None: the base model)
+    priority: int = 0  # lower first, under the ``priority`` scheduling policy
     token_at: float | None = None  # when its latest token came
     gaps: list[float] = field(default_factory=list)  # between its tokens, GAPS_KEPT at most
 
@@ -184,9 +187,15 @@ class Scheduler:
     # -- requests ------------------------------------------------------------------------
 
     def submit(self, prompt_tokens: int, output_tokens: int, now: float,
-               blocks: PromptBlocks | None = None, adapter: str | None = None) -> Sequence:
+               blocks: PromptBlocks | None = None, adapter: str | None = None,
+               priority: int = 0) -> Sequence:
         """Queue a request (``blocks``: its prompt's hashed blocks, for prefix caching;
-        ``adapter``: its LoRA adapter); raise ``ContextLengthError`` if it can never fit."""
+        ``adapter``: its LoRA adapter; ``priority``: lower first, under the ``priority``
+        policy); raise ``ContextLengthError`` if it can never fit, ``PriorityError`` for a
+        priority the policy does not schedule by."""
+        if priority and self.config.scheduling_policy != "priority":
+            raise PriorityError(f"Got priority {priority} but Priority scheduling is not "
+                                f"enabled.", "priority")
         total = prompt_tokens + output_tokens
         if total > self.config.max_model_len:
             raise ContextLengthError(
@@ -197,10 +206,23 @@ class Scheduler:
             )
         seq = Sequence(next(self._ids), max(prompt_tokens, 1), output_tokens, now)
         seq.adapter = adapter
+        seq.priority = priority
         if self.prefix is not None and blocks is not None and blocks.hashes:
             seq.blocks = blocks
-        self.waiting.append(seq)
+        self._enqueue(seq)
         return seq
+
+    def _enqueue(self, seq: Sequence) -> None:
+        """Into the waiting queue: at its end (fcfs), or after every sequence that goes
+        before it by (priority, arrival, id) (priority)."""
+        if self.config.scheduling_policy != "priority":
+            self.waiting.append(seq)
+            return
+        at = len(self.waiting)
+        key = _priority_key(seq)
+        while at and _priority_key(self.waiting[at - 1]) > key:
+            at -= 1
+        self.waiting.insert(at, seq)
 
     def abort(self, seq: Sequence) -> bool:
         """Drop a sequence wherever it is; return True if it was still live."""
@@ -462,10 +484,22 @@ class Scheduler:
 
     def _preempt_for_growth(self) -> None:
         budget = self.config.kv_cache_tokens
+        by_priority = self.config.scheduling_policy == "priority"
         while len(self.running) > 1 and self.kv_used + len(self.running) > budget:
-            victim = self.running.pop()
+            if by_priority:  # the lowest priority, latest arrival (vLLM v1)
+                victim = max(self.running, key=_priority_key)
+                self.running.remove(victim)
+            else:  # the most recently admitted
+                victim = self.running.pop()
             self._release(victim)
             victim.state = SeqState.WAITING
             victim.preemptions += 1
             self.counters.preemptions += 1
-            self.waiting.appendleft(victim)
+            if by_priority:
+                self._enqueue(victim)
+            else:
+                self.waiting.appendleft(victim)
+
+
+def _priority_key(seq: Sequence) -> tuple[int, float, int]:
+    return seq.priority, seq.arrival, seq.seq_id

@@ -12,6 +12,7 @@ _MAY_BE_ZERO = frozenset({"decode_alpha", "decode_context_ms_per_ktoken", "kv_wa
                           "max_catchup_s", "max_loras", "max_cpu_loras", "lora_load_s"})
 
 
+SCHEDULING_POLICIES = ("fcfs", "priority")
 # a sequence's context when a caller does not say: about the Azure conversation trace's mean
 # (1,155 prompt + 129 output tokens, half of them generated on average)
 CONTEXT_TOKENS = 1200
@@ -64,6 +65,11 @@ class EngineConfig:
       every running sequence; a request whose adapter was evicted pays it again at its
       admission. The default, 0.5 s, is an assumption (a rank-16 adapter of an 8B model
       is some 40 MB of safetensors plus its conversion), not a measurement.
+    - ``scheduling_policy``: vLLM's ``--scheduling-policy``: ``fcfs`` (its default; a
+      request with a non-zero ``priority`` is refused, as vLLM refuses it) or ``priority``
+      (the waiting queue ordered by priority, lower first, then arrival; when the KV cache
+      runs out, the running sequence of the lowest priority, latest arrival, is preempted,
+      as vLLM v1's scheduler does; nothing is preempted to admit a waiting request).
     """
 
     speed: float = 1.0
@@ -83,11 +89,16 @@ class EngineConfig:
     max_loras: int = 0
     max_cpu_loras: int = 0
     lora_load_s: float = 0.5
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise SimConfigError(f"engine.scheduling_policy: one of "
+                                 f"{', '.join(SCHEDULING_POLICIES)}, got "
+                                 f"{self.scheduling_policy!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("chunked_prefill", "prefix_caching"):
+            if f.name in ("chunked_prefill", "prefix_caching", "scheduling_policy"):
                 continue
             if f.name in _MAY_BE_ZERO:
                 if value < 0:

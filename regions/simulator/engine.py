@@ -115,11 +115,13 @@ class Engine:
     # -- requests ------------------------------------------------------------------------
 
     def submit(self, prompt_tokens: int, output_tokens: int,
-               blocks: PromptBlocks | None = None, adapter: str | None = None) -> Sequence:
-        """Queue a request (raises ``ContextLengthError`` if it can never fit); ``blocks``
-        are its prompt's hashed blocks, for the prefix cache; ``adapter`` its LoRA adapter."""
+               blocks: PromptBlocks | None = None, adapter: str | None = None,
+               priority: int = 0) -> Sequence:
+        """Queue a request (raises ``ContextLengthError`` if it can never fit,
+        ``PriorityError`` for a priority the engine does not schedule by); ``blocks`` are its
+        prompt's hashed blocks, for the prefix cache; ``adapter`` its LoRA adapter."""
         seq = self._sched.submit(prompt_tokens, output_tokens, self.clock.now(), blocks,
-                                 adapter)
+                                 adapter, priority)
         self._events[seq.seq_id] = asyncio.Event()
         self._wake.set()
         return seq

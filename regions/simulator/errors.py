@@ -8,6 +8,7 @@
     ├── FaultSpecError          a ``POST /_sim/fault`` body is malformed
     ├── RequestError            an OpenAI request is malformed (HTTP 400)
     │   ├── ContextLengthError  prompt + output exceed ``max_model_len`` (HTTP 400)
+    │   ├── PriorityError       a non-zero ``priority`` without priority scheduling (400)
     │   ├── ModelNotFoundError  the server does not serve that model (HTTP 404)
     │   └── OverloadedError     more in flight than the server accepts (TGI: HTTP 429)
     └── SequenceAborted         a sequence was cancelled while a caller waited on it
@@ -51,6 +52,10 @@ class OverloadedError(RequestError):
 
     status = 429
     error_type = "overloaded"
+
+class PriorityError(RequestError):
+    """A request gave a ``priority`` the engine does not schedule by (vLLM: 400)."""
+
 
 class ContextLengthError(RequestError):
     """Prompt plus requested output exceed the model's context window."""

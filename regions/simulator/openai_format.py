@@ -60,6 +60,7 @@ class InferenceRequest:
     inputs: tuple[str, ...] = ()
     token_stream: str = ""  # the prompt as the prefix cache sees it (``prompt_blocks``)
     first_token: int = 0  # a continuation's: how many tokens of the answer came before
+    priority: int = 0  # vLLM's extra ``priority`` (lower first; needs priority scheduling)
 
     @property
     def finish_reason(self) -> str:
@@ -121,6 +122,7 @@ def parse_request(endpoint: Endpoint, body: Any, models: tuple[str, ...]) -> Inf
         user=user if isinstance(user, str) else None,
         token_stream=stream_text,
         first_token=done,
+        priority=_priority(body),
     )
 
 
@@ -341,3 +343,10 @@ def error_body(
 ) -> dict[str, Any]:
     """OpenAI's error JSON."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def _priority(body: dict[str, Any]) -> int:
+    value = body.get("priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError("priority must be an integer", "priority")
+    return value

@@ -217,7 +217,8 @@ async def _admit(
     blocks = prompt_blocks(req.token_stream, config.block_size) if config.prefix_caching \
         else None
     adapter = req.model if req.model in ctx.adapters else None
-    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks, adapter)
+    return req, ctx.engine.submit(req.prompt_tokens, req.output_tokens, blocks, adapter,
+                                  req.priority)
 
 
 async def _generate(request: web.Request, endpoint: oai.Endpoint) -> web.StreamResponse:
