@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import selectors
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from regions.balancer.app import Balancer
 from regions.balancer.errors import ShedError
 from regions.balancer.http.request_info import parse_request
 from regions.balancer.scheduling.backend import ScrapedLoad
-from regions.balancer.scheduling.speed import MIN_SAMPLE_TOKENS
+from regions.balancer.scheduling.speed import decode_step
 from regions.balancer.types import Endpoint
 from regions.simulator.engine import Engine
 from regions.simulator.errors import SequenceAborted
@@ -217,8 +216,7 @@ async def _one(router: Ours | LeastConn, engines: dict[str, Engine], a: Arrival,
     assert first is not None and last is not None
     rate = (seq.generated - 1) / (last - first) if seq.generated > 3 and last > first else 0.0
     # what the proxy's StreamMeter measures from the chunks' times
-    step = statistics.median(seq.gaps) if len(seq.gaps) >= MIN_SAMPLE_TOKENS else None
-    learn(first - sent, rate, seq.generated, step or None)
+    learn(first - sent, rate, seq.generated, decode_step(seq.gaps) or None)
     out.append(Result(a.at, 200, first - start, last - start, seq.generated, name))
 
 

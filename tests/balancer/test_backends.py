@@ -8,7 +8,7 @@ import pytest
 from regions.balancer.errors import BalancerConfigError
 from regions.balancer.scheduling.backend import BackendSpec, OutlierConfig
 from regions.balancer.scheduling.backends import BackendPool
-from regions.balancer.scheduling.speed import Ewma, StreamMeter
+from regions.balancer.scheduling.speed import Ewma, StreamMeter, decode_step
 from regions.balancer.signals.pool_update import apply_specs
 
 
@@ -244,6 +244,14 @@ def test_stream_meter_takes_the_median_gap_so_iterations_that_prefilled_stay_out
     short.observe(b'data: {"choices":[{"text":"a"}]}\n\n', 1.0)
     short.observe(b'data: {"choices":[{"text":"b"}]}\n\n', 1.1)
     assert short.step_seconds() is None  # too few gaps to say
+
+
+def test_a_decode_step_leaves_out_gaps_that_held_a_prefill_even_most_of_them() -> None:
+    """Short answers on a busy engine: five of nine gaps held another prompt's prefill
+    (300 ms), four are decode steps of 20-24 ms. A plain median would say 300 ms."""
+    gaps = [0.3, 0.02, 0.3, 0.022, 0.3, 0.024, 0.3, 0.021, 0.3]
+    assert decode_step(gaps) == pytest.approx(0.0215)
+    assert decode_step([0.02, 0.02]) is None  # too few to say
 
 
 def test_ewma() -> None:

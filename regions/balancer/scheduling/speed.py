@@ -7,9 +7,9 @@ normally it yields a decode-rate sample::
 
     tokens_per_s = tokens after the first / (time of last chunk - time of first chunk)
 
-which excludes queueing and prefill (they precede the first token), and the median time
-per token between chunks (``step_seconds``: one engine iteration, the iterations that also
-prefilled other requests' prompts mostly left out, as fewer than half are). ``Ewma`` folds
+which excludes queueing and prefill (they precede the first token), and one engine
+iteration's time (``step_seconds``: the median gap between chunks, per token, leaving out
+the gaps long enough to have held a prefill of other requests' prompts). ``Ewma`` folds
 samples into the backend's learned rate: ``r <- r + alpha * (sample - r)``, the first
 sample taken as is. Speeds are never configured; the prior until the first sample is the
 fleet's mean learned rate (or ``BalancerConfig.default_tokens_per_s``).
@@ -43,6 +43,19 @@ class Ewma:
 
 
 FINISH_REASON = b'"finish_reason":'
+PREFILL_GAP = 1.5  # a gap this many times the stream's lower quartile held a prefill
+
+
+def decode_step(gaps: list[float]) -> float | None:
+    """One decode iteration's time from a stream's gaps between tokens: the median of the
+    gaps that held no prefill of another request's prompt (those are over ``PREFILL_GAP``
+    times the lower quartile of the stream's gaps; a batch that grows or shrinks moves its
+    gaps less). None with fewer than ``MIN_SAMPLE_TOKENS`` gaps."""
+    if len(gaps) < MIN_SAMPLE_TOKENS:
+        return None
+    ordered = sorted(gaps)
+    bound = PREFILL_GAP * ordered[(len(ordered) - 1) // 4]
+    return statistics.median(g for g in ordered if g <= bound)
 
 
 class StreamMeter:
@@ -88,11 +101,10 @@ class StreamMeter:
         return self.events
 
     def step_seconds(self) -> float | None:
-        """The median time per token between chunks, if measurable."""
-        if len(self.gaps) < MIN_SAMPLE_TOKENS:
-            return None
-        median = statistics.median(self.gaps)
-        return median if median >= MIN_SAMPLE_SECONDS / MIN_SAMPLE_TOKENS else None
+        """The time of one decode iteration (``decode_step``), if measurable."""
+        step = decode_step(self.gaps)
+        return step if step is not None and step >= MIN_SAMPLE_SECONDS / MIN_SAMPLE_TOKENS \
+            else None
 
     def rate(self) -> float | None:
         """Tokens per second between the first and the last token chunk, if measurable."""
