@@ -46,6 +46,7 @@ from benchkit.routing_matrix import (
     SLICES,
     line,
     missed_floor,
+    pooled_by,
     run_cell,
     summarise,
 )
@@ -72,6 +73,9 @@ def main() -> int:
                         "summary (FILE.md)")
     parser.add_argument("--summarise", type=Path, metavar="RAW",
                         help="print the summary of earlier raw results (a .jsonl) and stop")
+    parser.add_argument("--by", default="", metavar="DIMS",
+                        help="with --summarise: pooled ratios per group of cells alike in "
+                        "these comma-separated dimensions, e.g. lengths,load")
     parser.add_argument("--recheck", type=Path, metavar="RAW",
                         help="only the cells (of --cells) where the first setup of earlier "
                         "raw results missed the floor, e.g. again with a longer --measure")
@@ -81,6 +85,8 @@ def main() -> int:
         first = earlier[0]["slices"][0] if earlier else {}
         names = [k for k, v in first.items() if isinstance(v, dict) and k != "leastconn"]
         print(summarise(earlier, names))
+        if args.by:
+            print(pooled_by(earlier, names, args.by.split(",")))
         return 0
     cells = parse_cells(args.cells)
     if args.recheck:

@@ -354,3 +354,21 @@ def floor_goals(cells: list[dict], setup: str) -> list[str]:
 
 def _held(ok: bool) -> str:
     return "held" if ok else "NOT held"
+
+
+def pooled_by(cells: list[dict], setups: list[str], dimensions: list[str]) -> str:
+    """Per group of cells alike in ``dimensions`` (e.g. lengths and load) and per setup, the
+    pooled geometric means of p99 TTFT and E2E ratios with cluster-bootstrap intervals."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        groups.setdefault(tuple(c["cell"][d] for d in dimensions), []).append(c)
+    out = []
+    for key, members in sorted(groups.items()):
+        label = " ".join(f"{d}={v}" for d, v in zip(dimensions, key, strict=True))
+        out.append(f"{label} ({len(members)} cells)")
+        for setup in setups:
+            per_cell = [ratios(c, setup) for c in members]
+            ttft = geomean_interval([r["ttft"] for r in per_cell])
+            e2e = geomean_interval([r["e2e"] for r in per_cell])
+            out.append(f"  {setup:<44} TTFT {ttft.text()}x  E2E {e2e.text()}x")
+    return "\n".join(out)
