@@ -34,8 +34,8 @@ def ratios(fleet: FleetSpeed, reference: str = "gpu0") -> list[float]:
 @pytest.mark.parametrize("seed", range(5))
 def test_a_mixed_fleet_is_learned_within_ten_percent_whatever_its_slots(seed: int) -> None:
     """Speeds 1, 1, 0.6, 0.6, 0.4, 0.4 on 256, 16, 64, 256, 16, 64 slots: per backend,
-    the 256-slot fast GPU (~90 streams) takes 3.8x as long a token as the 16-slot slow one
-    (~10) and would look the slower."""
+    the 256-slot fast GPU (~90 streams, 50 ms a token) takes longer a token than the
+    16-slot slow one (~10 streams, 41 ms) and would look the slower."""
     speeds, slots = [1.0, 1.0, 0.6, 0.6, 0.4, 0.4], [256, 16, 64, 256, 16, 64]
     fleet = FleetSpeed()
     feed(fleet, speeds, slots, 40, random.Random(seed))
