@@ -14,40 +14,15 @@ different (the goal: none); then how many cells met each::
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchkit import des
-from benchkit.matrix import CONTEXT, Cell, parse_cells
-from benchkit.routing_matrix import fleet_capacity
-from benchkit.routing_trace import arrivals_at_load, load_named
-from regions.balancer.scheduling.fleet_speed import Speed
+from benchkit.matrix import parse_cells
+from benchkit.speed_check import learned_speeds
 
 GOAL = 0.10
-
-
-def learned(cell: Cell, seed: int, window: float) -> dict[str, Speed]:
-    trace = load_named(cell.trace, CONTEXT[cell.trace])
-    servers = cell.servers()
-    offset = random.Random(seed).randrange(len(trace))
-    piece = arrivals_at_load(trace, offset, cell.load, fleet_capacity(cell), until=window,
-                             span=window, config=servers[0].engine)
-    speeds: dict[str, Speed] = {}
-
-    def look(ours: des.Ours) -> None:
-        ours.pool.speeds.refit(float("inf"))
-        speeds.update(ours.pool.speeds.speeds)
-
-    loop = des.VirtualTimeLoop()
-    try:
-        loop.run_until_complete(des.replay("ours", servers, piece.arrivals, cell.max_tokens,
-                                           window, cut_after=0.0, inspect=look))
-    finally:
-        loop.close()
-    return speeds
 
 
 def main() -> int:
@@ -62,7 +37,7 @@ def main() -> int:
     for cell in parse_cells(args.cells):
         servers = cell.servers()
         for seed in seeds:
-            speeds = learned(cell, seed, args.window)
+            speeds = learned_speeds(cell, seed, args.window)
             if any(s.name not in speeds for s in servers):
                 print(f"{cell.label} seed {seed}: a server had no stream", flush=True)
                 continue

@@ -6,14 +6,10 @@ prefill; on a fleet of like GPUs every backend is called the fleet's speed."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from benchkit import des
-from benchkit.matrix import CONTEXT, parse_cells
-from benchkit.routing_matrix import fleet_capacity
-from benchkit.routing_trace import arrivals_at_load, load_named
+from benchkit.matrix import parse_cells
+from benchkit.speed_check import learned_speeds
 from regions.balancer.scheduling.fleet_speed import Speed
 
 WINDOW_S = 60.0
@@ -22,24 +18,8 @@ WINDOW_S = 60.0
 def learned(cells: str, seed: int = 101) -> tuple[list[float], dict[str, Speed]]:
     """(true speeds, learned speeds by server) after ``WINDOW_S`` of the cell's load."""
     (cell,) = parse_cells(cells)
-    trace = load_named(cell.trace, CONTEXT[cell.trace])
-    servers = cell.servers()
-    offset = random.Random(seed).randrange(len(trace))
-    piece = arrivals_at_load(trace, offset, cell.load, fleet_capacity(cell), until=WINDOW_S,
-                             span=WINDOW_S, config=servers[0].engine)
-    speeds: dict[str, Speed] = {}
-
-    def look(ours: des.Ours) -> None:
-        ours.pool.speeds.refit(float("inf"))
-        speeds.update(ours.pool.speeds.speeds)
-
-    loop = des.VirtualTimeLoop()
-    try:
-        loop.run_until_complete(des.replay("ours", servers, piece.arrivals, cell.max_tokens,
-                                           WINDOW_S, cut_after=0.0, inspect=look))
-    finally:
-        loop.close()
-    return [s.speed for s in servers], {s.name: speeds[s.name] for s in servers}
+    speeds = learned_speeds(cell, seed, WINDOW_S)
+    return [s.speed for s in cell.servers()], {s.name: speeds[s.name] for s in cell.servers()}
 
 
 @pytest.mark.parametrize("engine", ["whole", "chunked"])
