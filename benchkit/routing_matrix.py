@@ -184,8 +184,11 @@ def run_slice(cell: Cell, trace: list, capacity: float, seed: int, setups: list[
     offset = random.Random(seed).randrange(len(trace))
     piece = arrivals_at_load(trace, offset, cell.load, capacity, until=WARMUP_S + measure_s,
                              span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
-    if piece.rate * measure_s < MIN_COUNTED:  # a slow trace: a longer window, same offset
-        measure_s = 1.05 * MIN_COUNTED / piece.rate
+    for _ in range(4):  # a slow trace: a longer window from the same offset
+        counted = sum(WARMUP_S <= a.at < WARMUP_S + measure_s for a in piece.arrivals)
+        if counted >= MIN_COUNTED:
+            break
+        measure_s *= 1.02 * MIN_COUNTED / max(1, counted)
         piece = arrivals_at_load(trace, offset, cell.load, capacity,
                                  until=WARMUP_S + measure_s,
                                  span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
