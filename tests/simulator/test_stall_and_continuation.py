@@ -108,18 +108,23 @@ async def test_continuing_with_the_generation_prompt_too_is_refused_as_vllm_does
 
 
 async def test_late_holds_the_first_token_back_then_streams_as_usual() -> None:
+    """At 50 model seconds a wall second: the 4,000-token prompt's first token comes after
+    5 ms, 200 ms when 40 times late; the 199 tokens after it take ~50 ms, or less when late
+    (the engine went on generating behind the held token); a rest slowed as well would
+    take ~2 s. Margins of a hundred milliseconds: a busy machine pauses the test process
+    for tens of them."""
     async with running_server() as (_, http):
         async def first_and_rest() -> tuple[float, float]:
             start = time.monotonic()
             async with http.post("/v1/completions",
-                                 json=completion(4000, 20, stream=True)) as resp:
+                                 json=completion(4000, 200, stream=True)) as resp:
                 await resp.content.readuntil(b"\n\n")
                 first = time.monotonic()
                 await resp.read()
                 return first - start, time.monotonic() - first
 
         natural = await first_and_rest()
-        await set_fault(http, mode="late", factor=10)
+        await set_fault(http, mode="late", factor=40)
         late = await first_and_rest()
-        assert late[0] > 5 * natural[0]
-        assert late[1] < 3 * natural[1] + 0.05
+        assert late[0] > 0.15 and late[0] > 3 * natural[0], (natural, late)
+        assert late[1] < 3 * natural[1] + 0.1, (natural, late)
