@@ -4,8 +4,10 @@
 default), then the fast path (which falls back to the full path). It never raises: an
 internal error answers SERVFAIL.
 ``set_policy`` swaps in a new policy (a new zone, engine and caches) atomically; queries in
-flight finish on the old one. With ``dnssec_keys`` (a key directory, ``director.dnssec``)
-answers to DO queries are signed; a policy whose zone has no usable key there is refused.
+flight finish on the old one. ``prepare_maps`` builds (or loads) the network maps of a new
+policy's location classes beforehand, so that the swap takes them at once. With
+``dnssec_keys`` (a key directory, ``director.dnssec``) answers to DO queries are signed; a
+policy whose zone has no usable key there is refused.
 With ``dnssec_presigned`` (a Redis URL) the server holds no key: it signs with what
 ``director dnssec presign`` published there (``director.dnssec.presigned``).
 """
@@ -79,6 +81,8 @@ class DnsApp:
         self._network_maps: tuple[NetworkMap | None, NetworkMap | None] = (None, None)
         self._map_cancel = threading.Event()
         self._map_lock = threading.Lock()
+        self._prepared: dict[Hashable, Maps] = {}  # maps built for a policy not yet swapped in
+        self._prepare_cancel = threading.Event()
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
@@ -99,7 +103,7 @@ class DnsApp:
                 if key == self._map_key:  # None while still being built
                     locator.network_map, locator.network_map6 = self._network_maps
                 else:
-                    stored = self._stored_maps(key)
+                    stored = self._prepared.pop(key, None) or self._stored_maps(key)
                     self._map_key, self._network_maps = key, stored or (None, None)
                     if stored is not None:
                         locator.network_map, locator.network_map6 = stored
@@ -121,6 +125,37 @@ class DnsApp:
         self.handler = handler
         self.responder = responder
         self.fast = FastPath(responder, zone, decisions, self.snapshots, self.stats)
+
+    def prepare_maps(self, policy: Policy) -> None:
+        """Have the network maps of ``policy``'s location classes at hand before it is
+        swapped in, so that ``set_policy`` takes them at once and no answer after the swap
+        takes the slow path: the current maps when its classes are alike, else the stored
+        ones (``map_cache``), else built here, which takes seconds (call it off the serving
+        loop). A newer call cancels a build under way; a failed build raises."""
+        if not self.precompile:
+            return
+        key = classifier_key(policy)
+        with self._map_lock:
+            if key in self._prepared or (key == self._map_key
+                                         and self._network_maps[0] is not None):
+                return
+        maps = self._stored_maps(key)
+        if maps is None:
+            self._prepare_cancel.set()
+            cancel = self._prepare_cancel = threading.Event()
+            merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
+            start = time.monotonic()
+            try:
+                maps = (merged.compile_ipv4(cancel), merged.compile_ipv6(cancel))
+            except CompileCancelled:
+                return
+            log.info("GeoIP network map for the new policy's classes: %d IPv4 networks in "
+                     "%d classes, built in %.1f s", len(maps[0]), len(maps[0].classes),
+                     time.monotonic() - start)
+            if self.map_cache is not None:
+                save_maps(self.map_cache, map_digest(self.geo.path, key), maps)
+        with self._map_lock:
+            self._prepared = {key: maps}  # only the newest policy's
 
     def _track_signer(self, signer: ZoneSigner | PresignedSigner | None) -> None:
         """Export ``signer``'s metrics; counts of the signer it replaces are carried on."""
@@ -201,10 +236,10 @@ class DnsApp:
                      "built in %.1f s", len(network_map), len(network_map.classes),
                      len(network_map6) if network_map6 is not None else 0,
                      time.monotonic() - start)
-            ready.set()  # after the log line: a server waiting for it starts after both
-            if self.map_cache is not None:
+            if self.map_cache is not None:  # first: a process stopped once it answers has it
                 save_maps(self.map_cache, map_digest(self.geo.path, key),
                           (network_map, network_map6))
+            ready.set()  # after the log line: a server waiting for it starts after both
 
         threading.Thread(target=build, name="geoip-map", daemon=True).start()
 

@@ -161,7 +161,7 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
             source = await stack.enter_async_context(control)
         app = make_app(source)
         app.stats.state_registry = getattr(getattr(source, "metrics", None), "registry", None)
-        swap = _swapper(app, source, control)
+        swap = policy_swapper(app, source, control)
         app.stats.policy_served = lambda: identity  # the file's, until a stored version
         if follow_policy:
             follower = await stack.enter_async_context(policy_follower_thread(
@@ -203,19 +203,47 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
     return 0
 
 
-def _swapper(app: DnsApp, source: SnapshotSource,
-             control: ControlThread | None) -> Callable[[Policy], None]:
-    """Answer from a new policy: the refresher follows its targets (on its control thread),
-    the app its zone."""
-    def swap(policy: Policy) -> None:
+def policy_swapper(app: DnsApp, source: SnapshotSource,
+             control: ControlThread | None) -> Callable[[Policy], Awaitable[None]]:
+    """Answer from a new policy once its network maps are at hand (``DnsApp.prepare_maps``,
+    off the loop; the last policy answers meanwhile, at full speed): the refresher follows
+    its targets (on its control thread), the app its zone. A policy that a newer one
+    overtakes while its maps are built is never swapped in."""
+    newest = [0]
+    pending: set[asyncio.Task[None]] = set()
+
+    def apply(policy: Policy) -> None:
         if isinstance(source, SnapshotRefresher) and control is not None:
             control.call(source.set_policy, policy)  # a refresher always runs on one
         app.set_policy(policy)
 
+    async def prepared(policy: Policy, number: int) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await loop.run_in_executor(None, app.prepare_maps, policy)
+        except Exception:
+            log.exception("GeoIP network map for the new policy failed; it answers without")
+        if number != newest[0]:
+            return
+        waited = loop.time() - started
+        if waited > 1.0:
+            log.info("the new policy answers after %.1f s spent on its network map; the "
+                     "last one answered meanwhile", waited)
+        apply(policy)
+
+    def swap(policy: Policy) -> Awaitable[None]:
+        newest[0] += 1
+        task = asyncio.ensure_future(prepared(policy, newest[0]))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        return task
+
     return swap
 
 
-async def _reload(reload_policy: Callable[[], Policy], swap: Callable[[Policy], None]) -> None:
+async def _reload(reload_policy: Callable[[], Policy],
+                  swap: Callable[[Policy], Awaitable[None]]) -> None:
     """SIGHUP: reload the policy file; one that fails to load leaves the last good one."""
     try:
         policy = await asyncio.to_thread(reload_policy)
@@ -224,7 +252,7 @@ async def _reload(reload_policy: Callable[[], Policy], swap: Callable[[Policy], 
                   exc.render())
         print("reload failed: still serving the last good policy", flush=True)
         return
-    swap(policy)
+    await swap(policy)
     print("reloaded the policy file", flush=True)
 
 

@@ -15,6 +15,7 @@ import pytest
 from dns_helpers import make_query
 
 from director.dns.app import DnsApp
+from director.dns.cli import policy_swapper
 from director.dns.snapshot_source import StaticSnapshotSource
 from director.engine import RegionState
 from director.engine.location_class import location_classifier
@@ -117,6 +118,56 @@ def test_a_policy_change_keeps_the_map_when_classes_do_not_change(example_policy
     assert app.locator.network_map is None  # other classes: rebuilt in the background
     assert app.map_ready.wait(30) and app.locator.network_map is not built
     assert app.locator.network_map is not None
+
+
+def test_a_policy_prepared_ahead_answers_from_its_map_from_the_swap_on(example_policy,
+                                                                       maxmind_test_city,
+                                                                       tmp_path) -> None:
+    """A policy edit that changes the location classes: ``prepare_maps`` builds the new
+    classes' maps while the old policy answers, the swap takes them at once (no answer on
+    the slow path), and they are stored: the same edit on a restarted server loads them."""
+    geo = GeoLocator(str(maxmind_test_city))
+    app = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True,
+                 map_cache=tmp_path)
+    assert app.map_ready is not None and app.map_ready.wait(30)
+    old_map = app.locator.network_map
+    moved = dataclasses.replace(example_policy, regions=tuple(
+        dataclasses.replace(r, latitude=-r.latitude) for r in example_policy.regions))
+    app.prepare_maps(moved)
+    assert app.policy is example_policy and app.locator.network_map is old_map
+    app.set_policy(moved)
+    assert app.locator.network_map is not None and app.locator.network_map is not old_map
+    assert app.map_ready.is_set()
+    again = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True,
+                   map_cache=tmp_path)
+    again.prepare_maps(moved)  # from the cache
+    again.set_policy(moved)
+    assert again.locator.network_map is not None
+    assert list(again.locator.network_map.starts) == list(app.locator.network_map.starts)
+
+
+async def test_a_policy_overtaken_while_its_maps_are_built_is_never_served(
+        example_policy, maxmind_test_city) -> None:
+    geo = GeoLocator(str(maxmind_test_city))
+    app = DnsApp(example_policy, geo, StaticSnapshotSource(), precompile=True)
+    swap = policy_swapper(app, StaticSnapshotSource(), None)
+    first = dataclasses.replace(example_policy, regions=tuple(
+        dataclasses.replace(r, latitude=-r.latitude) for r in example_policy.regions))
+    second = dataclasses.replace(example_policy, services=tuple(
+        dataclasses.replace(s, ttl=s.ttl + 1) for s in example_policy.services))
+    served = []
+    original = app.set_policy
+
+    def recorded(policy):
+        served.append(policy)
+        original(policy)
+
+    app.set_policy = recorded
+    # the first changes the classes (a build), the second only TTLs: it is ready first
+    overtaken, newest = swap(first), swap(second)
+    await overtaken
+    await newest
+    assert served == [second] and app.policy is second
 
 
 def test_a_build_for_a_replaced_policy_is_cancelled(example_policy, geolite2) -> None:
