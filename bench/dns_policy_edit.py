@@ -87,6 +87,7 @@ def main() -> int:
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-policy-edit-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     fresh = workdir / f"fresh-{QUERIES}.bin"
     if not Path(f"{fresh}.0").exists():
         subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
