@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import random
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -31,6 +32,7 @@ from director.dns.decisions import Decisions
 from director.dns.fastpath import FastPath, LaneLookup
 from director.dns.handler import Handler
 from director.dns.locate import ClientLocator
+from director.dns.map_build import MapBuild
 from director.dns.metrics import DnsStats
 from director.dns.ratelimit import ResponseRateLimiter, RrlMode
 from director.dns.responder import Responder
@@ -50,6 +52,7 @@ from state.keys import DEFAULT_PREFIX
 log = logging.getLogger(__name__)
 
 PRESIGNED_WAIT = 3.0  # seconds a worker waits at start for the pre-signed answers
+PREPARE_WAIT = 600.0  # seconds a policy edit waits for its maps before it answers without
 
 
 class DnsApp:
@@ -82,7 +85,7 @@ class DnsApp:
         self._map_cancel = threading.Event()
         self._map_lock = threading.Lock()
         self._prepared: dict[Hashable, Maps] = {}  # maps built for a policy not yet swapped in
-        self._prepare_cancel = threading.Event()
+        self._building: MapBuild | None = None  # the child building them
         self._last_error_log = 0.0
         self.rrl = (ResponseRateLimiter(rrl_mode, self.stats, rate=rrl_rate, slip=rrl_slip)
                     if rrl_mode is not RrlMode.OFF else None)
@@ -130,8 +133,9 @@ class DnsApp:
         """Have the network maps of ``policy``'s location classes at hand before it is
         swapped in, so that ``set_policy`` takes them at once and no answer after the swap
         takes the slow path: the current maps when its classes are alike, else the stored
-        ones (``map_cache``), else built here, which takes seconds (call it off the serving
-        loop). A newer call cancels a build under way; a failed build raises."""
+        ones (``map_cache``), else built in a child process (``map_build``: seconds, and the
+        server keeps answering at speed; call this off the serving loop). A newer call
+        cancels a build under way; a failed build raises ``MapBuildFailed``."""
         if not self.precompile:
             return
         key = classifier_key(policy)
@@ -141,19 +145,19 @@ class DnsApp:
                 return
         maps = self._stored_maps(key)
         if maps is None:
-            self._prepare_cancel.set()
-            cancel = self._prepare_cancel = threading.Event()
-            merged = MergedNetworks(self.geo, location_classifier(policy), self.merge_budget)
-            start = time.monotonic()
-            try:
-                maps = (merged.compile_ipv4(cancel), merged.compile_ipv6(cancel))
-            except CompileCancelled:
-                return
+            with tempfile.TemporaryDirectory(prefix="director-map-") as scratch:
+                folder = self.map_cache or Path(scratch)
+                build = MapBuild(self.geo.path, policy, self.merge_budget, folder,
+                                 map_digest(self.geo.path, key))
+                with self._map_lock:
+                    if self._building is not None:
+                        self._building.cancel()
+                    self._building = build
+                start = time.monotonic()
+                maps = build.run(PREPARE_WAIT)
             log.info("GeoIP network map for the new policy's classes: %d IPv4 networks in "
                      "%d classes, built in %.1f s", len(maps[0]), len(maps[0].classes),
                      time.monotonic() - start)
-            if self.map_cache is not None:
-                save_maps(self.map_cache, map_digest(self.geo.path, key), maps)
         with self._map_lock:
             self._prepared = {key: maps}  # only the newest policy's
 

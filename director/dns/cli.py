@@ -223,7 +223,9 @@ def policy_swapper(app: DnsApp, source: SnapshotSource,
         try:
             await loop.run_in_executor(None, app.prepare_maps, policy)
         except Exception:
-            log.exception("GeoIP network map for the new policy failed; it answers without")
+            if number == newest[0]:  # not a build a newer policy cancelled
+                log.exception("GeoIP network map for the new policy failed; it answers "
+                              "without, widening on demand")
         if number != newest[0]:
             return
         waited = loop.time() - started
