@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dns_bench import OURS_PORT, PYTHON, ROOT, stop
-from dns_ramp import QUERIES, launch
+from dns_ramp import fresh_queries, launch
 
 MUMBAI = "location 19.08 72.88  # Mumbai"
 SINGAPORE = "location 1.35 103.82  # Singapore"
@@ -87,12 +87,7 @@ def main() -> int:
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-policy-edit-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    fresh = workdir / f"fresh-{QUERIES}.bin"
-    if not Path(f"{fresh}.0").exists():
-        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
-                        str(QUERIES), "--parts", "1"], check=True)
-    queries = Path(f"{fresh}.0")
+    queries = fresh_queries(workdir)
     print("| round | new policy answers after s | median qps before the edit | lowest "
           "second after it | its ratio |")
     print("|---|---|---|---|---|")

@@ -98,6 +98,16 @@ def summary(points: list[tuple[float, float]]) -> tuple[float, float, float, flo
     return first, full, early, steady
 
 
+def fresh_queries(workdir: Path) -> Path:
+    """``QUERIES`` ECS queries from distinct /24s in ``workdir`` (made once, then reused)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fresh = workdir / f"fresh-{QUERIES}.bin"
+    if not Path(f"{fresh}.0").exists():
+        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
+                        str(QUERIES), "--parts", "1"], check=True)
+    return Path(f"{fresh}.0")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -105,12 +115,7 @@ def main() -> int:
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dns-ramp-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    fresh = workdir / f"fresh-{QUERIES}.bin"
-    if not Path(f"{fresh}.0").exists():
-        subprocess.run([PYTHON, ROOT / "bench/dns_gen_queries.py", fresh, "--fresh",
-                        str(QUERIES), "--parts", "1"], check=True)
-    queries = Path(f"{fresh}.0")
+    queries = fresh_queries(workdir)
     maps = workdir / "maps"
     store_map(workdir, maps)
     keys = make_keys(workdir)
