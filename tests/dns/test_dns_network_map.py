@@ -16,6 +16,7 @@ from dns_helpers import make_query
 
 from director.dns.app import DnsApp
 from director.dns.cli import policy_swapper
+from director.dns.map_build import MapBuild, MapBuildFailed
 from director.dns.snapshot_source import StaticSnapshotSource
 from director.engine import RegionState
 from director.engine.location_class import location_classifier
@@ -266,3 +267,13 @@ def test_a_map_build_leaves_its_records_to_reference_counting(example_policy,
         gc.garbage.clear()
         gc.enable()
     assert left == []
+
+
+def test_a_map_build_that_fails_says_so(example_policy, tmp_path) -> None:
+    """The child ends in an error (here: no database at its path): the build raises
+    ``MapBuildFailed``, and nothing half-written is loaded."""
+    build = MapBuild(str(tmp_path / "missing.mmdb"), example_policy, 10_000, tmp_path,
+                     "digest")
+    with pytest.raises(MapBuildFailed, match="ended with 1"):
+        build.run(60)
+    assert not list(tmp_path.glob("*.pickle"))
