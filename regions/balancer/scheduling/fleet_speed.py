@@ -41,6 +41,12 @@ _T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31,
 SAME_WITHIN = 0.10  # speeds closer than this to the fleet's are the fleet's
 _RATIO_RANGE = (1e-5, 10.0)  # slope / base searched: per stream, 0.001 % to 10x the base
 _STEPS = 40  # golden-section steps: the ratio to within 0.01 % of its log range
+# The search for the ratio reads each sample some 40 times: it reads each backend's newest
+# samples, this many in all (every sample up to 16 backends), and a fit over more samples
+# than REFIT_SAMPLES waits proportionally longer than ``refit_s``, so that a region of a
+# thousand backends does not spend most of each second of its event loop fitting.
+RATIO_SAMPLES = 1024
+REFIT_SAMPLES = 4096
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,12 @@ class FleetSpeed:
         self._dirty = True
 
     def refit(self, now: float) -> bool:
-        """Fit again if a sample came in and ``refit_s`` has passed; True if it did."""
-        if not self._dirty or now - self._fitted_at < self.refit_s:
+        """Fit again if a sample came in and ``refit_s`` has passed (longer for a fit over
+        more than ``REFIT_SAMPLES``); True if it did."""
+        if not self._dirty:
+            return False
+        held = sum(len(s) for s in self._samples.values())
+        if now - self._fitted_at < self.refit_s * max(1.0, held / REFIT_SAMPLES):
             return False
         self._fitted_at = now
         self._dirty = False
@@ -102,10 +112,8 @@ class FleetSpeed:
 
     def seconds_per_token(self, backend: str, concurrency: float) -> float | None:
         """The fitted time per token of ``backend`` at ``concurrency`` (None: no fit yet)."""
-        if self.base is None:
-            return None
-        speed = self.speeds.get(backend)
-        return (self.base + self.slope * concurrency) / (speed.used if speed else 1.0)
+        line = self.line(backend)
+        return None if line is None else line[0] + line[1] * concurrency
 
     def line(self, backend: str) -> tuple[float, float] | None:
         """(base, slope) of ``backend``'s time per token (``BackendSnapshot.spt_*``)."""
@@ -121,14 +129,15 @@ class FleetSpeed:
         groups = {b: [(c, math.log(y)) for c, y in s] for b, s in self._samples.items() if s}
         if not groups:
             return
-        ratio = _best_ratio(groups)
+        per_backend = max(2, RATIO_SAMPLES // len(groups))
+        ratio = _best_ratio({b: s[-per_backend:] for b, s in groups.items()})
         means = {b: statistics.fmean(_offsets(s, ratio)) for b, s in groups.items()}
         told = _normalised(self._told) if self._told is not None else None
-        estimated = [m for b, m in means.items() if len(groups[b]) >= self.min_samples]
         if told is not None:  # log base - log speed_i = mean_i, with the speeds known
             log_speed = {b: math.log(told.get(b, 1.0)) for b in groups}
             log_base = statistics.fmean(means[b] + log_speed[b] for b in groups)
         else:
+            estimated = [m for b, m in means.items() if len(groups[b]) >= self.min_samples]
             log_base = statistics.fmean(estimated) if estimated else statistics.fmean(
                 means.values())
             log_speed = {b: log_base - means[b] if len(groups[b]) >= self.min_samples
