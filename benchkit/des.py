@@ -85,7 +85,7 @@ class Result:
     backend: str
 
 
-# (TTFT from the send, decode rate, tokens, median time per token between tokens or None)
+# (TTFT from the send, decode rate, tokens, the gaps' decode step (``decode_step``) or None)
 Done = Callable[[float, float, int, float | None], None]
 
 
@@ -216,7 +216,7 @@ async def _one(router: Ours | LeastConn, engines: dict[str, Engine], a: Arrival,
     assert first is not None and last is not None
     rate = (seq.generated - 1) / (last - first) if seq.generated > 3 and last > first else 0.0
     # what the proxy's StreamMeter measures from the chunks' times
-    learn(first - sent, rate, seq.generated, decode_step(seq.gaps) or None)
+    learn(first - sent, rate, seq.generated, decode_step(seq.gaps))
     out.append(Result(a.at, 200, first - start, last - start, seq.generated, name))
 
 

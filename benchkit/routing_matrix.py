@@ -35,7 +35,7 @@ from benchkit.intervals import (
     worst_share_mean,
 )
 from benchkit.matrix import CONTEXT, Cell
-from benchkit.routing_trace import arrivals_at_load, load_named
+from benchkit.routing_trace import Slice, arrivals_at_load, load_named
 from regions.balancer import BalancerConfig
 from regions.simulator.config import EngineConfig
 
@@ -163,10 +163,9 @@ def run_cell(cell: Cell, setups: list[str], measure_s: float = MEASURE_S,
     seeds = list(seeds) if seeds is not None else list(range(FIRST_SEED, FIRST_SEED + SLICES))
     trace = load_named(cell.trace, CONTEXT[cell.trace])
     capacity = fleet_capacity(cell)
-    result: dict[str, object] = {"cell": cell.to_json(), "label": cell.label,
-                                 "capacity": capacity, "slices": []}
     slices: list[dict[str, object]] = []
-    result["slices"] = slices
+    result: dict[str, object] = {"cell": cell.to_json(), "label": cell.label,
+                                 "capacity": capacity, "slices": slices}
     next_seed = max(seeds) + 1
     while seeds:
         slices.append(run_slice(cell, trace, capacity, seeds.pop(0), setups, measure_s))
@@ -182,16 +181,18 @@ def run_slice(cell: Cell, trace: list, capacity: float, seed: int, setups: list[
     servers = cell.servers()
     speeds = {s.name: s.speed for s in servers}
     offset = random.Random(seed).randrange(len(trace))
-    piece = arrivals_at_load(trace, offset, cell.load, capacity, until=WARMUP_S + measure_s,
-                             span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
+
+    def window(measure: float) -> Slice:
+        return arrivals_at_load(trace, offset, cell.load, capacity, until=WARMUP_S + measure,
+                                span=WARMUP_S + measure + TAIL_S, config=servers[0].engine)
+
+    piece = window(measure_s)
     for _ in range(4):  # a slow trace: a longer window from the same offset
         counted = sum(WARMUP_S <= a.at < WARMUP_S + measure_s for a in piece.arrivals)
         if counted >= MIN_COUNTED:
             break
         measure_s *= 1.02 * MIN_COUNTED / max(1, counted)
-        piece = arrivals_at_load(trace, offset, cell.load, capacity,
-                                 until=WARMUP_S + measure_s,
-                                 span=WARMUP_S + measure_s + TAIL_S, config=servers[0].engine)
+        piece = window(measure_s)
     fastest = max(servers, key=lambda s: s.speed).engine
     row: dict[str, object] = {
         "seed": seed, "offset": offset, "rate": piece.rate, "work": piece.demand,
@@ -230,24 +231,27 @@ def intervals(cell: dict, setup: str) -> dict[str, Interval]:
     return {metric: median_interval(values) for metric, values in ratios(cell, setup).items()}
 
 
-def floor_sides(cell: dict, setup: str) -> dict[str, Side]:
-    """Per floor metric: met, missed or undecided (its interval straddles the floor)."""
-    found = intervals(cell, setup)
+def floor_sides(found: dict[str, Interval]) -> dict[str, Side]:
+    """Per floor metric of a cell's ``intervals``: met, missed or undecided (its interval
+    straddles the floor)."""
     return {metric: found[metric].side(limit, lower_is_better=metric not in HIGHER_IS_BETTER)
             for metric, limit in FLOOR.items()}
 
 
 def undecided(cell: dict, setup: str) -> bool:
-    return "undecided" in floor_sides(cell, setup).values()
+    return "undecided" in floor_sides(intervals(cell, setup)).values()
 
 
-def verdict(cell: dict, setup: str) -> tuple[dict[str, float], list[str]]:
+def verdict(cell: dict, setup: str,
+            found: dict[str, Interval] | None = None) -> tuple[dict[str, float], list[str]]:
     """Medians of the per-slice ratios, and which floor conditions are not met (missed, or
-    undecided: an interval that straddles the floor is not a pass)."""
-    med = {k: v.point for k, v in intervals(cell, setup).items()}
+    undecided: an interval that straddles the floor is not a pass); ``found``: the cell's
+    ``intervals`` when the caller has them."""
+    found = found or intervals(cell, setup)
+    med = {k: v.point for k, v in found.items()}
     names = {"ttft": "ttft", "e2e": "e2e", "throughput": "req/s"}
     failed = [names[m] + ("?" if side == "undecided" else "")
-              for m, side in floor_sides(cell, setup).items() if side != "met"]
+              for m, side in floor_sides(found).items() if side != "met"]
     if any(s[setup]["shed"] or s[setup]["errors"] for s in cell["slices"]):
         failed.append("errors")
     return med, failed
@@ -270,7 +274,7 @@ def goal_side(cell: dict, found: dict[str, Interval]) -> Side | None:
 
 def line(cell: dict, setup: str) -> str:
     found = intervals(cell, setup)
-    _, failed = verdict(cell, setup)
+    _, failed = verdict(cell, setup, found)
     flag = "FLOOR " + ",".join(failed) if failed else "ok"
     tail = "".join(f" {name} {found[key].text()}x" for key, name in
                    (("ttft_tail", "TTFT-tail"), ("e2e_tail", "E2E-tail")) if key in found)
@@ -301,7 +305,8 @@ def summarise(cells: list[dict], setups: list[str]) -> str:
     cells (geometric mean, cluster-bootstrap interval); the worst and best cell."""
     out = []
     for setup in setups:
-        sides = [floor_sides(c, setup) for c in cells]
+        found = [intervals(c, setup) for c in cells]
+        sides = [floor_sides(f) for f in found]
         errors = sum(any(s[setup]["shed"] or s[setup]["errors"] for s in c["slices"])
                      for c in cells)
         met = sum(all(v == "met" for v in s.values()) for s in sides)
@@ -315,14 +320,14 @@ def summarise(cells: list[dict], setups: list[str]) -> str:
             if not clusters:
                 continue
             pooled = geomean_interval(clusters)
-            medians = [(median_interval(r[metric]).point, c["label"])
+            medians = [(statistics.median(r[metric]), c["label"])
                         for r, c in zip(per_cell, cells, strict=True) if metric in r]
             worst = min(medians) if metric in HIGHER_IS_BETTER else max(medians)
             best = max(medians) if metric in HIGHER_IS_BETTER else min(medians)
             out.append(f"  {metric:<10} pooled {pooled.text(3)}x; worst cell {worst[0]:.2f}x "
                        f"({worst[1]}); best {best[0]:.2f}x ({best[1]})")
         out.extend("  " + text for text in floor_goals(cells, setup))
-        goals = [side for side in (goal_side(c, intervals(c, setup)) for c in cells)
+        goals = [side for side in (goal_side(c, f) for c, f in zip(cells, found, strict=True))
                  if side is not None]
         if goals:
             out.append(f"  mixed-speed gain goals met in {goals.count('met')}/{len(goals)} "

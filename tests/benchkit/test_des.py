@@ -12,7 +12,7 @@ import pytest
 
 from benchkit import des
 from benchkit.matrix import DIMENSIONS, parse_cells
-from benchkit.routing_matrix import floor_goals, floor_sides, verdict
+from benchkit.routing_matrix import floor_goals, floor_sides, intervals, verdict
 from benchkit.routing_trace import Arrival
 from regions.simulator.config import EngineConfig
 from regions.simulator.engine import Engine
@@ -149,14 +149,14 @@ def test_the_floor_is_judged_on_the_interval_of_per_slice_ratios() -> None:
     medians, failed = verdict(cell, "ours")
     assert medians == {"ttft": 1.0, "e2e": 0.9, "throughput": 1.0}
     assert failed == ["ttft?", "e2e?", "req/s?"]
-    assert floor_sides(cell, "ours") == {"ttft": "undecided", "e2e": "undecided",
+    assert floor_sides(intervals(cell, "ours")) == {"ttft": "undecided", "e2e": "undecided",
                                          "throughput": "undecided"}
     steady = {"slices": [{"leastconn": _slice(1.0, 10.0, 5.0),
                           "ours": _slice(0.9 + i / 100, 9.0, 5.0)} for i in range(5)]}
     assert verdict(steady, "ours")[1] == []
     worse = {"slices": [{"leastconn": _slice(1.0, 10.0, 5.0),
                          "ours": _slice(1.2 + i / 100, 9.0, 5.0)} for i in range(5)]}
-    assert floor_sides(worse, "ours")["ttft"] == "missed"
+    assert floor_sides(intervals(worse, "ours"))["ttft"] == "missed"
     assert verdict(worse, "ours")[1] == ["ttft"]
     steady["slices"][0]["ours"]["shed"] = 1
     assert verdict(steady, "ours")[1] == ["errors"]
