@@ -204,11 +204,11 @@ async def _run(make_app: Callable[[SnapshotSource], DnsApp], source: SnapshotSou
 
 
 def policy_swapper(app: DnsApp, source: SnapshotSource,
-             control: ControlThread | None) -> Callable[[Policy], Awaitable[None]]:
+                   control: ControlThread | None) -> Callable[[Policy], Awaitable[None]]:
     """Answer from a new policy once its network maps are at hand (``DnsApp.prepare_maps``,
-    off the loop; the last policy answers meanwhile, at full speed): the refresher follows
-    its targets (on its control thread), the app its zone. A policy that a newer one
-    overtakes while its maps are built is never swapped in."""
+    off the loop, a build in a child process; the last policy answers meanwhile): the
+    refresher follows its targets (on its control thread), the app its zone. A policy that
+    a newer one overtakes while its maps are built is never swapped in."""
     newest = [0]
     pending: set[asyncio.Task[None]] = set()
 
